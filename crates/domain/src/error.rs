@@ -1,0 +1,40 @@
+use std::fmt;
+
+/// A rejected input value, naming the offending field as a dotted path (`callback.url`), so
+/// REST and gRPC errors can point the caller at it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ValidationError {
+    pub field: String,
+    pub message: String,
+}
+
+impl ValidationError {
+    pub fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+
+    /// Re-roots the error under a parent field: `url` inside `callback` becomes `callback.url`.
+    pub fn within(mut self, parent: &str) -> Self {
+        self.field = if self.field.is_empty() {
+            parent.to_owned()
+        } else {
+            format!("{parent}.{}", self.field)
+        };
+        self
+    }
+}
+
+impl fmt::Display for ValidationError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.field.is_empty() {
+            write!(f, "{}", self.message)
+        } else {
+            write!(f, "{}: {}", self.field, self.message)
+        }
+    }
+}
+
+impl std::error::Error for ValidationError {}

@@ -1,0 +1,60 @@
+//! Chime's domain model. No I/O lives here: every function is a pure computation over values,
+//! and every type that crosses a boundary (REST, gRPC, storage) can only hold valid values.
+
+mod callback;
+mod clock;
+mod duration;
+mod error;
+mod ids;
+mod occurrence;
+mod page;
+mod policy;
+mod schedule;
+mod timer;
+
+pub use callback::{
+    Callback, CallbackBody, CallbackHeaders, CallbackInput, CallbackTimeout, CallbackUrl,
+    HttpMethod,
+};
+pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
+pub use duration::{format_duration, parse_duration};
+pub use error::ValidationError;
+pub use ids::{AppName, Bucket, BucketCount, ShardKey, TaskKey, TimerId, TimerName};
+pub use occurrence::{
+    Claim, ClaimedOccurrence, NewOccurrence, Occurrence, OccurrenceStatus, Outcome,
+};
+pub use page::{Page, PageSize, PageToken};
+pub use policy::{DeliveryMode, MisfirePolicy, RetryPolicy, RetryPolicyInput};
+pub use schedule::{CronExpr, Interval, Schedule, ScheduleInput, ScheduleKind, TimeZone};
+pub use timer::{NewTimer, Timer, TimerSpec};
+
+/// Documented limits on user input. They bound memory and storage per timer.
+pub mod limits {
+    /// Longest app (tenant namespace) name, in bytes.
+    pub const MAX_APP_LEN: usize = 64;
+    /// Longest timer name, in characters.
+    pub const MAX_NAME_CHARS: usize = 128;
+    /// Longest callback URL, in bytes.
+    pub const MAX_URL_LEN: usize = 2048;
+    /// Most headers on one callback.
+    pub const MAX_HEADERS: usize = 32;
+    /// Longest header value, in bytes.
+    pub const MAX_HEADER_VALUE_LEN: usize = 4096;
+    /// Largest callback body, in bytes.
+    pub const MAX_BODY_BYTES: usize = 64 * 1024;
+    /// How far in the past a one-shot `at` may lie and still be accepted (it fires at once).
+    pub const MAX_AT_PAST_MS: i64 = 60_000;
+    /// Furthest a one-shot may lie in the future (10 years).
+    pub const MAX_FUTURE_MS: i64 = 10 * 366 * 24 * 3_600_000;
+    /// Shortest recurring interval.
+    pub const MIN_INTERVAL_MS: i64 = 1_000;
+    /// Shortest and longest callback timeout.
+    pub const MIN_CALLBACK_TIMEOUT_MS: i64 = 100;
+    pub const MAX_CALLBACK_TIMEOUT_MS: i64 = 300_000;
+    /// Most attempts a retry policy may ask for.
+    pub const MAX_ATTEMPTS: u32 = 25;
+    /// Largest page a listing returns.
+    pub const MAX_PAGE_SIZE: u32 = 1000;
+    /// Page size when none is asked for.
+    pub const DEFAULT_PAGE_SIZE: u32 = 100;
+}

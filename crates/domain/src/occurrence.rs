@@ -1,0 +1,212 @@
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::{Bucket, TaskKey, Timestamp, ValidationError};
+
+/// Where an occurrence is in its life.
+///
+/// ```text
+/// pending ──claim──▶ running ──▶ succeeded
+///    │                 │  ├────▶ retrying ──claim──▶ running …
+///    │                 │  ├────▶ failed   (not retryable)
+///    │                 │  ├────▶ dead     (attempts exhausted) ──redrive──▶ pending
+///    └──misfire──▶ skipped ◀──────┘ (timer disabled, deleted or changed)
+/// ```
+/// A `running` occurrence whose claim lease expired may be claimed again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OccurrenceStatus {
+    Pending,
+    Running,
+    Succeeded,
+    Retrying,
+    Failed,
+    Dead,
+    Skipped,
+}
+
+impl OccurrenceStatus {
+    pub const ALL: [Self; 7] = [
+        Self::Pending,
+        Self::Running,
+        Self::Succeeded,
+        Self::Retrying,
+        Self::Failed,
+        Self::Dead,
+        Self::Skipped,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Running => "running",
+            Self::Succeeded => "succeeded",
+            Self::Retrying => "retrying",
+            Self::Failed => "failed",
+            Self::Dead => "dead",
+            Self::Skipped => "skipped",
+        }
+    }
+
+    /// No further transition happens on its own (a dead one may be redriven by hand).
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            Self::Succeeded | Self::Failed | Self::Dead | Self::Skipped
+        )
+    }
+
+    /// Waiting to be claimed by an executor.
+    pub fn is_claimable(self) -> bool {
+        matches!(self, Self::Pending | Self::Retrying)
+    }
+
+    /// Whether the state machine allows `self → to`.
+    pub fn can_become(self, to: Self) -> bool {
+        use OccurrenceStatus::*;
+        matches!(
+            (self, to),
+            (Pending | Retrying, Running)
+                | (Pending | Retrying, Skipped)
+                | (Running, Running) // re-claim after the claim lease expired
+                | (Running, Succeeded | Retrying | Failed | Dead | Skipped)
+                | (Dead, Pending)
+        )
+    }
+
+    /// Whether an outcome recorded after a claim may set this status.
+    pub fn is_outcome(self) -> bool {
+        Self::Running.can_become(self) && self != Self::Running
+    }
+}
+
+impl fmt::Display for OccurrenceStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for OccurrenceStatus {
+    type Err = ValidationError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::ALL
+            .into_iter()
+            .find(|st| st.as_str() == s)
+            .ok_or_else(|| {
+                ValidationError::new(
+                    "status",
+                    format!(
+                        "{s:?} is not one of pending, running, succeeded, retrying, failed, dead, skipped"
+                    ),
+                )
+            })
+    }
+}
+
+/// One due instant of one timer, as the durable store keeps it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Occurrence {
+    pub key: TaskKey,
+    pub timer_version: i64,
+    pub bucket: Bucket,
+    pub status: OccurrenceStatus,
+    /// Attempts started so far (0 until first claimed).
+    pub attempt: u32,
+    pub next_attempt_at: Option<Timestamp>,
+    pub lease_until: Option<Timestamp>,
+    pub fired_at: Option<Timestamp>,
+    /// `fired_at − run_at` of the latest attempt.
+    pub lateness_ms: Option<i64>,
+    pub http_status: Option<u16>,
+    pub output: Option<String>,
+    pub error: Option<String>,
+}
+
+impl Occurrence {
+    /// When it should next be handed to an executor.
+    pub fn due_at(&self) -> Timestamp {
+        self.next_attempt_at.unwrap_or(self.key.run_at)
+    }
+}
+
+/// An occurrence the migrator materializes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NewOccurrence {
+    pub key: TaskKey,
+    pub timer_version: i64,
+    pub bucket: Bucket,
+}
+
+/// A request to claim occurrences for one attempt each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Claim {
+    /// The claimer's "now": a running occurrence whose lease ended before it may be re-claimed.
+    pub now: Timestamp,
+    /// The claim is the claimer's until then; past it, someone else may take it over.
+    pub lease_until: Timestamp,
+}
+
+/// An occurrence this claimer won.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClaimedOccurrence {
+    pub key: TaskKey,
+    pub timer_version: i64,
+    pub bucket: Bucket,
+    /// The attempt this claim is (1 for the first).
+    pub attempt: u32,
+}
+
+/// The result of one attempt. Recorded only if the occurrence is still `running` at that
+/// attempt, so a late writer whose lease was taken over cannot overwrite the new claimer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    pub key: TaskKey,
+    pub attempt: u32,
+    pub status: OccurrenceStatus,
+    pub fired_at: Option<Timestamp>,
+    pub http_status: Option<u16>,
+    pub output: Option<String>,
+    pub error: Option<String>,
+    /// For `retrying`: when to try again.
+    pub next_attempt_at: Option<Timestamp>,
+}
+
+impl Outcome {
+    pub fn lateness_ms(&self) -> Option<i64> {
+        self.fired_at
+            .map(|f| f.as_millis() - self.key.run_at.as_millis())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use OccurrenceStatus::*;
+
+    #[test]
+    fn status_machine_allows_only_documented_moves() {
+        assert!(Pending.can_become(Running));
+        assert!(Retrying.can_become(Running));
+        assert!(Running.can_become(Succeeded));
+        assert!(Dead.can_become(Pending));
+        assert!(!Succeeded.can_become(Running));
+        assert!(!Failed.can_become(Retrying));
+        assert!(!Pending.can_become(Succeeded));
+        assert!(!Skipped.can_become(Pending));
+        let outcomes: Vec<_> = OccurrenceStatus::ALL
+            .into_iter()
+            .filter(|s| s.is_outcome())
+            .collect();
+        assert_eq!(outcomes, vec![Succeeded, Retrying, Failed, Dead, Skipped]);
+        for s in OccurrenceStatus::ALL {
+            assert_eq!(s.as_str().parse::<OccurrenceStatus>(), Ok(s));
+            if s.is_terminal() {
+                assert!(!s.is_claimable());
+            }
+        }
+        assert!("done".parse::<OccurrenceStatus>().is_err());
+    }
+}
