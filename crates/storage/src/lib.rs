@@ -1,1 +1,266 @@
+//! Chime's storage: small traits, each with the backends that implement it.
+//!
+//! | trait             | backends            |
+//! |-------------------|---------------------|
+//! | [`TimerStore`]      | postgres, sqlite    |
+//! | [`OccurrenceStore`] | postgres, sqlite    |
+//! | [`HotIndex`]        | redis, memory       |
+//! | [`Leases`]          | redis, memory       |
+//!
+//! Every batch operation is one round trip (arrays, `json_each`, pipelines). Every backend
+//! passes the same contract suite in [`contract`].
 
+/// Occurrence columns, identical in both SQL schemas.
+macro_rules! occurrence_cols {
+    () => {
+        "timer_id, run_at, timer_version, bucket, status, attempt, next_attempt_at, lease_until, \
+         fired_at, lateness_ms, http_status, output, error"
+    };
+}
+
+mod batch;
+pub mod contract;
+mod error;
+pub mod memory;
+mod migrate;
+pub mod postgres;
+pub mod redis;
+mod rows;
+pub mod sqlite;
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chime_domain::{
+    AppName, Bucket, Claim, ClaimedOccurrence, NewOccurrence, NewTimer, Occurrence,
+    OccurrenceStatus, Outcome, Page, PageSize, ShardKey, TaskKey, Timer, TimerId, TimerSpec,
+    Timestamp,
+};
+
+pub(crate) use batch::{OutcomeColumns, claimed, dedup_new_occurrences, oldest_first};
+pub use error::StoreError;
+pub use migrate::{SchemaStatus, postgres_migrator, sqlite_migrator};
+
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// Which page of a listing to return.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PageRequest {
+    pub size: PageSize,
+    /// The `next_page_token` of the previous page of the same query.
+    pub token: Option<String>,
+}
+
+/// Which timers to list. Deleted timers are never listed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TimerFilter {
+    pub app: Option<AppName>,
+    pub enabled: Option<bool>,
+    pub bucket: Option<Bucket>,
+}
+
+impl TimerFilter {
+    /// Binds page tokens to this exact query.
+    fn scope(&self) -> String {
+        format!(
+            "timers|{}|{:?}|{:?}",
+            self.app.as_ref().map(AppName::as_str).unwrap_or(""),
+            self.enabled,
+            self.bucket.map(Bucket::get)
+        )
+    }
+}
+
+/// Which runs of one timer to list, newest first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunFilter {
+    pub timer_id: TimerId,
+    pub status: Option<OccurrenceStatus>,
+}
+
+impl RunFilter {
+    fn scope(&self) -> String {
+        format!(
+            "runs|{}|{}",
+            self.timer_id,
+            self.status.map(OccurrenceStatus::as_str).unwrap_or("")
+        )
+    }
+}
+
+/// The durable record of timers.
+#[async_trait]
+pub trait TimerStore: Send + Sync + 'static {
+    /// Creates a timer at version 1. `AlreadyExists` if its app already has a live timer of
+    /// that name.
+    async fn create_timer(&self, new: NewTimer) -> StoreResult<Timer>;
+
+    /// A live (not deleted) timer.
+    async fn get_timer(&self, id: TimerId) -> StoreResult<Timer>;
+
+    /// Live timers in id order.
+    async fn list_timers(
+        &self,
+        filter: &TimerFilter,
+        page: &PageRequest,
+    ) -> StoreResult<Page<Timer>>;
+
+    /// Replaces the spec and bumps the version. With `expected_version`, fails with
+    /// `VersionConflict` unless the stored version matches.
+    async fn update_timer(
+        &self,
+        id: TimerId,
+        expected_version: Option<i64>,
+        spec: TimerSpec,
+    ) -> StoreResult<Timer>;
+
+    /// Enables or disables; bumps the version only when the state changes.
+    async fn set_timer_enabled(&self, id: TimerId, enabled: bool) -> StoreResult<Timer>;
+
+    /// Soft-deletes: the row stays for history, the name becomes free, the version is bumped.
+    async fn delete_timer(&self, id: TimerId) -> StoreResult<()>;
+}
+
+/// The durable record of occurrences and their attempts.
+#[async_trait]
+pub trait OccurrenceStore: Send + Sync + 'static {
+    /// Inserts the occurrences that do not exist yet. A `pending` row of an older timer
+    /// version adopts the newer version (so an update that keeps a fire time still fires it).
+    /// Returns how many rows were inserted or adopted.
+    async fn insert_occurrences(&self, batch: &[NewOccurrence]) -> StoreResult<u64>;
+
+    /// Claims each claimable occurrence (pending, retrying, or running with an expired claim
+    /// lease) for one attempt. Among racing claimers each occurrence is won by exactly one.
+    async fn claim(&self, keys: &[TaskKey], claim: Claim) -> StoreResult<Vec<ClaimedOccurrence>>;
+
+    /// Records attempt results; an outcome whose attempt is no longer the running one is
+    /// ignored. Returns how many were recorded.
+    async fn record_outcomes(&self, outcomes: &[Outcome]) -> StoreResult<u64>;
+
+    async fn get_occurrence(&self, key: TaskKey) -> StoreResult<Option<Occurrence>>;
+
+    /// A timer's occurrences, newest first.
+    async fn list_runs(
+        &self,
+        filter: &RunFilter,
+        page: &PageRequest,
+    ) -> StoreResult<Page<Occurrence>>;
+
+    /// Occurrences that should have been handed out by `due_before` but were not (pending or
+    /// retrying), plus running ones whose claim lease ended before `now`; oldest first.
+    async fn find_overdue(
+        &self,
+        due_before: Timestamp,
+        now: Timestamp,
+        limit: u32,
+    ) -> StoreResult<Vec<Occurrence>>;
+
+    /// Claimable occurrences of one bucket due in `[from, to)`, by due time: the fallback
+    /// when a hot-index shard is missing.
+    async fn due_in_bucket(
+        &self,
+        bucket: Bucket,
+        from: Timestamp,
+        to: Timestamp,
+        limit: u32,
+    ) -> StoreResult<Vec<(TaskKey, Timestamp)>>;
+}
+
+/// One member of the hot index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HotEntry {
+    pub shard: ShardKey,
+    pub key: TaskKey,
+    pub due: Timestamp,
+}
+
+impl HotEntry {
+    pub fn new(key: TaskKey, due: Timestamp, bucket: Bucket) -> Self {
+        Self {
+            shard: ShardKey::new(due, bucket),
+            key,
+            due,
+        }
+    }
+}
+
+/// The hot index: per (minute, bucket) shard, task keys scored by due time.
+#[async_trait]
+pub trait HotIndex: Send + Sync + 'static {
+    /// Adds members (re-adding one updates its score). Marks each touched shard as present.
+    async fn add(&self, entries: &[HotEntry]) -> StoreResult<()>;
+
+    /// Members of `shard` due at or before `up_to`, earliest first, at most `limit`.
+    async fn due(
+        &self,
+        shard: ShardKey,
+        up_to: Timestamp,
+        limit: usize,
+    ) -> StoreResult<Vec<(TaskKey, Timestamp)>>;
+
+    async fn remove(&self, shard: ShardKey, keys: &[TaskKey]) -> StoreResult<()>;
+
+    /// Whether the shard was written and not lost (it stays present after its members are
+    /// removed, until it expires). `false` means: read the database instead.
+    async fn shard_exists(&self, shard: ShardKey) -> StoreResult<bool>;
+}
+
+/// An opaque holder token. Only the holder's token can renew or release a lease.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct LeaseToken(String);
+
+impl LeaseToken {
+    /// A fresh random token.
+    pub fn random() -> Self {
+        Self(format!("{:032x}", rand::random::<u128>()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// Named, expiring, exclusive leases.
+#[async_trait]
+pub trait Leases: Send + Sync + 'static {
+    /// Takes the lease if it is free or expired. `true` if `token` now holds it.
+    async fn acquire(&self, name: &str, token: &LeaseToken, ttl: Duration) -> StoreResult<bool>;
+
+    /// Extends the lease if `token` still holds it.
+    async fn renew(&self, name: &str, token: &LeaseToken, ttl: Duration) -> StoreResult<bool>;
+
+    /// Frees the lease if `token` still holds it.
+    async fn release(&self, name: &str, token: &LeaseToken) -> StoreResult<bool>;
+}
+
+/// Page tokens with an optional secondary key; shared by the SQL backends.
+fn decode_page_token(page: &PageRequest, scope: &str) -> StoreResult<Option<(i64, i64)>> {
+    page.token
+        .as_deref()
+        .filter(|t| !t.is_empty())
+        .map(|t| chime_domain::PageToken::parse(t, scope).map(|t| t.after))
+        .transpose()
+        .map_err(StoreError::Invalid)
+}
+
+/// Trims the look-ahead row a listing fetched to learn whether another page follows.
+fn into_page<T>(
+    mut items: Vec<T>,
+    size: PageSize,
+    scope: &str,
+    cursor: impl Fn(&T) -> (i64, i64),
+) -> Page<T> {
+    let size = size.get() as usize;
+    let next_page_token = if items.len() > size {
+        items.truncate(size);
+        items
+            .last()
+            .map(|last| chime_domain::PageToken::new(cursor(last), scope))
+    } else {
+        None
+    };
+    Page {
+        items,
+        next_page_token,
+    }
+}

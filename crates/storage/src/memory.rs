@@ -1,0 +1,158 @@
+//! In-process [`HotIndex`] and [`Leases`] for `chime dev`: one process, no Redis. Expiry is
+//! driven by the injected clock, and expired shards are pruned on write, so memory stays
+//! bounded by the shards of the last few minutes.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chime_domain::{Clock, ShardKey, TaskKey, Timestamp};
+
+use crate::{HotEntry, HotIndex, LeaseToken, Leases, StoreError, StoreResult};
+
+fn lock<T>(m: &Mutex<T>) -> StoreResult<MutexGuard<'_, T>> {
+    m.lock()
+        .map_err(|_| StoreError::Internal("in-memory store poisoned by an earlier panic".into()))
+}
+
+#[derive(Debug)]
+struct Shard {
+    by_due: BTreeSet<(Timestamp, TaskKey)>,
+    due_of: HashMap<TaskKey, Timestamp>,
+    expires_at: Timestamp,
+}
+
+#[derive(Debug)]
+pub struct MemoryHotIndex {
+    shards: Mutex<HashMap<ShardKey, Shard>>,
+    clock: Arc<dyn Clock>,
+    /// How long a shard outlives its minute.
+    retention: Duration,
+}
+
+impl MemoryHotIndex {
+    pub fn new(clock: Arc<dyn Clock>, retention: Duration) -> Self {
+        Self {
+            shards: Mutex::new(HashMap::new()),
+            clock,
+            retention,
+        }
+    }
+}
+
+#[async_trait]
+impl HotIndex for MemoryHotIndex {
+    async fn add(&self, entries: &[HotEntry]) -> StoreResult<()> {
+        let now = self.clock.now();
+        let mut shards = lock(&self.shards)?;
+        shards.retain(|_, s| s.expires_at > now);
+        for e in entries {
+            let shard = shards.entry(e.shard).or_insert_with(|| Shard {
+                by_due: BTreeSet::new(),
+                due_of: HashMap::new(),
+                expires_at: now,
+            });
+            shard.expires_at = e.shard.minute_end().saturating_add(self.retention);
+            if let Some(old) = shard.due_of.insert(e.key, e.due) {
+                shard.by_due.remove(&(old, e.key));
+            }
+            shard.by_due.insert((e.due, e.key));
+        }
+        Ok(())
+    }
+
+    async fn due(
+        &self,
+        shard: ShardKey,
+        up_to: Timestamp,
+        limit: usize,
+    ) -> StoreResult<Vec<(TaskKey, Timestamp)>> {
+        let now = self.clock.now();
+        let shards = lock(&self.shards)?;
+        Ok(shards
+            .get(&shard)
+            .filter(|s| s.expires_at > now)
+            .map(|s| {
+                s.by_due
+                    .iter()
+                    .take_while(|(due, _)| *due <= up_to)
+                    .take(limit)
+                    .map(|(due, key)| (*key, *due))
+                    .collect()
+            })
+            .unwrap_or_default())
+    }
+
+    async fn remove(&self, shard: ShardKey, keys: &[TaskKey]) -> StoreResult<()> {
+        let mut shards = lock(&self.shards)?;
+        if let Some(s) = shards.get_mut(&shard) {
+            for key in keys {
+                if let Some(due) = s.due_of.remove(key) {
+                    s.by_due.remove(&(due, *key));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn shard_exists(&self, shard: ShardKey) -> StoreResult<bool> {
+        let now = self.clock.now();
+        Ok(lock(&self.shards)?
+            .get(&shard)
+            .is_some_and(|s| s.expires_at > now))
+    }
+}
+
+#[derive(Debug)]
+pub struct MemoryLeases {
+    held: Mutex<HashMap<String, (LeaseToken, Timestamp)>>,
+    clock: Arc<dyn Clock>,
+}
+
+impl MemoryLeases {
+    pub fn new(clock: Arc<dyn Clock>) -> Self {
+        Self {
+            held: Mutex::new(HashMap::new()),
+            clock,
+        }
+    }
+}
+
+#[async_trait]
+impl Leases for MemoryLeases {
+    async fn acquire(&self, name: &str, token: &LeaseToken, ttl: Duration) -> StoreResult<bool> {
+        let now = self.clock.now();
+        let mut held = lock(&self.held)?;
+        held.retain(|_, (_, until)| *until > now);
+        if held.contains_key(name) {
+            return Ok(false);
+        }
+        held.insert(name.to_owned(), (token.clone(), now.saturating_add(ttl)));
+        Ok(true)
+    }
+
+    async fn renew(&self, name: &str, token: &LeaseToken, ttl: Duration) -> StoreResult<bool> {
+        let now = self.clock.now();
+        let mut held = lock(&self.held)?;
+        match held.get_mut(name) {
+            Some((holder, until)) if holder == token && *until > now => {
+                *until = now.saturating_add(ttl);
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    async fn release(&self, name: &str, token: &LeaseToken) -> StoreResult<bool> {
+        let now = self.clock.now();
+        let mut held = lock(&self.held)?;
+        match held.get(name) {
+            Some((holder, until)) if holder == token && *until > now => {
+                held.remove(name);
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+}

@@ -1,0 +1,88 @@
+//! Embedded schema migrations. The `.sql` files are compiled in, so a binary carries exactly
+//! the schema it was built for. sqlx runs them, under an advisory lock on PostgreSQL, and
+//! records each applied version with its checksum, so running twice changes nothing and an
+//! edited migration is refused.
+
+use std::borrow::Cow;
+
+use sqlx::SqlSafeStr;
+use sqlx::migrate::{Migration, MigrationType, Migrator};
+
+use crate::{StoreError, StoreResult};
+
+/// (version, description, sql) of each migration, in order.
+const POSTGRES: &[(i64, &str, &str)] = &[(
+    1,
+    "timers and occurrences",
+    include_str!("../../../migrations/postgres/0001_timers_and_occurrences.sql"),
+)];
+
+const SQLITE: &[(i64, &str, &str)] = &[(
+    1,
+    "timers and occurrences",
+    include_str!("../../../migrations/sqlite/0001_timers_and_occurrences.sql"),
+)];
+
+fn migrator(files: &'static [(i64, &'static str, &'static str)]) -> Migrator {
+    Migrator::with_migrations(
+        files
+            .iter()
+            .map(|(version, description, sql)| {
+                Migration::new(
+                    *version,
+                    Cow::Borrowed(*description),
+                    MigrationType::Simple,
+                    sql.into_sql_str(),
+                    false,
+                )
+            })
+            .collect(),
+    )
+}
+
+pub fn postgres_migrator() -> Migrator {
+    migrator(POSTGRES)
+}
+
+pub fn sqlite_migrator() -> Migrator {
+    migrator(SQLITE)
+}
+
+/// How a database's schema compares to what this binary expects.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SchemaStatus {
+    Current,
+    /// Migrations this binary has that the database lacks: run `chime-migrator migrate`.
+    Behind {
+        missing: Vec<i64>,
+    },
+}
+
+pub(crate) fn compare(expected: &Migrator, applied: &[i64]) -> SchemaStatus {
+    let missing: Vec<i64> = expected
+        .iter()
+        .map(|m| m.version)
+        .filter(|v| !applied.contains(v))
+        .collect();
+    if missing.is_empty() {
+        SchemaStatus::Current
+    } else {
+        SchemaStatus::Behind { missing }
+    }
+}
+
+/// Versions recorded as applied; none if the bookkeeping table does not exist yet.
+pub(crate) fn applied_versions_or_none(
+    result: Result<Vec<i64>, sqlx::Error>,
+) -> StoreResult<Vec<i64>> {
+    match result {
+        Ok(v) => Ok(v),
+        // 42P01 (PostgreSQL) / "no such table" (SQLite): never migrated.
+        Err(sqlx::Error::Database(db))
+            if db.code().as_deref() == Some("42P01") || db.message().contains("no such table") =>
+        {
+            Ok(Vec::new())
+        }
+        Err(e) => Err(StoreError::from(e)),
+    }
+}

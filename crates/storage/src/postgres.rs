@@ -1,0 +1,479 @@
+//! PostgreSQL backend for [`TimerStore`] and [`OccurrenceStore`]: the durable truth of a
+//! distributed deployment.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chime_domain::{
+    Bucket, BucketCount, Claim, ClaimedOccurrence, Clock, NewOccurrence, NewTimer, Occurrence,
+    Outcome, Page, TaskKey, Timer, TimerId, TimerSpec, Timestamp,
+};
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::{ConnectOptions, Row};
+
+use crate::error::is_unique_violation;
+use crate::migrate::{SchemaStatus, applied_versions_or_none, compare, postgres_migrator};
+use crate::rows::{self, name_taken, spec_json, timer_not_found};
+use crate::{
+    OccurrenceStore, PageRequest, RunFilter, StoreError, StoreResult, TimerFilter, TimerStore,
+    decode_page_token, into_page,
+};
+
+macro_rules! timer_cols {
+    () => {
+        "id, app, name, spec::text AS spec, enabled, version, bucket, created_at, updated_at, deleted_at"
+    };
+}
+
+/// Connection settings for [`PgStore::connect`].
+#[derive(Debug, Clone)]
+pub struct PgSettings {
+    pub max_connections: u32,
+    pub acquire_timeout: Duration,
+}
+
+impl Default for PgSettings {
+    fn default() -> Self {
+        Self {
+            max_connections: 16,
+            acquire_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct PgStore {
+    pool: PgPool,
+    clock: Arc<dyn Clock>,
+    buckets: BucketCount,
+}
+
+impl PgStore {
+    /// Opens a pool. Connections are made lazily and re-made after a server restart, so a
+    /// store outlives PostgreSQL restarts; calls fail with `Unavailable` meanwhile.
+    pub async fn connect(
+        url: &str,
+        settings: &PgSettings,
+        clock: Arc<dyn Clock>,
+        buckets: BucketCount,
+    ) -> StoreResult<Self> {
+        let options: PgConnectOptions = url
+            .parse::<PgConnectOptions>()
+            .map_err(|e| StoreError::Internal(format!("invalid database URL: {e}")))?
+            .log_statements(tracing::log::LevelFilter::Trace);
+        let pool = PgPoolOptions::new()
+            .max_connections(settings.max_connections)
+            .acquire_timeout(settings.acquire_timeout)
+            .connect_with(options)
+            .await?;
+        Ok(Self::from_pool(pool, clock, buckets))
+    }
+
+    pub fn from_pool(pool: PgPool, clock: Arc<dyn Clock>, buckets: BucketCount) -> Self {
+        Self {
+            pool,
+            clock,
+            buckets,
+        }
+    }
+
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// Applies pending migrations under PostgreSQL's advisory lock; a no-op when current.
+    pub async fn migrate(&self) -> StoreResult<()> {
+        postgres_migrator().run(&self.pool).await?;
+        Ok(())
+    }
+
+    pub async fn schema_status(&self) -> StoreResult<SchemaStatus> {
+        let applied = sqlx::query_scalar::<_, i64>(
+            "SELECT version FROM _sqlx_migrations WHERE success ORDER BY version",
+        )
+        .fetch_all(&self.pool)
+        .await;
+        Ok(compare(
+            &postgres_migrator(),
+            &applied_versions_or_none(applied)?,
+        ))
+    }
+
+    async fn current_version(&self, id: TimerId) -> StoreResult<Option<i64>> {
+        Ok(sqlx::query_scalar::<_, i64>(
+            "SELECT version FROM timers WHERE id = $1 AND deleted_at IS NULL",
+        )
+        .bind(id.get())
+        .fetch_optional(&self.pool)
+        .await?)
+    }
+}
+
+#[async_trait]
+impl TimerStore for PgStore {
+    async fn create_timer(&self, new: NewTimer) -> StoreResult<Timer> {
+        let raw_id: i64 = sqlx::query_scalar("SELECT nextval('timers_id_seq')")
+            .fetch_one(&self.pool)
+            .await?;
+        let id = rows::timer_id(raw_id)?;
+        let now = self.clock.now().as_millis();
+        let row = sqlx::query(concat!(
+            "INSERT INTO timers (id, app, name, schedule_kind, spec, enabled, version, bucket, \
+             created_at, updated_at) VALUES ($1, $2, $3, $4, $5::jsonb, $6, 1, $7, $8, $8) \
+             RETURNING ",
+            timer_cols!()
+        ))
+        .bind(id.get())
+        .bind(new.spec.app.as_str())
+        .bind(new.spec.name.as_str())
+        .bind(new.spec.schedule.kind_name())
+        .bind(spec_json(&new.spec)?)
+        .bind(new.enabled)
+        .bind(Bucket::of(id, self.buckets).get() as i32)
+        .bind(now)
+        .fetch_one(&self.pool)
+        .await
+        .map_err(|e| {
+            if is_unique_violation(&e) {
+                name_taken(&new.spec)
+            } else {
+                e.into()
+            }
+        })?;
+        rows::timer(&row)
+    }
+
+    async fn get_timer(&self, id: TimerId) -> StoreResult<Timer> {
+        let row = sqlx::query(concat!(
+            "SELECT ",
+            timer_cols!(),
+            " FROM timers WHERE id = $1 AND deleted_at IS NULL"
+        ))
+        .bind(id.get())
+        .fetch_optional(&self.pool)
+        .await?
+        .ok_or_else(|| timer_not_found(id))?;
+        rows::timer(&row)
+    }
+
+    async fn list_timers(
+        &self,
+        filter: &TimerFilter,
+        page: &PageRequest,
+    ) -> StoreResult<Page<Timer>> {
+        let scope = filter.scope();
+        let after = decode_page_token(page, &scope)?.map_or(0, |(id, _)| id);
+        let rows = sqlx::query(concat!(
+            "SELECT ",
+            timer_cols!(),
+            " FROM timers WHERE deleted_at IS NULL \
+              AND ($1::text IS NULL OR app = $1) \
+              AND ($2::boolean IS NULL OR enabled = $2) \
+              AND ($3::integer IS NULL OR bucket = $3) \
+              AND id > $4 ORDER BY id LIMIT $5"
+        ))
+        .bind(filter.app.as_ref().map(|a| a.as_str()))
+        .bind(filter.enabled)
+        .bind(filter.bucket.map(|b| b.get() as i32))
+        .bind(after)
+        .bind(i64::from(page.size.get()) + 1)
+        .fetch_all(&self.pool)
+        .await?;
+        let items = rows
+            .iter()
+            .map(rows::timer)
+            .collect::<StoreResult<Vec<_>>>()?;
+        Ok(into_page(items, page.size, &scope, |t| (t.id.get(), 0)))
+    }
+
+    async fn update_timer(
+        &self,
+        id: TimerId,
+        expected_version: Option<i64>,
+        spec: TimerSpec,
+    ) -> StoreResult<Timer> {
+        let row = sqlx::query(concat!(
+            "UPDATE timers SET app = $2, name = $3, schedule_kind = $4, spec = $5::jsonb, \
+             version = version + 1, updated_at = $6 \
+             WHERE id = $1 AND deleted_at IS NULL AND ($7::bigint IS NULL OR version = $7) \
+             RETURNING ",
+            timer_cols!()
+        ))
+        .bind(id.get())
+        .bind(spec.app.as_str())
+        .bind(spec.name.as_str())
+        .bind(spec.schedule.kind_name())
+        .bind(spec_json(&spec)?)
+        .bind(self.clock.now().as_millis())
+        .bind(expected_version)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(|e| {
+            if is_unique_violation(&e) {
+                name_taken(&spec)
+            } else {
+                e.into()
+            }
+        })?;
+        match row {
+            Some(row) => rows::timer(&row),
+            None => match (self.current_version(id).await?, expected_version) {
+                (Some(actual), Some(expected)) => {
+                    Err(StoreError::VersionConflict { expected, actual })
+                }
+                _ => Err(timer_not_found(id)),
+            },
+        }
+    }
+
+    async fn set_timer_enabled(&self, id: TimerId, enabled: bool) -> StoreResult<Timer> {
+        let row = sqlx::query(concat!(
+            "UPDATE timers SET enabled = $2, version = version + 1, updated_at = $3 \
+             WHERE id = $1 AND deleted_at IS NULL AND enabled <> $2 RETURNING ",
+            timer_cols!()
+        ))
+        .bind(id.get())
+        .bind(enabled)
+        .bind(self.clock.now().as_millis())
+        .fetch_optional(&self.pool)
+        .await?;
+        match row {
+            Some(row) => rows::timer(&row),
+            // Already in that state (or gone): nothing changed, report what is stored.
+            None => self.get_timer(id).await,
+        }
+    }
+
+    async fn delete_timer(&self, id: TimerId) -> StoreResult<()> {
+        let done = sqlx::query(
+            "UPDATE timers SET deleted_at = $2, updated_at = $2, version = version + 1 \
+             WHERE id = $1 AND deleted_at IS NULL",
+        )
+        .bind(id.get())
+        .bind(self.clock.now().as_millis())
+        .execute(&self.pool)
+        .await?;
+        if done.rows_affected() == 0 {
+            return Err(timer_not_found(id));
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl OccurrenceStore for PgStore {
+    async fn insert_occurrences(&self, batch: &[NewOccurrence]) -> StoreResult<u64> {
+        let batch = crate::dedup_new_occurrences(batch);
+        if batch.is_empty() {
+            return Ok(0);
+        }
+        let (mut ids, mut run_ats, mut versions, mut buckets) = (
+            Vec::with_capacity(batch.len()),
+            Vec::with_capacity(batch.len()),
+            Vec::with_capacity(batch.len()),
+            Vec::with_capacity(batch.len()),
+        );
+        for o in &batch {
+            ids.push(o.key.timer_id.get());
+            run_ats.push(o.key.run_at.as_millis());
+            versions.push(o.timer_version);
+            buckets.push(o.bucket.get() as i32);
+        }
+        let done = sqlx::query(
+            "INSERT INTO occurrences (timer_id, run_at, timer_version, bucket) \
+             SELECT * FROM UNNEST($1::bigint[], $2::bigint[], $3::bigint[], $4::integer[]) \
+             ON CONFLICT (timer_id, run_at) DO UPDATE \
+               SET timer_version = EXCLUDED.timer_version, bucket = EXCLUDED.bucket \
+               WHERE occurrences.status = 'pending' \
+                 AND occurrences.timer_version < EXCLUDED.timer_version",
+        )
+        .bind(ids)
+        .bind(run_ats)
+        .bind(versions)
+        .bind(buckets)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected())
+    }
+
+    async fn claim(&self, keys: &[TaskKey], claim: Claim) -> StoreResult<Vec<ClaimedOccurrence>> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (ids, run_ats) = split_keys(keys);
+        // Lock candidates in key order and skip rows another claimer holds: racing claimers
+        // neither deadlock nor wait, and each row is won once.
+        let rows = sqlx::query(
+            "WITH cand AS ( \
+               SELECT o.timer_id, o.run_at FROM occurrences o \
+               JOIN UNNEST($1::bigint[], $2::bigint[]) AS k(timer_id, run_at) \
+                 ON o.timer_id = k.timer_id AND o.run_at = k.run_at \
+               WHERE o.status IN ('pending', 'retrying') \
+                  OR (o.status = 'running' AND o.lease_until < $3) \
+               ORDER BY o.timer_id, o.run_at \
+               FOR UPDATE OF o SKIP LOCKED) \
+             UPDATE occurrences o SET status = 'running', attempt = o.attempt + 1, \
+               lease_until = $4 \
+             FROM cand WHERE o.timer_id = cand.timer_id AND o.run_at = cand.run_at \
+             RETURNING o.timer_id, o.run_at, o.timer_version, o.bucket, o.attempt",
+        )
+        .bind(ids)
+        .bind(run_ats)
+        .bind(claim.now.as_millis())
+        .bind(claim.lease_until.as_millis())
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(claimed_from_row).collect()
+    }
+
+    async fn record_outcomes(&self, outcomes: &[Outcome]) -> StoreResult<u64> {
+        if outcomes.is_empty() {
+            return Ok(0);
+        }
+        let cols = crate::OutcomeColumns::new(outcomes)?;
+        let done = sqlx::query(
+            "UPDATE occurrences o SET status = u.status, fired_at = u.fired_at, \
+               lateness_ms = u.fired_at - o.run_at, http_status = u.http_status, \
+               output = u.output, error = u.error, next_attempt_at = u.next_attempt_at, \
+               lease_until = NULL \
+             FROM UNNEST($1::bigint[], $2::bigint[], $3::integer[], $4::text[], $5::bigint[], \
+                         $6::integer[], $7::text[], $8::text[], $9::bigint[]) \
+               AS u(timer_id, run_at, attempt, status, fired_at, http_status, output, error, \
+                    next_attempt_at) \
+             WHERE o.timer_id = u.timer_id AND o.run_at = u.run_at \
+               AND o.status = 'running' AND o.attempt = u.attempt",
+        )
+        .bind(cols.timer_ids)
+        .bind(cols.run_ats)
+        .bind(cols.attempts)
+        .bind(cols.statuses)
+        .bind(cols.fired_ats)
+        .bind(cols.http_statuses)
+        .bind(cols.outputs)
+        .bind(cols.errors)
+        .bind(cols.next_attempt_ats)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected())
+    }
+
+    async fn get_occurrence(&self, key: TaskKey) -> StoreResult<Option<Occurrence>> {
+        let row = sqlx::query(concat!(
+            "SELECT ",
+            occurrence_cols!(),
+            " FROM occurrences WHERE timer_id = $1 AND run_at = $2"
+        ))
+        .bind(key.timer_id.get())
+        .bind(key.run_at.as_millis())
+        .fetch_optional(&self.pool)
+        .await?;
+        row.as_ref().map(rows::occurrence).transpose()
+    }
+
+    async fn list_runs(
+        &self,
+        filter: &RunFilter,
+        page: &PageRequest,
+    ) -> StoreResult<Page<Occurrence>> {
+        let scope = filter.scope();
+        let before = decode_page_token(page, &scope)?.map_or(i64::MAX, |(run_at, _)| run_at);
+        let rows = sqlx::query(concat!(
+            "SELECT ",
+            occurrence_cols!(),
+            " FROM occurrences WHERE timer_id = $1 AND ($2::text IS NULL OR status = $2) \
+              AND run_at < $3 ORDER BY run_at DESC LIMIT $4"
+        ))
+        .bind(filter.timer_id.get())
+        .bind(filter.status.map(|s| s.as_str()))
+        .bind(before)
+        .bind(i64::from(page.size.get()) + 1)
+        .fetch_all(&self.pool)
+        .await?;
+        let items = rows
+            .iter()
+            .map(rows::occurrence)
+            .collect::<StoreResult<Vec<_>>>()?;
+        Ok(into_page(items, page.size, &scope, |o| {
+            (o.key.run_at.as_millis(), 0)
+        }))
+    }
+
+    async fn find_overdue(
+        &self,
+        due_before: Timestamp,
+        now: Timestamp,
+        limit: u32,
+    ) -> StoreResult<Vec<Occurrence>> {
+        let rows = sqlx::query(concat!(
+            "(SELECT ",
+            occurrence_cols!(),
+            " FROM occurrences WHERE status IN ('pending', 'retrying') \
+               AND COALESCE(next_attempt_at, run_at) < $1 \
+               ORDER BY COALESCE(next_attempt_at, run_at) LIMIT $3) \
+             UNION ALL (SELECT ",
+            occurrence_cols!(),
+            " FROM occurrences WHERE status = 'running' AND lease_until < $2 \
+               ORDER BY lease_until LIMIT $3)"
+        ))
+        .bind(due_before.as_millis())
+        .bind(now.as_millis())
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        let items = rows
+            .iter()
+            .map(rows::occurrence)
+            .collect::<StoreResult<Vec<_>>>()?;
+        Ok(crate::oldest_first(items, limit))
+    }
+
+    async fn due_in_bucket(
+        &self,
+        bucket: Bucket,
+        from: Timestamp,
+        to: Timestamp,
+        limit: u32,
+    ) -> StoreResult<Vec<(TaskKey, Timestamp)>> {
+        let rows = sqlx::query(
+            "SELECT timer_id, run_at, COALESCE(next_attempt_at, run_at) AS due FROM occurrences \
+             WHERE status IN ('pending', 'retrying') AND bucket = $1 \
+               AND COALESCE(next_attempt_at, run_at) >= $2 \
+               AND COALESCE(next_attempt_at, run_at) < $3 \
+             ORDER BY due LIMIT $4",
+        )
+        .bind(bucket.get() as i32)
+        .bind(from.as_millis())
+        .bind(to.as_millis())
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                Ok((
+                    TaskKey::new(
+                        rows::timer_id(r.try_get("timer_id")?)?,
+                        Timestamp::from_millis(r.try_get("run_at")?),
+                    ),
+                    Timestamp::from_millis(r.try_get("due")?),
+                ))
+            })
+            .collect()
+    }
+}
+
+fn split_keys(keys: &[TaskKey]) -> (Vec<i64>, Vec<i64>) {
+    keys.iter()
+        .map(|k| (k.timer_id.get(), k.run_at.as_millis()))
+        .unzip()
+}
+
+fn claimed_from_row(row: &sqlx::postgres::PgRow) -> StoreResult<ClaimedOccurrence> {
+    crate::claimed(
+        row.try_get("timer_id")?,
+        row.try_get("run_at")?,
+        row.try_get("timer_version")?,
+        row.try_get("bucket")?,
+        row.try_get("attempt")?,
+    )
+}

@@ -1,0 +1,266 @@
+//! Redis backend for [`HotIndex`] and [`Leases`] (fred).
+//!
+//! Keys: `{prefix}:shard:{yyyymmddHHMM}:{bucket}` (ZSET of task keys scored by due ms) and
+//! `{prefix}:lease:{name}` (string holding the holder's token). Each shard also holds a marker
+//! member scored far in the future, so a shard whose members were all dispatched still
+//! exists: only a shard Redis lost is missing, and that is what sends readers to the database.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chime_domain::{ShardKey, TaskKey, Timestamp};
+use fred::clients::Pool;
+use fred::interfaces::{ClientLike, KeysInterface, LuaInterface, SortedSetsInterface};
+use fred::types::config::{Config, ReconnectPolicy};
+use fred::types::{Builder, Expiration, SetOptions};
+
+use crate::{HotEntry, HotIndex, LeaseToken, Leases, StoreError, StoreResult};
+
+/// Member that keeps an emptied shard present. Not a valid task key, never due.
+const MARKER: &str = "~";
+/// ≈ year 128,000 in ms: above any due time, exact in an f64.
+const MARKER_SCORE: f64 = 4.0e15;
+/// Members per ZADD, so one huge shard does not become one huge command.
+const ZADD_CHUNK: usize = 2_000;
+
+const RENEW: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then \
+                       return redis.call('PEXPIRE', KEYS[1], ARGV[2]) else return 0 end";
+const RELEASE: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then \
+                         return redis.call('DEL', KEYS[1]) else return 0 end";
+
+#[derive(Debug, Clone)]
+pub struct RedisSettings {
+    /// Key prefix (`CHIME_REDIS_PREFIX`), so deployments and tests can share one Redis.
+    pub prefix: String,
+    pub pool_size: usize,
+    /// How long a shard outlives its minute.
+    pub shard_retention: Duration,
+    pub connect_timeout: Duration,
+}
+
+impl Default for RedisSettings {
+    fn default() -> Self {
+        Self {
+            prefix: "chime".into(),
+            pool_size: 4,
+            shard_retention: Duration::from_secs(300),
+            connect_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// A connected Redis pool shared by the hot index and the leases.
+#[derive(Clone)]
+pub struct RedisBackend {
+    pool: Pool,
+    settings: RedisSettings,
+}
+
+impl std::fmt::Debug for RedisBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisBackend")
+            .field("settings", &self.settings)
+            .finish()
+    }
+}
+
+impl RedisBackend {
+    /// Connects, and keeps reconnecting in the background if Redis goes away.
+    pub async fn connect(url: &str, settings: RedisSettings) -> StoreResult<Self> {
+        let config = Config::from_url(url)
+            .map_err(|e| StoreError::Internal(format!("invalid Redis URL: {e}")))?;
+        let timeout = settings.connect_timeout;
+        let pool = Builder::from_config(config)
+            .with_connection_config(|c| {
+                c.connection_timeout = timeout;
+                c.internal_command_timeout = timeout;
+            })
+            .with_performance_config(|p| p.default_command_timeout = timeout)
+            .set_policy(ReconnectPolicy::new_exponential(0, 50, 2_000, 2))
+            .build_pool(settings.pool_size.max(1))?;
+        // Only the first connection is awaited; reconnects run inside fred's own task.
+        let _task = pool.init().await?;
+        Ok(Self { pool, settings })
+    }
+
+    pub fn prefix(&self) -> &str {
+        &self.settings.prefix
+    }
+
+    pub fn hot_index(&self) -> RedisHotIndex {
+        RedisHotIndex(self.clone())
+    }
+
+    pub fn leases(&self) -> RedisLeases {
+        RedisLeases(self.clone())
+    }
+
+    /// Deletes every key under this backend's prefix. For tests and `chime` tooling that
+    /// owns a prefix outright; never needed in normal operation.
+    pub async fn delete_prefix(&self) -> StoreResult<u64> {
+        use futures::TryStreamExt;
+        let client = self.pool.next();
+        let keys: Vec<fred::types::Key> = client
+            .scan_buffered(format!("{}:*", self.settings.prefix), Some(1_000), None)
+            .try_collect()
+            .await?;
+        let mut deleted = 0;
+        for chunk in keys.chunks(1_000) {
+            deleted += client.del::<u64, _>(chunk.to_vec()).await?;
+        }
+        Ok(deleted)
+    }
+
+    pub async fn quit(&self) {
+        let _ = self.pool.quit().await;
+    }
+
+    fn lease_key(&self, name: &str) -> String {
+        format!("{}:lease:{name}", self.settings.prefix)
+    }
+}
+
+pub struct RedisHotIndex(RedisBackend);
+
+#[async_trait]
+impl HotIndex for RedisHotIndex {
+    async fn add(&self, entries: &[HotEntry]) -> StoreResult<()> {
+        if entries.is_empty() {
+            return Ok(());
+        }
+        let mut by_shard: BTreeMap<ShardKey, Vec<(f64, String)>> = BTreeMap::new();
+        for e in entries {
+            by_shard
+                .entry(e.shard)
+                .or_default()
+                .push((e.due.as_millis() as f64, e.key.to_string()));
+        }
+        let retention =
+            i64::try_from(self.0.settings.shard_retention.as_millis()).unwrap_or(i64::MAX);
+        let pipeline = self.0.pool.next().pipeline();
+        for (shard, members) in by_shard {
+            let key = shard.redis_key(&self.0.settings.prefix);
+            let _: () = pipeline
+                .zadd(&key, None, None, false, false, (MARKER_SCORE, MARKER))
+                .await?;
+            for chunk in members.chunks(ZADD_CHUNK) {
+                let _: () = pipeline
+                    .zadd(&key, None, None, false, false, chunk.to_vec())
+                    .await?;
+            }
+            let expire_at = shard.minute_end().as_millis().saturating_add(retention);
+            let _: () = pipeline.pexpire_at(&key, expire_at, None).await?;
+        }
+        let _: Vec<fred::types::Value> = pipeline.all().await?;
+        Ok(())
+    }
+
+    async fn due(
+        &self,
+        shard: ShardKey,
+        up_to: Timestamp,
+        limit: usize,
+    ) -> StoreResult<Vec<(TaskKey, Timestamp)>> {
+        let key = shard.redis_key(&self.0.settings.prefix);
+        let members: Vec<(String, f64)> = self
+            .0
+            .pool
+            .next()
+            .zrangebyscore(
+                &key,
+                f64::NEG_INFINITY,
+                up_to.as_millis() as f64,
+                true,
+                Some((0, i64::try_from(limit).unwrap_or(i64::MAX))),
+            )
+            .await?;
+        members
+            .into_iter()
+            .filter(|(m, _)| m != MARKER)
+            .map(|(member, score)| {
+                let key = member
+                    .parse::<TaskKey>()
+                    .map_err(|e| StoreError::corrupt(format!("hot-index member in {key}: {e}")))?;
+                Ok((key, Timestamp::from_millis(score as i64)))
+            })
+            .collect()
+    }
+
+    async fn remove(&self, shard: ShardKey, keys: &[TaskKey]) -> StoreResult<()> {
+        if keys.is_empty() {
+            return Ok(());
+        }
+        let members: Vec<String> = keys.iter().map(TaskKey::to_string).collect();
+        let _: i64 = self
+            .0
+            .pool
+            .next()
+            .zrem(shard.redis_key(&self.0.settings.prefix), members)
+            .await?;
+        Ok(())
+    }
+
+    async fn shard_exists(&self, shard: ShardKey) -> StoreResult<bool> {
+        let n: i64 = self
+            .0
+            .pool
+            .next()
+            .exists(shard.redis_key(&self.0.settings.prefix))
+            .await?;
+        Ok(n > 0)
+    }
+}
+
+pub struct RedisLeases(RedisBackend);
+
+fn ttl_ms(ttl: Duration) -> i64 {
+    i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX).max(1)
+}
+
+#[async_trait]
+impl Leases for RedisLeases {
+    async fn acquire(&self, name: &str, token: &LeaseToken, ttl: Duration) -> StoreResult<bool> {
+        let set: Option<String> = self
+            .0
+            .pool
+            .next()
+            .set(
+                self.0.lease_key(name),
+                token.as_str(),
+                Some(Expiration::PX(ttl_ms(ttl))),
+                Some(SetOptions::NX),
+                false,
+            )
+            .await?;
+        Ok(set.is_some())
+    }
+
+    async fn renew(&self, name: &str, token: &LeaseToken, ttl: Duration) -> StoreResult<bool> {
+        let renewed: i64 = self
+            .0
+            .pool
+            .next()
+            .eval(
+                RENEW,
+                vec![self.0.lease_key(name)],
+                vec![token.as_str().to_owned(), ttl_ms(ttl).to_string()],
+            )
+            .await?;
+        Ok(renewed == 1)
+    }
+
+    async fn release(&self, name: &str, token: &LeaseToken) -> StoreResult<bool> {
+        let released: i64 = self
+            .0
+            .pool
+            .next()
+            .eval(
+                RELEASE,
+                vec![self.0.lease_key(name)],
+                vec![token.as_str().to_owned()],
+            )
+            .await?;
+        Ok(released == 1)
+    }
+}

@@ -1,0 +1,129 @@
+//! Row decoding shared by the SQL backends. Columns are read by name into plain values and
+//! then parsed into domain types, so a corrupt row surfaces as an error, never a panic.
+
+use chime_domain::{
+    Bucket, Occurrence, OccurrenceStatus, TaskKey, Timer, TimerId, TimerSpec, Timestamp,
+};
+use sqlx::{ColumnIndex, Decode, Row, Type};
+
+use crate::{StoreError, StoreResult};
+
+/// A SQL row type whose columns decode to the plain Rust types Chime stores.
+pub(crate) trait ChimeRow: Row
+where
+    for<'r> &'r str: ColumnIndex<Self>,
+{
+    fn i64(&self, col: &str) -> StoreResult<i64>;
+    fn opt_i64(&self, col: &str) -> StoreResult<Option<i64>>;
+    fn i32(&self, col: &str) -> StoreResult<i32>;
+    fn opt_i32(&self, col: &str) -> StoreResult<Option<i32>>;
+    fn text(&self, col: &str) -> StoreResult<String>;
+    fn opt_text(&self, col: &str) -> StoreResult<Option<String>>;
+    fn boolean(&self, col: &str) -> StoreResult<bool>;
+}
+
+impl<R> ChimeRow for R
+where
+    R: Row,
+    for<'r> &'r str: ColumnIndex<R>,
+    for<'r> i64: Decode<'r, R::Database> + Type<R::Database>,
+    for<'r> i32: Decode<'r, R::Database> + Type<R::Database>,
+    for<'r> String: Decode<'r, R::Database> + Type<R::Database>,
+    for<'r> bool: Decode<'r, R::Database> + Type<R::Database>,
+{
+    fn i64(&self, col: &str) -> StoreResult<i64> {
+        Ok(self.try_get(col)?)
+    }
+    fn opt_i64(&self, col: &str) -> StoreResult<Option<i64>> {
+        Ok(self.try_get(col)?)
+    }
+    fn i32(&self, col: &str) -> StoreResult<i32> {
+        Ok(self.try_get(col)?)
+    }
+    fn opt_i32(&self, col: &str) -> StoreResult<Option<i32>> {
+        Ok(self.try_get(col)?)
+    }
+    fn text(&self, col: &str) -> StoreResult<String> {
+        Ok(self.try_get(col)?)
+    }
+    fn opt_text(&self, col: &str) -> StoreResult<Option<String>> {
+        Ok(self.try_get(col)?)
+    }
+    fn boolean(&self, col: &str) -> StoreResult<bool> {
+        Ok(self.try_get(col)?)
+    }
+}
+
+pub(crate) fn timer_id(raw: i64) -> StoreResult<TimerId> {
+    TimerId::new(raw).map_err(StoreError::corrupt)
+}
+
+fn non_negative(raw: i32, what: &str) -> StoreResult<u32> {
+    u32::try_from(raw).map_err(|_| StoreError::corrupt(format!("{what} {raw}")))
+}
+
+pub(crate) fn timer<R: ChimeRow>(row: &R) -> StoreResult<Timer>
+where
+    for<'r> &'r str: ColumnIndex<R>,
+{
+    let spec: TimerSpec = serde_json::from_str(&row.text("spec")?)
+        .map_err(|e| StoreError::corrupt(format!("timer spec: {e}")))?;
+    Ok(Timer {
+        id: timer_id(row.i64("id")?)?,
+        spec,
+        enabled: row.boolean("enabled")?,
+        version: row.i64("version")?,
+        bucket: Bucket::from_stored(non_negative(row.i32("bucket")?, "bucket")?),
+        created_at: Timestamp::from_millis(row.i64("created_at")?),
+        updated_at: Timestamp::from_millis(row.i64("updated_at")?),
+        deleted_at: row.opt_i64("deleted_at")?.map(Timestamp::from_millis),
+    })
+}
+
+pub(crate) fn occurrence<R: ChimeRow>(row: &R) -> StoreResult<Occurrence>
+where
+    for<'r> &'r str: ColumnIndex<R>,
+{
+    let status: OccurrenceStatus = row.text("status")?.parse().map_err(StoreError::corrupt)?;
+    let ts = |col: &str| -> StoreResult<Option<Timestamp>> {
+        Ok(row.opt_i64(col)?.map(Timestamp::from_millis))
+    };
+    Ok(Occurrence {
+        key: TaskKey::new(
+            timer_id(row.i64("timer_id")?)?,
+            Timestamp::from_millis(row.i64("run_at")?),
+        ),
+        timer_version: row.i64("timer_version")?,
+        bucket: Bucket::from_stored(non_negative(row.i32("bucket")?, "bucket")?),
+        status,
+        attempt: non_negative(row.i32("attempt")?, "attempt")?,
+        next_attempt_at: ts("next_attempt_at")?,
+        lease_until: ts("lease_until")?,
+        fired_at: ts("fired_at")?,
+        lateness_ms: row.opt_i64("lateness_ms")?,
+        http_status: row
+            .opt_i32("http_status")?
+            .map(|s| u16::try_from(s).map_err(|_| StoreError::corrupt(format!("http status {s}"))))
+            .transpose()?,
+        output: row.opt_text("output")?,
+        error: row.opt_text("error")?,
+    })
+}
+
+/// Serializes a spec for storage.
+pub(crate) fn spec_json(spec: &TimerSpec) -> StoreResult<String> {
+    serde_json::to_string(spec).map_err(|e| StoreError::Internal(format!("encoding spec: {e}")))
+}
+
+/// Message for a duplicate (app, name).
+pub(crate) fn name_taken(spec: &TimerSpec) -> StoreError {
+    StoreError::AlreadyExists(format!(
+        "a timer named {:?} already exists in app {:?}",
+        spec.name.as_str(),
+        spec.app.as_str()
+    ))
+}
+
+pub(crate) fn timer_not_found(id: TimerId) -> StoreError {
+    StoreError::NotFound(format!("timer {id}"))
+}

@@ -1,0 +1,8 @@
+//! The hot-index and lease contracts against the in-process backends of `chime dev`.
+
+mod support;
+
+use chime_storage::storage_contract;
+
+storage_contract!(hot_index, support::memory());
+storage_contract!(leases, support::memory());

@@ -1,0 +1,47 @@
+//! The storage contract and the migrations against the embedded SQLite store.
+
+mod support;
+
+use chime_storage::{SchemaStatus, storage_contract};
+
+storage_contract!(timer_store, support::sqlite());
+storage_contract!(occurrence_store, support::sqlite());
+
+mod migrations {
+    use super::*;
+
+    #[tokio::test]
+    async fn migrating_twice_changes_nothing() {
+        let fx = support::sqlite_unmigrated().await;
+        assert_eq!(
+            fx.store.schema_status().await.unwrap(),
+            SchemaStatus::Behind { missing: vec![1] }
+        );
+        fx.store.migrate().await.unwrap();
+        fx.store.migrate().await.unwrap();
+        assert_eq!(
+            fx.store.schema_status().await.unwrap(),
+            SchemaStatus::Current
+        );
+    }
+
+    #[tokio::test]
+    async fn in_memory_database_works_without_a_file() {
+        use chime_storage::TimerStore;
+        let clock: std::sync::Arc<dyn chime_domain::Clock> =
+            std::sync::Arc::new(chime_domain::SystemClock);
+        let store = chime_storage::sqlite::SqliteStore::open(
+            "sqlite::memory:",
+            clock,
+            chime_domain::BucketCount::DEFAULT,
+        )
+        .await
+        .unwrap();
+        store.migrate().await.unwrap();
+        let t = store
+            .create_timer(chime_storage::contract::new_timer("dev", "hello"))
+            .await
+            .unwrap();
+        assert_eq!(store.get_timer(t.id).await.unwrap(), t);
+    }
+}

@@ -1,0 +1,237 @@
+//! Fixtures for the storage tests. Each fixture owns a private namespace (a PostgreSQL
+//! schema, a SQLite file, a Redis key prefix) and removes it when dropped, panics included,
+//! so tests run in parallel and leave nothing behind.
+
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chime_domain::{BucketCount, Clock, ManualClock, SystemClock};
+use chime_storage::contract::{RealTime, TimeControl};
+use chime_storage::memory::{MemoryHotIndex, MemoryLeases};
+use chime_storage::postgres::PgStore;
+use chime_storage::redis::{RedisBackend, RedisSettings};
+use chime_storage::sqlite::SqliteStore;
+use chime_storage::{HotIndex, Leases};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{AssertSqlSafe, Connection};
+
+pub fn database_url() -> String {
+    std::env::var("CHIME_TEST_DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
+}
+
+pub fn redis_url() -> String {
+    std::env::var("CHIME_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
+}
+
+/// A name no other test (or earlier run) uses.
+pub fn unique(prefix: &str) -> String {
+    format!(
+        "{prefix}_{}_{:08x}",
+        std::process::id(),
+        rand::random::<u32>()
+    )
+}
+
+/// Runs async cleanup from `Drop` on a private runtime, so it works inside or outside tokio.
+fn cleanup_blocking<F>(make: impl FnOnce() -> F + Send + 'static)
+where
+    F: std::future::Future<Output = ()>,
+{
+    let _ = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("cleanup runtime");
+        rt.block_on(make());
+    })
+    .join();
+}
+
+// ---- PostgreSQL ------------------------------------------------------------------------
+
+pub struct PgFixture {
+    pub store: Arc<PgStore>,
+    schema: String,
+}
+
+impl PgFixture {
+    pub fn store(&self) -> Arc<PgStore> {
+        self.store.clone()
+    }
+}
+
+/// A migrated store in a fresh schema.
+pub async fn pg() -> PgFixture {
+    let fixture = pg_unmigrated().await;
+    fixture.store.migrate().await.expect("migrate test schema");
+    fixture
+}
+
+/// A store in a fresh, empty schema.
+pub async fn pg_unmigrated() -> PgFixture {
+    let url = database_url();
+    let schema = unique("chime_t");
+    let mut admin = sqlx::PgConnection::connect(&url).await.unwrap_or_else(|e| {
+        panic!("PostgreSQL at {url} is not reachable ({e}); run the tests with `make test`")
+    });
+    sqlx::query(AssertSqlSafe(format!("CREATE SCHEMA {schema}")))
+        .execute(&mut admin)
+        .await
+        .expect("create test schema");
+    let options = PgConnectOptions::from_str(&url)
+        .expect("test database URL")
+        .options([("search_path", schema.as_str())]);
+    let pool = PgPoolOptions::new()
+        .max_connections(12)
+        .connect_with(options)
+        .await
+        .expect("connect to test schema");
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    PgFixture {
+        store: Arc::new(PgStore::from_pool(pool, clock, BucketCount::DEFAULT)),
+        schema,
+    }
+}
+
+impl Drop for PgFixture {
+    fn drop(&mut self) {
+        let schema = self.schema.clone();
+        cleanup_blocking(move || async move {
+            if let Ok(mut conn) = sqlx::PgConnection::connect(&database_url()).await {
+                let _ = sqlx::query(AssertSqlSafe(format!(
+                    "DROP SCHEMA IF EXISTS {schema} CASCADE"
+                )))
+                .execute(&mut conn)
+                .await;
+            }
+        });
+    }
+}
+
+// ---- SQLite ----------------------------------------------------------------------------
+
+pub struct SqliteFixture {
+    pub store: Arc<SqliteStore>,
+    path: std::path::PathBuf,
+}
+
+impl SqliteFixture {
+    pub fn store(&self) -> Arc<SqliteStore> {
+        self.store.clone()
+    }
+}
+
+pub async fn sqlite() -> SqliteFixture {
+    let fixture = sqlite_unmigrated().await;
+    fixture
+        .store
+        .migrate()
+        .await
+        .expect("migrate test database");
+    fixture
+}
+
+pub async fn sqlite_unmigrated() -> SqliteFixture {
+    let path = std::env::temp_dir().join(format!("{}.db", unique("chime-test")));
+    let url = format!("sqlite://{}", path.display());
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let store = SqliteStore::open(&url, clock, BucketCount::DEFAULT)
+        .await
+        .expect("open test database");
+    SqliteFixture {
+        store: Arc::new(store),
+        path,
+    }
+}
+
+impl Drop for SqliteFixture {
+    fn drop(&mut self) {
+        for suffix in ["", "-wal", "-shm"] {
+            let mut p = self.path.clone().into_os_string();
+            p.push(suffix);
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+// ---- Redis -----------------------------------------------------------------------------
+
+pub struct RedisFixture {
+    pub backend: RedisBackend,
+    prefix: String,
+}
+
+pub async fn redis() -> RedisFixture {
+    let url = redis_url();
+    let prefix = unique("chime-test");
+    let settings = RedisSettings {
+        prefix: prefix.clone(),
+        ..Default::default()
+    };
+    let backend = RedisBackend::connect(&url, settings)
+        .await
+        .unwrap_or_else(|e| {
+            panic!("Redis at {url} is not reachable ({e}); run the tests with `make test`")
+        });
+    RedisFixture { backend, prefix }
+}
+
+impl RedisFixture {
+    pub fn hot_index(&self) -> Arc<dyn HotIndex> {
+        Arc::new(self.backend.hot_index())
+    }
+    pub fn leases(&self) -> Arc<dyn Leases> {
+        Arc::new(self.backend.leases())
+    }
+    pub fn time(&self) -> Arc<dyn TimeControl> {
+        Arc::new(RealTime)
+    }
+}
+
+impl Drop for RedisFixture {
+    fn drop(&mut self) {
+        let prefix = self.prefix.clone();
+        cleanup_blocking(move || async move {
+            let settings = RedisSettings {
+                prefix,
+                pool_size: 1,
+                ..Default::default()
+            };
+            if let Ok(backend) = RedisBackend::connect(&redis_url(), settings).await {
+                let _ = backend.delete_prefix().await;
+                backend.quit().await;
+            }
+        });
+    }
+}
+
+// ---- memory ----------------------------------------------------------------------------
+
+pub struct MemoryFixture {
+    clock: ManualClock,
+}
+
+pub async fn memory() -> MemoryFixture {
+    MemoryFixture {
+        clock: ManualClock::new(SystemClock.now()),
+    }
+}
+
+impl MemoryFixture {
+    pub fn hot_index(&self) -> Arc<dyn HotIndex> {
+        Arc::new(MemoryHotIndex::new(
+            Arc::new(self.clock.clone()),
+            Duration::from_secs(300),
+        ))
+    }
+    pub fn leases(&self) -> Arc<dyn Leases> {
+        Arc::new(MemoryLeases::new(Arc::new(self.clock.clone())))
+    }
+    pub fn time(&self) -> Arc<dyn TimeControl> {
+        Arc::new(self.clock.clone())
+    }
+}
