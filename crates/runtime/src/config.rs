@@ -1,0 +1,522 @@
+//! One `Config` for every binary, a section per role. Layers, later wins:
+//! built-in defaults < TOML file (`--config` / `CHIME_CONFIG`) < `CHIME_*` environment.
+//!
+//! The documented flat variables (`CHIME_DATABASE_URL`, `CHIME_HTTP_ADDR`, …) map onto their
+//! sections; any other setting is reachable as `CHIME_<SECTION>__<KEY>`, e.g.
+//! `CHIME_SCHEDULER__LEASE_TTL=5s`.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use chime_domain::{BucketCount, format_duration, parse_duration};
+use figment::Figment;
+use figment::providers::{Env, Format, Serialized, Toml};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// Flat environment names from ARCHITECTURE §4 and the config keys they set.
+const ENV_ALIASES: &[(&str, &str)] = &[
+    ("database_url", "database.url"),
+    ("redis_url", "redis.url"),
+    ("redis_prefix", "redis.prefix"),
+    ("http_addr", "gateway.http_addr"),
+    ("grpc_addr", "gateway.grpc_addr"),
+    ("migrator_endpoint", "gateway.migrator_endpoint"),
+    ("executor_addr", "executor.addr"),
+    ("migrator_addr", "migrator.addr"),
+    ("executor_endpoints", "scheduler.executor_endpoints"),
+    ("admin_addr", "admin_addr"),
+    ("buckets", "buckets"),
+    ("log_format", "log.format"),
+    ("log", "log.filter"),
+    ("shutdown_grace", "shutdown_grace"),
+];
+
+/// Variables that steer loading itself rather than set a value.
+const ENV_IGNORED: &[&str] = &["config", "test_database_url", "test_redis_url", "server"];
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("invalid configuration: {0}")]
+    Invalid(String),
+    #[error("cannot read config file {path}: {source}")]
+    File {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+impl From<figment::Error> for ConfigError {
+    fn from(e: figment::Error) -> Self {
+        // figment names the key and the layer it came from; keep that, drop the noise.
+        Self::Invalid(e.to_string())
+    }
+}
+
+/// A duration written as `5s`, `1m30s`, `250ms`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Seconds(pub Duration);
+
+impl Seconds {
+    pub const fn secs(s: u64) -> Self {
+        Self(Duration::from_secs(s))
+    }
+
+    pub fn get(self) -> Duration {
+        self.0
+    }
+}
+
+impl Serialize for Seconds {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&format_duration(self.0))
+    }
+}
+
+impl<'de> Deserialize<'de> for Seconds {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Text(String),
+            Secs(u64),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Text(s) => parse_duration(&s)
+                .map(Self)
+                .map_err(serde::de::Error::custom),
+            Raw::Secs(n) => Ok(Self(Duration::from_secs(n))),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DatabaseConfig {
+    /// `postgres://…` or `sqlite://…`.
+    pub url: Option<String>,
+    pub max_connections: u32,
+    pub acquire_timeout: Seconds,
+}
+
+impl Default for DatabaseConfig {
+    fn default() -> Self {
+        Self {
+            url: None,
+            max_connections: 16,
+            acquire_timeout: Seconds::secs(5),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RedisConfig {
+    /// Absent in embedded mode.
+    pub url: Option<String>,
+    /// Prefix of every key, so deployments can share one Redis.
+    pub prefix: String,
+    pub pool_size: usize,
+    /// How long a hot-index shard outlives its minute.
+    pub shard_retention: Seconds,
+}
+
+impl Default for RedisConfig {
+    fn default() -> Self {
+        Self {
+            url: None,
+            prefix: "chime".into(),
+            pool_size: 4,
+            shard_retention: Seconds::secs(300),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct GatewayConfig {
+    pub http_addr: SocketAddr,
+    pub grpc_addr: SocketAddr,
+    /// The migrator asked to materialize a timer at once; absent: rely on the periodic step.
+    pub migrator_endpoint: Option<String>,
+}
+
+impl Default for GatewayConfig {
+    fn default() -> Self {
+        Self {
+            http_addr: SocketAddr::from(([0, 0, 0, 0], 8080)),
+            grpc_addr: SocketAddr::from(([0, 0, 0, 0], 50051)),
+            migrator_endpoint: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MigratorConfig {
+    pub addr: SocketAddr,
+    /// How often occurrences are materialized; each step covers the next two steps.
+    pub step: Seconds,
+}
+
+impl Default for MigratorConfig {
+    fn default() -> Self {
+        Self {
+            addr: SocketAddr::from(([0, 0, 0, 0], 50071)),
+            step: Seconds::secs(3600),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SchedulerConfig {
+    /// Executor URLs, or one DNS name re-resolved periodically. Comma-separated in the env.
+    #[serde(deserialize_with = "comma_list")]
+    pub executor_endpoints: Vec<String>,
+    /// How long a shard lease lasts without renewal.
+    pub lease_ttl: Seconds,
+    /// How far ahead of due the holder reads a shard.
+    pub lookahead: Seconds,
+}
+
+impl Default for SchedulerConfig {
+    fn default() -> Self {
+        Self {
+            executor_endpoints: Vec::new(),
+            lease_ttl: Seconds::secs(5),
+            lookahead: Seconds::secs(2),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ExecutorConfig {
+    pub addr: SocketAddr,
+    /// Callbacks in flight at once before the executor answers "full".
+    pub max_in_flight: usize,
+}
+
+impl Default for ExecutorConfig {
+    fn default() -> Self {
+        Self {
+            addr: SocketAddr::from(([0, 0, 0, 0], 50061)),
+            max_in_flight: 1024,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogConfig {
+    pub format: LogFormat,
+    /// An `EnvFilter` directive such as `info,chime_storage=debug`.
+    pub filter: String,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self {
+            format: LogFormat::Text,
+            filter: "info".into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Work is split into this many buckets (`CHIME_BUCKETS`); every service must agree.
+    pub buckets: BucketCount,
+    /// `/healthz`, `/readyz`, `/metrics`; each service picks its own default when absent.
+    pub admin_addr: Option<SocketAddr>,
+    /// How long a stopping service may drain in-flight work.
+    pub shutdown_grace: Seconds,
+    pub database: DatabaseConfig,
+    pub redis: RedisConfig,
+    pub gateway: GatewayConfig,
+    pub migrator: MigratorConfig,
+    pub scheduler: SchedulerConfig,
+    pub executor: ExecutorConfig,
+    pub log: LogConfig,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            buckets: BucketCount::DEFAULT,
+            admin_addr: None,
+            shutdown_grace: Seconds::secs(30),
+            database: DatabaseConfig::default(),
+            redis: RedisConfig::default(),
+            gateway: GatewayConfig::default(),
+            migrator: MigratorConfig::default(),
+            scheduler: SchedulerConfig::default(),
+            executor: ExecutorConfig::default(),
+            log: LogConfig::default(),
+        }
+    }
+}
+
+fn comma_list<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Raw {
+        One(String),
+        Many(Vec<String>),
+    }
+    let items = match Raw::deserialize(d)? {
+        Raw::One(s) => s.split(',').map(str::to_owned).collect(),
+        Raw::Many(v) => v,
+    };
+    Ok(items
+        .into_iter()
+        .map(|s| s.trim().to_owned())
+        .filter(|s| !s.is_empty())
+        .collect())
+}
+
+fn env_key(key: &str) -> String {
+    let lower = key.to_ascii_lowercase();
+    ENV_ALIASES
+        .iter()
+        .find(|(flat, _)| *flat == lower)
+        .map(|(_, path)| (*path).to_owned())
+        .unwrap_or_else(|| lower.replace("__", "."))
+}
+
+impl Config {
+    /// Loads defaults, then the file (if any), then the process environment.
+    pub fn load(file: Option<&Path>) -> Result<Self, ConfigError> {
+        Self::load_from(file, Env::prefixed("CHIME_"))
+    }
+
+    fn load_from(file: Option<&Path>, env: Env) -> Result<Self, ConfigError> {
+        let mut figment = Figment::from(Serialized::defaults(Config::default()));
+        if let Some(path) = file {
+            // A named file that is missing is an error, not an empty layer.
+            std::fs::metadata(path).map_err(|source| ConfigError::File {
+                path: path.to_owned(),
+                source,
+            })?;
+            figment = figment.merge(Toml::file(path));
+        }
+        let env = env.ignore(ENV_IGNORED).map(|k| env_key(k.as_str()).into());
+        let config: Config = figment.merge(env).extract()?;
+        config.check()?;
+        Ok(config)
+    }
+
+    fn check(&self) -> Result<(), ConfigError> {
+        let bad = |m: &str| Err(ConfigError::Invalid(m.to_owned()));
+        if self.redis.prefix.is_empty() || self.redis.prefix.contains(char::is_whitespace) {
+            return bad("redis.prefix must be non-empty and contain no white space");
+        }
+        if self.database.max_connections == 0 {
+            return bad("database.max_connections must be at least 1");
+        }
+        if self.executor.max_in_flight == 0 {
+            return bad("executor.max_in_flight must be at least 1");
+        }
+        if self.migrator.step.get() < Duration::from_secs(1) {
+            return bad("migrator.step must be at least 1s");
+        }
+        if self.scheduler.lease_ttl.get() < Duration::from_secs(1) {
+            return bad("scheduler.lease_ttl must be at least 1s");
+        }
+        Ok(())
+    }
+
+    /// The database URL, or a message naming the variable that sets it.
+    pub fn database_url(&self) -> Result<&str, ConfigError> {
+        self.database.url.as_deref().ok_or_else(|| {
+            ConfigError::Invalid(
+                "no database configured: set CHIME_DATABASE_URL (postgres://… or sqlite://…)"
+                    .into(),
+            )
+        })
+    }
+
+    /// The effective configuration as TOML, passwords in URLs masked: what `--dump-config`
+    /// prints, and a valid config file.
+    pub fn dump(&self) -> String {
+        let mut shown = self.clone();
+        shown.database.url = shown.database.url.as_deref().map(mask_password);
+        shown.redis.url = shown.redis.url.as_deref().map(mask_password);
+        toml::to_string_pretty(&shown).unwrap_or_else(|e| format!("# cannot render config: {e}\n"))
+    }
+}
+
+/// `postgres://user:secret@host/db` → `postgres://user:***@host/db`.
+fn mask_password(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) if userinfo.contains(':') => {
+            let user = userinfo.split(':').next().unwrap_or_default();
+            format!("{scheme}://{user}:***@{host}{path}")
+        }
+        _ => url.to_owned(),
+    }
+}
+
+/// The flags every Chime binary takes.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct CommonArgs {
+    /// TOML config file; `CHIME_*` environment variables override it.
+    #[arg(long, env = "CHIME_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Print the effective configuration (defaults < file < env) as TOML and exit.
+    #[arg(long)]
+    pub dump_config: bool,
+}
+
+impl CommonArgs {
+    pub fn load(&self) -> Result<Config, ConfigError> {
+        Config::load(self.config.as_deref())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // figment's Jail API fixes the closure's error type.
+    #[allow(clippy::result_large_err)]
+    fn load_with(file: Option<&str>, env: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        // Jail gives each test a private environment and working directory.
+        let mut out = None;
+        figment::Jail::expect_with(|jail| {
+            jail.clear_env();
+            if let Some(body) = file {
+                jail.create_file("chime.toml", body)?;
+            }
+            for (k, v) in env {
+                jail.set_env(k, v);
+            }
+            out = Some(Config::load(file.map(|_| Path::new("chime.toml"))));
+            Ok(())
+        });
+        out.expect("jail ran")
+    }
+
+    #[test]
+    fn defaults_match_the_documented_ones() {
+        let c = load_with(None, &[]).unwrap();
+        assert_eq!(c, Config::default());
+        assert_eq!(c.gateway.http_addr.to_string(), "0.0.0.0:8080");
+        assert_eq!(c.gateway.grpc_addr.to_string(), "0.0.0.0:50051");
+        assert_eq!(c.executor.addr.to_string(), "0.0.0.0:50061");
+        assert_eq!(c.migrator.addr.to_string(), "0.0.0.0:50071");
+        assert_eq!(c.redis.prefix, "chime");
+        assert_eq!(c.buckets.get(), 16);
+        assert_eq!(c.executor.max_in_flight, 1024);
+        assert_eq!(c.migrator.step.get(), Duration::from_secs(3600));
+        assert!(c.database_url().is_err());
+    }
+
+    #[test]
+    fn env_overrides_file_overrides_defaults() {
+        let file = r#"
+            buckets = 8
+            [database]
+            url = "postgres://file/db"
+            [redis]
+            prefix = "from-file"
+            [migrator]
+            step = "10m"
+        "#;
+        let c = load_with(
+            Some(file),
+            &[
+                ("CHIME_DATABASE_URL", "postgres://env/db"),
+                ("CHIME_BUCKETS", "32"),
+                ("CHIME_EXECUTOR_ENDPOINTS", "http://a:50061, http://b:50061"),
+                ("CHIME_HTTP_ADDR", "127.0.0.1:9000"),
+                ("CHIME_SCHEDULER__LEASE_TTL", "3s"),
+            ],
+        )
+        .unwrap();
+        assert_eq!(c.database.url.as_deref(), Some("postgres://env/db"));
+        assert_eq!(c.buckets.get(), 32);
+        assert_eq!(c.redis.prefix, "from-file");
+        assert_eq!(c.migrator.step.get(), Duration::from_secs(600));
+        assert_eq!(
+            c.scheduler.executor_endpoints,
+            vec!["http://a:50061".to_owned(), "http://b:50061".to_owned()]
+        );
+        assert_eq!(c.gateway.http_addr.to_string(), "127.0.0.1:9000");
+        assert_eq!(c.scheduler.lease_ttl.get(), Duration::from_secs(3));
+    }
+
+    #[test]
+    fn bad_values_are_reported_with_their_key() {
+        let err = load_with(None, &[("CHIME_BUCKETS", "0")])
+            .unwrap_err()
+            .to_string()
+            .to_lowercase();
+        assert!(err.contains("buckets"), "{err}");
+        let err = load_with(None, &[("CHIME_HTTP_ADDR", "not-an-addr")])
+            .unwrap_err()
+            .to_string()
+            .to_lowercase();
+        assert!(err.contains("http_addr"), "{err}");
+        let err = load_with(None, &[("CHIME_MIGRATOR__STEP", "soon")])
+            .unwrap_err()
+            .to_string()
+            .to_lowercase();
+        assert!(err.contains("step"), "{err}");
+        let err = load_with(Some("[gateway]\nhttp_port = 1\n"), &[])
+            .unwrap_err()
+            .to_string()
+            .to_lowercase();
+        assert!(err.contains("http_port"), "{err}");
+        assert!(Config::load(Some(Path::new("/nonexistent/chime.toml"))).is_err());
+    }
+
+    #[test]
+    fn dump_is_valid_toml_that_loads_back_with_passwords_masked() {
+        let c = load_with(
+            None,
+            &[
+                (
+                    "CHIME_DATABASE_URL",
+                    "postgres://chime:s3cret@db:5432/chime",
+                ),
+                ("CHIME_REDIS_URL", "redis://cache:6379"),
+            ],
+        )
+        .unwrap();
+        let dumped = c.dump();
+        assert!(!dumped.contains("s3cret"), "{dumped}");
+        assert!(
+            dumped.contains("postgres://chime:***@db:5432/chime"),
+            "{dumped}"
+        );
+        let back = load_with(Some(&dumped), &[]).unwrap();
+        assert_eq!(back.redis, c.redis);
+        assert_eq!(back.scheduler, c.scheduler);
+        assert_eq!(back.buckets, c.buckets);
+    }
+
+    #[test]
+    fn masking_leaves_password_free_urls_alone() {
+        assert_eq!(
+            mask_password("sqlite://chime-dev.db"),
+            "sqlite://chime-dev.db"
+        );
+        assert_eq!(mask_password("postgres://u@h/db"), "postgres://u@h/db");
+        assert_eq!(mask_password("redis://:pw@h:6379"), "redis://:***@h:6379");
+    }
+}
