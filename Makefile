@@ -1,0 +1,43 @@
+# Chime developer entry points. `make help` lists them.
+SHELL := /bin/bash
+CARGO ?= cargo
+TEST_SERVICES := scripts/with-test-services.sh
+
+# nextest runs each test in its own process (parallel, isolated); plain cargo test otherwise.
+ifeq ($(shell command -v cargo-nextest 2>/dev/null),)
+TEST_CMD := $(CARGO) test --workspace --all-targets
+else
+TEST_CMD := $(CARGO) nextest run --workspace --all-targets
+endif
+
+.PHONY: help run test lint fmt bench e2e k8s-check
+
+help: ## List the targets
+	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  %-10s %s\n", $$1, $$2}'
+
+run: ## Start `chime dev` (not built yet: fails with a message)
+	@echo "make run: 'chime dev' does not exist yet (issue #5: the embedded dev mode)." >&2
+	@echo "Today Chime is its foundations: domain model, storage backends, config. Try 'make test'." >&2
+	@exit 1
+
+test: ## Run every test, against real PostgreSQL and Redis (started here if none is reachable)
+	$(TEST_SERVICES) $(TEST_CMD)
+
+lint: ## rustfmt check and clippy with warnings denied
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+fmt: ## Format the code
+	$(CARGO) fmt --all
+
+bench: ## Storage throughput benchmark; prints a table, writes target/bench/storage.json
+	$(CARGO) build --release -p chime-bench
+	$(TEST_SERVICES) target/release/chime-bench storage $(BENCH_ARGS)
+
+e2e: ## End-to-end tests of the real binaries (not built yet: fails with a message)
+	@echo "make e2e: no service binaries exist yet (issues #4-#6)." >&2
+	@exit 1
+
+k8s-check: ## Render and schema-check the Kubernetes manifests (not written yet: fails)
+	@echo "make k8s-check: no manifests exist yet under k8s/." >&2
+	@exit 1

@@ -1,0 +1,457 @@
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use chime_domain::{
+    Bucket, BucketCount, Claim, Clock, NewOccurrence, OccurrenceStatus, Outcome, SystemClock,
+    TaskKey, TimerId, Timestamp,
+};
+use chime_storage::postgres::PgStore;
+use chime_storage::redis::{RedisBackend, RedisSettings};
+use chime_storage::{HotEntry, HotIndex, OccurrenceStore};
+use futures::future::try_join_all;
+use serde::Serialize;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{AssertSqlSafe, Connection};
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// PostgreSQL to measure; the bench works in a schema of its own and drops it after.
+    #[arg(
+        long,
+        env = "CHIME_TEST_DATABASE_URL",
+        default_value = "postgres://postgres@127.0.0.1:5432/test"
+    )]
+    database_url: String,
+    /// Redis to measure; the bench uses a key prefix of its own and deletes it after.
+    #[arg(
+        long,
+        env = "CHIME_TEST_REDIS_URL",
+        default_value = "redis://127.0.0.1:6379"
+    )]
+    redis_url: String,
+    /// Occurrences inserted into PostgreSQL.
+    #[arg(long, default_value_t = 1_000_000)]
+    insert_rows: usize,
+    /// Occurrences claimed and then given an outcome.
+    #[arg(long, default_value_t = 100_000)]
+    claim_rows: usize,
+    /// Members added to the Redis hot index.
+    #[arg(long, default_value_t = 1_000_000)]
+    hot_members: usize,
+    /// Rows per insert statement / members per hot-index call.
+    #[arg(long, default_value_t = 10_000)]
+    batch: usize,
+    /// Keys per claim (and per outcome batch).
+    #[arg(long, default_value_t = 1_000)]
+    claim_batch: usize,
+    /// Concurrent writers.
+    #[arg(long, default_value_t = 4)]
+    concurrency: usize,
+    /// Repetitions of each scenario; the median is reported.
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
+    /// Where the JSON report goes.
+    #[arg(long, default_value = "target/bench/storage.json")]
+    out: PathBuf,
+}
+
+#[derive(Debug, Serialize)]
+struct ScenarioReport {
+    scenario: &'static str,
+    backend: &'static str,
+    items: usize,
+    runs_seconds: Vec<f64>,
+    median_seconds: f64,
+    median_per_second: f64,
+    target_per_second: f64,
+    ratio_to_target: f64,
+    met: bool,
+}
+
+#[derive(Debug, Serialize)]
+struct Report {
+    benchmark: &'static str,
+    git_commit: Option<String>,
+    cpus: usize,
+    settings: serde_json::Value,
+    scenarios: Vec<ScenarioReport>,
+}
+
+fn median(values: &[f64]) -> f64 {
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+fn summarize(
+    scenario: &'static str,
+    backend: &'static str,
+    items: usize,
+    runs: Vec<Duration>,
+    target: f64,
+) -> ScenarioReport {
+    let secs: Vec<f64> = runs.iter().map(Duration::as_secs_f64).collect();
+    let med = median(&secs);
+    let rate = items as f64 / med;
+    ScenarioReport {
+        scenario,
+        backend,
+        items,
+        runs_seconds: secs,
+        median_seconds: med,
+        median_per_second: rate,
+        target_per_second: target,
+        ratio_to_target: rate / target,
+        met: rate >= target,
+    }
+}
+
+/// Occurrences of many timers, one per second each, spread over buckets.
+fn occurrences(n: usize, offset: usize) -> Vec<NewOccurrence> {
+    let base = 1_893_456_000_000i64;
+    (offset..offset + n)
+        .map(|i| {
+            let timer = (i % 50_000) as i64 + 1;
+            let id = TimerId::new(timer).unwrap_or_else(|_| unreachable!("positive id"));
+            NewOccurrence {
+                key: TaskKey::new(
+                    id,
+                    Timestamp::from_millis(base + (i / 50_000) as i64 * 1_000),
+                ),
+                timer_version: 1,
+                bucket: Bucket::of(id, BucketCount::DEFAULT),
+            }
+        })
+        .collect()
+}
+
+struct PgBench {
+    store: Arc<PgStore>,
+    schema: String,
+    admin_url: String,
+}
+
+impl PgBench {
+    async fn open(url: &str, pool_size: u32) -> anyhow::Result<Self> {
+        let schema = format!(
+            "chime_bench_{}_{:08x}",
+            std::process::id(),
+            rand::random::<u32>()
+        );
+        let mut admin = sqlx::PgConnection::connect(url)
+            .await
+            .with_context(|| format!("connecting to {url}"))?;
+        sqlx::query(AssertSqlSafe(format!("CREATE SCHEMA {schema}")))
+            .execute(&mut admin)
+            .await?;
+        let options = PgConnectOptions::from_str(url)?.options([("search_path", schema.as_str())]);
+        let pool = PgPoolOptions::new()
+            .max_connections(pool_size)
+            .connect_with(options)
+            .await?;
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+        let store = PgStore::from_pool(pool, clock, BucketCount::DEFAULT);
+        store.migrate().await?;
+        Ok(Self {
+            store: Arc::new(store),
+            schema,
+            admin_url: url.to_owned(),
+        })
+    }
+
+    async fn truncate(&self) -> anyhow::Result<()> {
+        sqlx::query("TRUNCATE occurrences")
+            .execute(self.store.pool())
+            .await?;
+        // Fresh statistics, as a real table would have between bursts.
+        sqlx::query("ANALYZE occurrences")
+            .execute(self.store.pool())
+            .await?;
+        Ok(())
+    }
+
+    async fn drop_schema(self) -> anyhow::Result<()> {
+        self.store.pool().close().await;
+        let mut admin = sqlx::PgConnection::connect(&self.admin_url).await?;
+        sqlx::query(AssertSqlSafe(format!(
+            "DROP SCHEMA {} CASCADE",
+            self.schema
+        )))
+        .execute(&mut admin)
+        .await?;
+        Ok(())
+    }
+}
+
+/// Splits `items` into `batch`-sized chunks worked by `concurrency` tasks.
+async fn run_batched<T, F, Fut>(
+    items: Vec<T>,
+    batch: usize,
+    concurrency: usize,
+    work: F,
+) -> anyhow::Result<Duration>
+where
+    T: Send + Sync + 'static,
+    F: Fn(Arc<Vec<T>>, std::ops::Range<usize>) -> Fut + Send + Sync + Clone + 'static,
+    Fut: std::future::Future<Output = anyhow::Result<()>> + Send,
+{
+    let items = Arc::new(items);
+    let chunks: Vec<_> = (0..items.len())
+        .step_by(batch)
+        .map(|s| s..(s + batch).min(items.len()))
+        .collect();
+    let queue = Arc::new(std::sync::Mutex::new(chunks));
+    let started = Instant::now();
+    let workers = (0..concurrency.max(1)).map(|_| {
+        let (items, queue, work) = (items.clone(), queue.clone(), work.clone());
+        tokio::spawn(async move {
+            loop {
+                let next = queue
+                    .lock()
+                    .map_err(|_| anyhow::anyhow!("queue poisoned"))?
+                    .pop();
+                match next {
+                    Some(range) => work(items.clone(), range).await?,
+                    None => return anyhow::Ok(()),
+                }
+            }
+        })
+    });
+    for r in try_join_all(workers).await? {
+        r?;
+    }
+    Ok(started.elapsed())
+}
+
+async fn bench_insert(pg: &PgBench, args: &Args) -> anyhow::Result<Vec<Duration>> {
+    let mut runs = Vec::new();
+    for run in 0..args.runs {
+        pg.truncate().await?;
+        let store = pg.store.clone();
+        let took = run_batched(
+            occurrences(args.insert_rows, 0),
+            args.batch,
+            args.concurrency,
+            move |items, range| {
+                let store = store.clone();
+                async move {
+                    store.insert_occurrences(&items[range]).await?;
+                    Ok(())
+                }
+            },
+        )
+        .await?;
+        eprintln!("  insert run {}: {:.2}s", run + 1, took.as_secs_f64());
+        runs.push(took);
+    }
+    Ok(runs)
+}
+
+async fn bench_claim(pg: &PgBench, args: &Args) -> anyhow::Result<Vec<Duration>> {
+    let mut runs = Vec::new();
+    for run in 0..args.runs {
+        pg.truncate().await?;
+        let occ = occurrences(args.claim_rows, 0);
+        for chunk in occ.chunks(args.batch) {
+            pg.store.insert_occurrences(chunk).await?;
+        }
+        let keys: Vec<TaskKey> = occ.iter().map(|o| o.key).collect();
+        let store = pg.store.clone();
+        let took = run_batched(
+            keys,
+            args.claim_batch,
+            args.concurrency,
+            move |keys, range| {
+                let store = store.clone();
+                async move {
+                    let now = SystemClock.now();
+                    let claim = Claim {
+                        now,
+                        lease_until: now.add_millis(30_000),
+                    };
+                    let claimed = store.claim(&keys[range], claim).await?;
+                    let outcomes: Vec<Outcome> = claimed
+                        .iter()
+                        .map(|c| Outcome {
+                            key: c.key,
+                            attempt: c.attempt,
+                            status: OccurrenceStatus::Succeeded,
+                            fired_at: Some(now),
+                            http_status: Some(200),
+                            output: None,
+                            error: None,
+                            next_attempt_at: None,
+                        })
+                        .collect();
+                    let recorded = store.record_outcomes(&outcomes).await?;
+                    anyhow::ensure!(
+                        recorded as usize == claimed.len(),
+                        "recorded {recorded} of {} outcomes",
+                        claimed.len()
+                    );
+                    Ok(())
+                }
+            },
+        )
+        .await?;
+        let done: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM occurrences WHERE status = 'succeeded'")
+                .fetch_one(pg.store.pool())
+                .await?;
+        anyhow::ensure!(
+            done as usize == args.claim_rows,
+            "only {done} occurrences completed"
+        );
+        eprintln!("  claim+record run {}: {:.2}s", run + 1, took.as_secs_f64());
+        runs.push(took);
+    }
+    Ok(runs)
+}
+
+async fn bench_hot_index(redis: &RedisBackend, args: &Args) -> anyhow::Result<Vec<Duration>> {
+    let mut runs = Vec::new();
+    let now = SystemClock.now().as_millis();
+    for run in 0..args.runs {
+        redis.delete_prefix().await?;
+        // Due over the next 10 minutes: 10 minutes × 16 buckets = 160 shards, as the migrator
+        // would write them.
+        let entries: Vec<HotEntry> = occurrences(args.hot_members, 0)
+            .into_iter()
+            .enumerate()
+            .map(|(i, o)| {
+                let due =
+                    Timestamp::from_millis(now + (i as i64 * 600_000) / args.hot_members as i64);
+                HotEntry::new(o.key, due, o.bucket)
+            })
+            .collect();
+        let index: Arc<dyn HotIndex> = Arc::new(redis.hot_index());
+        let took = run_batched(
+            entries,
+            args.batch,
+            args.concurrency,
+            move |entries, range| {
+                let index = index.clone();
+                async move {
+                    index.add(&entries[range]).await?;
+                    Ok(())
+                }
+            },
+        )
+        .await?;
+        eprintln!(
+            "  hot-index add run {}: {:.2}s",
+            run + 1,
+            took.as_secs_f64()
+        );
+        runs.push(took);
+    }
+    Ok(runs)
+}
+
+fn git_commit() -> Option<String> {
+    let out = std::process::Command::new("git")
+        .args(["rev-parse", "--short", "HEAD"])
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    anyhow::ensure!(args.runs >= 1, "--runs must be at least 1");
+    anyhow::ensure!(
+        args.batch >= 1 && args.claim_batch >= 1,
+        "batch sizes must be at least 1"
+    );
+    let pg = PgBench::open(&args.database_url, args.concurrency as u32 + 1).await?;
+    let redis = RedisBackend::connect(
+        &args.redis_url,
+        RedisSettings {
+            prefix: format!(
+                "chime-bench-{}-{:08x}",
+                std::process::id(),
+                rand::random::<u32>()
+            ),
+            pool_size: args.concurrency.max(1),
+            ..Default::default()
+        },
+    )
+    .await
+    .with_context(|| format!("connecting to {}", args.redis_url))?;
+
+    eprintln!(
+        "insert-if-absent of {} occurrences into PostgreSQL",
+        args.insert_rows
+    );
+    let insert = bench_insert(&pg, &args).await;
+    eprintln!("claim + record outcome of {} occurrences", args.claim_rows);
+    let claim = bench_claim(&pg, &args).await;
+    eprintln!("hot-index add of {} members to Redis", args.hot_members);
+    let hot = bench_hot_index(&redis, &args).await;
+
+    // Clean up whatever happened above.
+    let _ = redis.delete_prefix().await;
+    redis.quit().await;
+    pg.drop_schema().await?;
+
+    let scenarios = vec![
+        summarize(
+            "occurrence_insert",
+            "postgres",
+            args.insert_rows,
+            insert?,
+            80_000.0,
+        ),
+        summarize(
+            "claim_and_record",
+            "postgres",
+            args.claim_rows,
+            claim?,
+            50_000.0,
+        ),
+        summarize("hot_index_add", "redis", args.hot_members, hot?, 200_000.0),
+    ];
+    println!(
+        "{:<20} {:<9} {:>10} {:>10} {:>12} {:>10} {:>7} {:>4}",
+        "scenario", "backend", "items", "median s", "median /s", "target /s", "ratio", "met"
+    );
+    for s in &scenarios {
+        println!(
+            "{:<20} {:<9} {:>10} {:>10.3} {:>12.0} {:>10.0} {:>7.2} {:>4}",
+            s.scenario,
+            s.backend,
+            s.items,
+            s.median_seconds,
+            s.median_per_second,
+            s.target_per_second,
+            s.ratio_to_target,
+            if s.met { "yes" } else { "no" }
+        );
+    }
+    let report = Report {
+        benchmark: "storage",
+        git_commit: git_commit(),
+        cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        settings: serde_json::json!({
+            "batch": args.batch,
+            "claim_batch": args.claim_batch,
+            "concurrency": args.concurrency,
+            "runs": args.runs,
+        }),
+        scenarios,
+    };
+    if let Some(dir) = args.out.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(&args.out, serde_json::to_string_pretty(&report)?)?;
+    eprintln!("report written to {}", args.out.display());
+    Ok(())
+}
