@@ -2,11 +2,9 @@
 
 use std::collections::HashSet;
 
-use chime_domain::{
-    Bucket, ClaimedOccurrence, NewOccurrence, Occurrence, Outcome, TaskKey, Timestamp,
-};
+use chime_domain::{NewOccurrence, Occurrence, Outcome, Timestamp};
 
-use crate::{StoreError, StoreResult, rows};
+use crate::{StoreError, StoreResult};
 
 /// Drops repeated keys (the last wins): one statement may not touch a row twice.
 pub(crate) fn dedup_new_occurrences(batch: &[NewOccurrence]) -> Vec<NewOccurrence> {
@@ -79,22 +77,4 @@ pub(crate) fn oldest_first(mut items: Vec<Occurrence>, limit: u32) -> Vec<Occurr
     });
     items.truncate(limit as usize);
     items
-}
-
-pub(crate) fn claimed(
-    timer_id: i64,
-    run_at: i64,
-    timer_version: i64,
-    bucket: i32,
-    attempt: i32,
-) -> StoreResult<ClaimedOccurrence> {
-    Ok(ClaimedOccurrence {
-        key: TaskKey::new(rows::timer_id(timer_id)?, Timestamp::from_millis(run_at)),
-        timer_version,
-        bucket: Bucket::from_stored(
-            u32::try_from(bucket).map_err(|_| StoreError::corrupt(format!("bucket {bucket}")))?,
-        ),
-        attempt: u32::try_from(attempt)
-            .map_err(|_| StoreError::corrupt(format!("attempt {attempt}")))?,
-    })
 }

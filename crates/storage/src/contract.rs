@@ -900,6 +900,26 @@ pub mod leases {
         false
     }
 
+    /// Waits (advancing time) until `token` acquires `name`, i.e. the previous holder expired.
+    async fn taken_over(
+        leases: &Arc<dyn Leases>,
+        time: &dyn TimeControl,
+        name: &str,
+        token: &LeaseToken,
+    ) -> bool {
+        eventually(time, || {
+            let (leases, token) = (leases.clone(), token.clone());
+            let name = name.to_owned();
+            async move {
+                leases
+                    .acquire(&name, &token, Duration::from_secs(30))
+                    .await
+                    .unwrap()
+            }
+        })
+        .await
+    }
+
     pub async fn one_of_two_contenders_wins(leases: Arc<dyn Leases>, _time: Arc<dyn TimeControl>) {
         for round in 0..20 {
             let name = format!("shard-{round}");
@@ -948,17 +968,7 @@ pub mod leases {
                 .await
                 .unwrap()
         );
-        let taken = eventually(&*time, || {
-            let leases = leases.clone();
-            let new = new.clone();
-            async move {
-                leases
-                    .acquire("l", &new, Duration::from_secs(30))
-                    .await
-                    .unwrap()
-            }
-        })
-        .await;
+        let taken = taken_over(&leases, &*time, "l", &new).await;
         assert!(taken, "an expired lease must be acquirable");
     }
 
@@ -973,17 +983,7 @@ pub mod leases {
                 .await
                 .unwrap()
         );
-        let taken = eventually(&*time, || {
-            let leases = leases.clone();
-            let new = new.clone();
-            async move {
-                leases
-                    .acquire("l", &new, Duration::from_secs(30))
-                    .await
-                    .unwrap()
-            }
-        })
-        .await;
+        let taken = taken_over(&leases, &*time, "l", &new).await;
         assert!(taken);
         assert!(
             !leases

@@ -37,7 +37,7 @@ use chime_domain::{
     Timestamp,
 };
 
-pub(crate) use batch::{OutcomeColumns, claimed, dedup_new_occurrences, oldest_first};
+pub(crate) use batch::{OutcomeColumns, dedup_new_occurrences, oldest_first};
 pub use error::StoreError;
 pub use migrate::{SchemaStatus, postgres_migrator, sqlite_migrator};
 

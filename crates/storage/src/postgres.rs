@@ -9,12 +9,11 @@ use chime_domain::{
     Bucket, BucketCount, Claim, ClaimedOccurrence, Clock, NewOccurrence, NewTimer, Occurrence,
     Outcome, Page, TaskKey, Timer, TimerId, TimerSpec, Timestamp,
 };
+use sqlx::ConnectOptions;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
-use sqlx::{ConnectOptions, Row};
 
-use crate::error::is_unique_violation;
 use crate::migrate::{SchemaStatus, applied_versions_or_none, compare, postgres_migrator};
-use crate::rows::{self, name_taken, spec_json, timer_not_found};
+use crate::rows::{self, spec_json, timer_not_found};
 use crate::{
     OccurrenceStore, PageRequest, RunFilter, StoreError, StoreResult, TimerFilter, TimerStore,
     decode_page_token, into_page,
@@ -134,13 +133,7 @@ impl TimerStore for PgStore {
         .bind(now)
         .fetch_one(&self.pool)
         .await
-        .map_err(|e| {
-            if is_unique_violation(&e) {
-                name_taken(&new.spec)
-            } else {
-                e.into()
-            }
-        })?;
+        .map_err(rows::name_taken_or(&new.spec))?;
         rows::timer(&row)
     }
 
@@ -180,10 +173,7 @@ impl TimerStore for PgStore {
         .bind(i64::from(page.size.get()) + 1)
         .fetch_all(&self.pool)
         .await?;
-        let items = rows
-            .iter()
-            .map(rows::timer)
-            .collect::<StoreResult<Vec<_>>>()?;
+        let items = rows::timers(&rows)?;
         Ok(into_page(items, page.size, &scope, |t| (t.id.get(), 0)))
     }
 
@@ -209,13 +199,7 @@ impl TimerStore for PgStore {
         .bind(expected_version)
         .fetch_optional(&self.pool)
         .await
-        .map_err(|e| {
-            if is_unique_violation(&e) {
-                name_taken(&spec)
-            } else {
-                e.into()
-            }
-        })?;
+        .map_err(rows::name_taken_or(&spec))?;
         match row {
             Some(row) => rows::timer(&row),
             None => match (self.current_version(id).await?, expected_version) {
@@ -324,7 +308,7 @@ impl OccurrenceStore for PgStore {
         .bind(claim.lease_until.as_millis())
         .fetch_all(&self.pool)
         .await?;
-        rows.iter().map(claimed_from_row).collect()
+        rows.iter().map(rows::claimed).collect()
     }
 
     async fn record_outcomes(&self, outcomes: &[Outcome]) -> StoreResult<u64> {
@@ -390,10 +374,7 @@ impl OccurrenceStore for PgStore {
         .bind(i64::from(page.size.get()) + 1)
         .fetch_all(&self.pool)
         .await?;
-        let items = rows
-            .iter()
-            .map(rows::occurrence)
-            .collect::<StoreResult<Vec<_>>>()?;
+        let items = rows::occurrences(&rows)?;
         Ok(into_page(items, page.size, &scope, |o| {
             (o.key.run_at.as_millis(), 0)
         }))
@@ -421,10 +402,7 @@ impl OccurrenceStore for PgStore {
         .bind(i64::from(limit))
         .fetch_all(&self.pool)
         .await?;
-        let items = rows
-            .iter()
-            .map(rows::occurrence)
-            .collect::<StoreResult<Vec<_>>>()?;
+        let items = rows::occurrences(&rows)?;
         Ok(crate::oldest_first(items, limit))
     }
 
@@ -448,17 +426,7 @@ impl OccurrenceStore for PgStore {
         .bind(i64::from(limit))
         .fetch_all(&self.pool)
         .await?;
-        rows.iter()
-            .map(|r| {
-                Ok((
-                    TaskKey::new(
-                        rows::timer_id(r.try_get("timer_id")?)?,
-                        Timestamp::from_millis(r.try_get("run_at")?),
-                    ),
-                    Timestamp::from_millis(r.try_get("due")?),
-                ))
-            })
-            .collect()
+        rows.iter().map(rows::due_pair).collect()
     }
 }
 
@@ -466,14 +434,4 @@ fn split_keys(keys: &[TaskKey]) -> (Vec<i64>, Vec<i64>) {
     keys.iter()
         .map(|k| (k.timer_id.get(), k.run_at.as_millis()))
         .unzip()
-}
-
-fn claimed_from_row(row: &sqlx::postgres::PgRow) -> StoreResult<ClaimedOccurrence> {
-    crate::claimed(
-        row.try_get("timer_id")?,
-        row.try_get("run_at")?,
-        row.try_get("timer_version")?,
-        row.try_get("bucket")?,
-        row.try_get("attempt")?,
-    )
 }

@@ -2,7 +2,8 @@
 //! then parsed into domain types, so a corrupt row surfaces as an error, never a panic.
 
 use chime_domain::{
-    Bucket, Occurrence, OccurrenceStatus, TaskKey, Timer, TimerId, TimerSpec, Timestamp,
+    Bucket, ClaimedOccurrence, Occurrence, OccurrenceStatus, TaskKey, Timer, TimerId, TimerSpec,
+    Timestamp,
 };
 use sqlx::{ColumnIndex, Decode, Row, Type};
 
@@ -108,6 +109,61 @@ where
         output: row.opt_text("output")?,
         error: row.opt_text("error")?,
     })
+}
+
+pub(crate) fn timers<R: ChimeRow>(rows: &[R]) -> StoreResult<Vec<Timer>>
+where
+    for<'r> &'r str: ColumnIndex<R>,
+{
+    rows.iter().map(timer).collect()
+}
+
+pub(crate) fn occurrences<R: ChimeRow>(rows: &[R]) -> StoreResult<Vec<Occurrence>>
+where
+    for<'r> &'r str: ColumnIndex<R>,
+{
+    rows.iter().map(occurrence).collect()
+}
+
+/// A row of `timer_id, run_at, timer_version, bucket, attempt` returned by a claim.
+pub(crate) fn claimed<R: ChimeRow>(row: &R) -> StoreResult<ClaimedOccurrence>
+where
+    for<'r> &'r str: ColumnIndex<R>,
+{
+    Ok(ClaimedOccurrence {
+        key: TaskKey::new(
+            timer_id(row.i64("timer_id")?)?,
+            Timestamp::from_millis(row.i64("run_at")?),
+        ),
+        timer_version: row.i64("timer_version")?,
+        bucket: Bucket::from_stored(non_negative(row.i32("bucket")?, "bucket")?),
+        attempt: non_negative(row.i32("attempt")?, "attempt")?,
+    })
+}
+
+/// A row of `timer_id, run_at, due`.
+pub(crate) fn due_pair<R: ChimeRow>(row: &R) -> StoreResult<(TaskKey, Timestamp)>
+where
+    for<'r> &'r str: ColumnIndex<R>,
+{
+    Ok((
+        TaskKey::new(
+            timer_id(row.i64("timer_id")?)?,
+            Timestamp::from_millis(row.i64("run_at")?),
+        ),
+        Timestamp::from_millis(row.i64("due")?),
+    ))
+}
+
+/// Maps a failed timer write: a unique violation means the (app, name) is taken.
+pub(crate) fn name_taken_or(spec: &TimerSpec) -> impl FnOnce(sqlx::Error) -> StoreError + '_ {
+    move |e| {
+        if crate::error::is_unique_violation(&e) {
+            name_taken(spec)
+        } else {
+            e.into()
+        }
+    }
 }
 
 /// Serializes a spec for storage.

@@ -17,9 +17,8 @@ use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
 
-use crate::error::is_unique_violation;
 use crate::migrate::{SchemaStatus, applied_versions_or_none, compare, sqlite_migrator};
-use crate::rows::{self, name_taken, spec_json, timer_not_found};
+use crate::rows::{self, spec_json, timer_not_found};
 use crate::{
     OccurrenceStore, PageRequest, RunFilter, StoreError, StoreResult, TimerFilter, TimerStore,
     decode_page_token, into_page,
@@ -121,13 +120,7 @@ impl TimerStore for SqliteStore {
         .bind(now)
         .fetch_one(&mut *tx)
         .await
-        .map_err(|e| {
-            if is_unique_violation(&e) {
-                name_taken(&new.spec)
-            } else {
-                e.into()
-            }
-        })?;
+        .map_err(rows::name_taken_or(&new.spec))?;
         let id = rows::timer_id(inserted.try_get("id")?)?;
         let row = sqlx::query(concat!(
             "UPDATE timers SET bucket = ?2 WHERE id = ?1 RETURNING ",
@@ -176,10 +169,7 @@ impl TimerStore for SqliteStore {
         .bind(i64::from(page.size.get()) + 1)
         .fetch_all(&self.reader)
         .await?;
-        let items = rows
-            .iter()
-            .map(rows::timer)
-            .collect::<StoreResult<Vec<_>>>()?;
+        let items = rows::timers(&rows)?;
         Ok(into_page(items, page.size, &scope, |t| (t.id.get(), 0)))
     }
 
@@ -205,13 +195,7 @@ impl TimerStore for SqliteStore {
         .bind(expected_version)
         .fetch_optional(&mut *tx)
         .await
-        .map_err(|e| {
-            if is_unique_violation(&e) {
-                name_taken(&spec)
-            } else {
-                e.into()
-            }
-        })?;
+        .map_err(rows::name_taken_or(&spec))?;
         if let Some(row) = row {
             let timer = rows::timer(&row)?;
             tx.commit().await?;
@@ -310,17 +294,7 @@ impl OccurrenceStore for SqliteStore {
         .bind(claim.lease_until.as_millis())
         .fetch_all(&self.writer)
         .await?;
-        rows.iter()
-            .map(|r| {
-                crate::claimed(
-                    r.try_get("timer_id")?,
-                    r.try_get("run_at")?,
-                    r.try_get("timer_version")?,
-                    r.try_get("bucket")?,
-                    r.try_get("attempt")?,
-                )
-            })
-            .collect()
+        rows.iter().map(rows::claimed).collect()
     }
 
     async fn record_outcomes(&self, outcomes: &[Outcome]) -> StoreResult<u64> {
@@ -394,10 +368,7 @@ impl OccurrenceStore for SqliteStore {
         .bind(i64::from(page.size.get()) + 1)
         .fetch_all(&self.reader)
         .await?;
-        let items = rows
-            .iter()
-            .map(rows::occurrence)
-            .collect::<StoreResult<Vec<_>>>()?;
+        let items = rows::occurrences(&rows)?;
         Ok(into_page(items, page.size, &scope, |o| {
             (o.key.run_at.as_millis(), 0)
         }))
@@ -425,10 +396,7 @@ impl OccurrenceStore for SqliteStore {
         .bind(i64::from(limit))
         .fetch_all(&self.reader)
         .await?;
-        let items = rows
-            .iter()
-            .map(rows::occurrence)
-            .collect::<StoreResult<Vec<_>>>()?;
+        let items = rows::occurrences(&rows)?;
         Ok(crate::oldest_first(items, limit))
     }
 
@@ -452,17 +420,7 @@ impl OccurrenceStore for SqliteStore {
         .bind(i64::from(limit))
         .fetch_all(&self.reader)
         .await?;
-        rows.iter()
-            .map(|r| {
-                Ok((
-                    TaskKey::new(
-                        rows::timer_id(r.try_get("timer_id")?)?,
-                        Timestamp::from_millis(r.try_get("run_at")?),
-                    ),
-                    Timestamp::from_millis(r.try_get("due")?),
-                ))
-            })
-            .collect()
+        rows.iter().map(rows::due_pair).collect()
     }
 }
 
