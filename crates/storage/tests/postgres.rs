@@ -54,3 +54,28 @@ mod migrations {
         );
     }
 }
+
+/// A service pointed at a dead database must say so at start-up, not hang.
+#[tokio::test]
+async fn unreachable_database_fails_fast_with_a_retryable_error() {
+    use std::time::Duration;
+    let settings = chime_storage::postgres::PgSettings {
+        max_connections: 2,
+        acquire_timeout: Duration::from_secs(2),
+    };
+    let clock: std::sync::Arc<dyn chime_domain::Clock> =
+        std::sync::Arc::new(chime_domain::SystemClock);
+    let result = tokio::time::timeout(
+        Duration::from_secs(10),
+        chime_storage::postgres::PgStore::connect(
+            "postgres://postgres@127.0.0.1:1/test",
+            &settings,
+            clock,
+            chime_domain::BucketCount::DEFAULT,
+        ),
+    )
+    .await
+    .expect("connect must not hang");
+    let err = result.expect_err("nothing listens on port 1");
+    assert!(err.is_retryable(), "{err}");
+}
