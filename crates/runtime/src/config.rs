@@ -386,14 +386,29 @@ impl CommonArgs {
     pub fn load(&self) -> Result<Config, ConfigError> {
         Config::load(self.config.as_deref())
     }
+
+    /// Loads the config; with `--dump-config`, writes it to `out` and returns `None` (the
+    /// binary then exits without starting).
+    pub fn load_or_dump(
+        &self,
+        out: &mut dyn std::io::Write,
+    ) -> Result<Option<Config>, ConfigError> {
+        let config = self.load()?;
+        if self.dump_config {
+            out.write_all(config.dump().as_bytes())
+                .map_err(|e| ConfigError::Invalid(format!("cannot write config: {e}")))?;
+            return Ok(None);
+        }
+        Ok(Some(config))
+    }
 }
 
 #[cfg(test)]
+// figment's Jail API fixes its closures' (large) error type.
+#[allow(clippy::result_large_err)]
 mod tests {
     use super::*;
 
-    // figment's Jail API fixes the closure's error type.
-    #[allow(clippy::result_large_err)]
     fn load_with(file: Option<&str>, env: &[(&str, &str)]) -> Result<Config, ConfigError> {
         // Jail gives each test a private environment and working directory.
         let mut out = None;
@@ -508,6 +523,38 @@ mod tests {
         assert_eq!(back.redis, c.redis);
         assert_eq!(back.scheduler, c.scheduler);
         assert_eq!(back.buckets, c.buckets);
+    }
+
+    #[test]
+    fn dump_config_flag_prints_and_stops() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            common: CommonArgs,
+        }
+        let mut out = None;
+        figment::Jail::expect_with(|jail| {
+            jail.clear_env();
+            jail.set_env("CHIME_REDIS_PREFIX", "dumped");
+            let dump = Cli::parse_from(["chime-test", "--dump-config"]);
+            let run = Cli::parse_from(["chime-test"]);
+            let mut printed = Vec::new();
+            let stopped = dump.common.load_or_dump(&mut printed).map(|c| c.is_none());
+            let started = run
+                .common
+                .load_or_dump(&mut Vec::new())
+                .map(|c| c.is_some());
+            out = Some((
+                stopped,
+                started,
+                String::from_utf8_lossy(&printed).into_owned(),
+            ));
+            Ok(())
+        });
+        let (stopped, started, printed) = out.expect("jail ran");
+        assert!(stopped.unwrap() && started.unwrap());
+        assert!(printed.contains("prefix = \"dumped\""), "{printed}");
     }
 
     #[test]
