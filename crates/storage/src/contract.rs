@@ -17,8 +17,8 @@ use chime_domain::{
 };
 
 use crate::{
-    HotEntry, HotIndex, LeaseToken, Leases, OccurrenceStore, PageRequest, RunFilter, StoreError,
-    TimerFilter, TimerStore,
+    CreateTimer, HotEntry, HotIndex, IdempotencyKey, LeaseToken, Leases, OccurrenceStore,
+    PageRequest, RunFilter, StoreError, TimerFilter, TimerStore,
 };
 
 /// Lets a contract make time pass for a backend: backends on an injected clock move it,
@@ -141,6 +141,103 @@ pub mod timer_store {
             .await
             .unwrap();
         assert_ne!(other.id, created.id);
+    }
+
+    fn idempotent(app: &str, name: &str, key: &str, fingerprint: &str) -> CreateTimer {
+        CreateTimer {
+            timer: new_timer(app, name),
+            idempotency: Some(IdempotencyKey {
+                key: key.into(),
+                fingerprint: fingerprint.into(),
+            }),
+        }
+    }
+
+    pub async fn batch_create_is_all_or_nothing(store: Arc<dyn TimerStore>) {
+        let plain = |name: &str| CreateTimer {
+            timer: new_timer("billing", name),
+            idempotency: None,
+        };
+        let created = store
+            .create_timers(vec![plain("a"), plain("b")])
+            .await
+            .unwrap();
+        assert_eq!(created.len(), 2);
+        assert!(created[0].id < created[1].id, "ids follow request order");
+        let failed = store
+            .create_timers(vec![plain("c"), plain("d"), plain("a")])
+            .await;
+        assert!(
+            matches!(failed, Err(StoreError::AlreadyExists(_))),
+            "{failed:?}"
+        );
+        let listed = store
+            .list_timers(&TimerFilter::default(), &page(100, None))
+            .await
+            .unwrap();
+        let names: Vec<_> = listed
+            .items
+            .iter()
+            .map(|t| t.spec.name.as_str().to_owned())
+            .collect();
+        assert_eq!(names, vec!["a", "b"], "nothing of the failed batch remains");
+        assert!(store.create_timers(Vec::new()).await.unwrap().is_empty());
+    }
+
+    pub async fn idempotent_create_returns_the_original(store: Arc<dyn TimerStore>) {
+        let first = store
+            .create_timers(vec![idempotent("billing", "nightly", "req-1", "fp-a")])
+            .await
+            .unwrap();
+        let again = store
+            .create_timers(vec![idempotent("billing", "nightly", "req-1", "fp-a")])
+            .await
+            .unwrap();
+        assert_eq!(again, first);
+        let reused = store
+            .create_timers(vec![idempotent("billing", "other", "req-1", "fp-b")])
+            .await;
+        assert!(
+            matches!(reused, Err(StoreError::IdempotencyKeyReused(_))),
+            "{reused:?}"
+        );
+        // Keys are scoped per app.
+        let elsewhere = store
+            .create_timers(vec![idempotent("payroll", "nightly", "req-1", "fp-a")])
+            .await
+            .unwrap();
+        assert_ne!(elsewhere[0].id, first[0].id);
+    }
+
+    /// Eight clients retry the same create at once: one timer, and every client sees it.
+    pub async fn racing_idempotent_creates_make_one_timer(store: Arc<dyn TimerStore>) {
+        let tasks: Vec<_> = (0..8)
+            .map(|_| {
+                let store = store.clone();
+                tokio::spawn(async move {
+                    loop {
+                        match store
+                            .create_timers(vec![idempotent("billing", "once", "race", "fp")])
+                            .await
+                        {
+                            Ok(mut t) => return t.remove(0).id,
+                            Err(e) if e.is_retryable() => tokio::task::yield_now().await,
+                            Err(e) => panic!("create failed: {e}"),
+                        }
+                    }
+                })
+            })
+            .collect();
+        let mut ids = HashSet::new();
+        for t in tasks {
+            ids.insert(t.await.unwrap());
+        }
+        assert_eq!(ids.len(), 1, "{ids:?}");
+        let listed = store
+            .list_timers(&TimerFilter::default(), &page(100, None))
+            .await
+            .unwrap();
+        assert_eq!(listed.items.len(), 1);
     }
 
     pub async fn unknown_timer_is_not_found(store: Arc<dyn TimerStore>) {
@@ -1016,6 +1113,9 @@ macro_rules! storage_contract {
     (timer_store, $make:expr) => {
         $crate::storage_contract!(@cases timer_store, $make, store, [
             create_then_get,
+            batch_create_is_all_or_nothing,
+            idempotent_create_returns_the_original,
+            racing_idempotent_creates_make_one_timer,
             unknown_timer_is_not_found,
             names_are_unique_per_app_among_live_timers,
             list_pages_in_id_order_with_filters,

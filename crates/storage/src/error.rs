@@ -8,6 +8,9 @@ pub enum StoreError {
     NotFound(String),
     #[error("{0}")]
     AlreadyExists(String),
+    /// An idempotency key reused for a different request.
+    #[error("{0}")]
+    IdempotencyKeyReused(String),
     #[error("version conflict: expected version {expected}, the timer is at version {actual}")]
     VersionConflict { expected: i64, actual: i64 },
     #[error(transparent)]

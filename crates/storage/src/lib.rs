@@ -88,12 +88,32 @@ impl RunFilter {
     }
 }
 
+/// An idempotency key of a create request, scoped to the timer's app.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdempotencyKey {
+    pub key: String,
+    /// Identifies the request's content: same key and fingerprint is a repeat.
+    pub fingerprint: String,
+}
+
+/// One timer to create, optionally idempotent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CreateTimer {
+    pub timer: NewTimer,
+    pub idempotency: Option<IdempotencyKey>,
+}
+
 /// The durable record of timers.
 #[async_trait]
 pub trait TimerStore: Send + Sync + 'static {
     /// Creates a timer at version 1. `AlreadyExists` if its app already has a live timer of
     /// that name.
     async fn create_timer(&self, new: NewTimer) -> StoreResult<Timer>;
+
+    /// Creates timers all or none, in order. A request whose idempotency key was seen before
+    /// returns the timer created then (same fingerprint) or fails with
+    /// `IdempotencyKeyReused` (different fingerprint).
+    async fn create_timers(&self, batch: Vec<CreateTimer>) -> StoreResult<Vec<Timer>>;
 
     /// A live (not deleted) timer.
     async fn get_timer(&self, id: TimerId) -> StoreResult<Timer>;

@@ -11,17 +11,31 @@ use sqlx::migrate::{Migration, MigrationType, Migrator};
 use crate::{StoreError, StoreResult};
 
 /// (version, description, sql) of each migration, in order.
-const POSTGRES: &[(i64, &str, &str)] = &[(
-    1,
-    "timers and occurrences",
-    include_str!("../../../migrations/postgres/0001_timers_and_occurrences.sql"),
-)];
+const POSTGRES: &[(i64, &str, &str)] = &[
+    (
+        1,
+        "timers and occurrences",
+        include_str!("../../../migrations/postgres/0001_timers_and_occurrences.sql"),
+    ),
+    (
+        2,
+        "idempotency keys",
+        include_str!("../../../migrations/postgres/0002_idempotency_keys.sql"),
+    ),
+];
 
-const SQLITE: &[(i64, &str, &str)] = &[(
-    1,
-    "timers and occurrences",
-    include_str!("../../../migrations/sqlite/0001_timers_and_occurrences.sql"),
-)];
+const SQLITE: &[(i64, &str, &str)] = &[
+    (
+        1,
+        "timers and occurrences",
+        include_str!("../../../migrations/sqlite/0001_timers_and_occurrences.sql"),
+    ),
+    (
+        2,
+        "idempotency keys",
+        include_str!("../../../migrations/sqlite/0002_idempotency_keys.sql"),
+    ),
+];
 
 fn migrator(files: &'static [(i64, &'static str, &'static str)]) -> Migrator {
     Migrator::with_migrations(

@@ -15,8 +15,8 @@ use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use crate::migrate::{SchemaStatus, applied_versions_or_none, compare, postgres_migrator};
 use crate::rows::{self, spec_json, timer_not_found};
 use crate::{
-    OccurrenceStore, PageRequest, RunFilter, StoreError, StoreResult, TimerFilter, TimerStore,
-    decode_page_token, into_page,
+    CreateTimer, OccurrenceStore, PageRequest, RunFilter, StoreError, StoreResult, TimerFilter,
+    TimerStore, decode_page_token, into_page,
 };
 
 macro_rules! timer_cols {
@@ -99,6 +99,31 @@ impl PgStore {
         ))
     }
 
+    async fn insert_timer<'e, E>(&self, db: E, id: TimerId, new: &NewTimer) -> StoreResult<Timer>
+    where
+        E: sqlx::PgExecutor<'e>,
+    {
+        let now = self.clock.now().as_millis();
+        let row = sqlx::query(concat!(
+            "INSERT INTO timers (id, app, name, schedule_kind, spec, enabled, version, bucket, \
+             created_at, updated_at) VALUES ($1, $2, $3, $4, $5::jsonb, $6, 1, $7, $8, $8) \
+             RETURNING ",
+            timer_cols!()
+        ))
+        .bind(id.get())
+        .bind(new.spec.app.as_str())
+        .bind(new.spec.name.as_str())
+        .bind(new.spec.schedule.kind_name())
+        .bind(spec_json(&new.spec)?)
+        .bind(new.enabled)
+        .bind(Bucket::of(id, self.buckets).get() as i32)
+        .bind(now)
+        .fetch_one(db)
+        .await
+        .map_err(rows::name_taken_or(&new.spec))?;
+        rows::timer(&row)
+    }
+
     async fn current_version(&self, id: TimerId) -> StoreResult<Option<i64>> {
         Ok(sqlx::query_scalar::<_, i64>(
             "SELECT version FROM timers WHERE id = $1 AND deleted_at IS NULL",
@@ -115,26 +140,64 @@ impl TimerStore for PgStore {
         let raw_id: i64 = sqlx::query_scalar("SELECT nextval('timers_id_seq')")
             .fetch_one(&self.pool)
             .await?;
-        let id = rows::timer_id(raw_id)?;
-        let now = self.clock.now().as_millis();
-        let row = sqlx::query(concat!(
-            "INSERT INTO timers (id, app, name, schedule_kind, spec, enabled, version, bucket, \
-             created_at, updated_at) VALUES ($1, $2, $3, $4, $5::jsonb, $6, 1, $7, $8, $8) \
-             RETURNING ",
-            timer_cols!()
-        ))
-        .bind(id.get())
-        .bind(new.spec.app.as_str())
-        .bind(new.spec.name.as_str())
-        .bind(new.spec.schedule.kind_name())
-        .bind(spec_json(&new.spec)?)
-        .bind(new.enabled)
-        .bind(Bucket::of(id, self.buckets).get() as i32)
-        .bind(now)
-        .fetch_one(&self.pool)
-        .await
-        .map_err(rows::name_taken_or(&new.spec))?;
-        rows::timer(&row)
+        self.insert_timer(&self.pool, rows::timer_id(raw_id)?, &new)
+            .await
+    }
+
+    async fn create_timers(&self, batch: Vec<CreateTimer>) -> StoreResult<Vec<Timer>> {
+        if batch.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut tx = self.pool.begin().await?;
+        let ids: Vec<i64> =
+            sqlx::query_scalar("SELECT nextval('timers_id_seq') FROM generate_series(1, $1)")
+                .bind(batch.len() as i64)
+                .fetch_all(&mut *tx)
+                .await?;
+        let mut created = Vec::with_capacity(batch.len());
+        for (req, raw_id) in batch.iter().zip(ids) {
+            let id = rows::timer_id(raw_id)?;
+            if let Some(idem) = &req.idempotency {
+                // Waits for a concurrent holder of the same key, then sees its commit.
+                let fresh = sqlx::query(
+                    "INSERT INTO idempotency_keys (app, key, fingerprint, timer_id, created_at) \
+                     VALUES ($1, $2, $3, $4, $5) ON CONFLICT (app, key) DO NOTHING",
+                )
+                .bind(req.timer.spec.app.as_str())
+                .bind(&idem.key)
+                .bind(&idem.fingerprint)
+                .bind(id.get())
+                .bind(self.clock.now().as_millis())
+                .execute(&mut *tx)
+                .await?
+                .rows_affected()
+                    == 1;
+                if !fresh {
+                    let (fingerprint, original): (String, i64) = sqlx::query_as(
+                        "SELECT fingerprint, timer_id FROM idempotency_keys \
+                         WHERE app = $1 AND key = $2",
+                    )
+                    .bind(req.timer.spec.app.as_str())
+                    .bind(&idem.key)
+                    .fetch_one(&mut *tx)
+                    .await?;
+                    rows::check_fingerprint(idem, &fingerprint)?;
+                    let row = sqlx::query(concat!(
+                        "SELECT ",
+                        timer_cols!(),
+                        " FROM timers WHERE id = $1"
+                    ))
+                    .bind(original)
+                    .fetch_one(&mut *tx)
+                    .await?;
+                    created.push(rows::timer(&row)?);
+                    continue;
+                }
+            }
+            created.push(self.insert_timer(&mut *tx, id, &req.timer).await?);
+        }
+        tx.commit().await?;
+        Ok(created)
     }
 
     async fn get_timer(&self, id: TimerId) -> StoreResult<Timer> {

@@ -166,6 +166,18 @@ pub(crate) fn name_taken_or(spec: &TimerSpec) -> impl FnOnce(sqlx::Error) -> Sto
     }
 }
 
+/// A repeated idempotency key must come with the same request.
+pub(crate) fn check_fingerprint(idem: &crate::IdempotencyKey, stored: &str) -> StoreResult<()> {
+    if idem.fingerprint == stored {
+        Ok(())
+    } else {
+        Err(StoreError::IdempotencyKeyReused(format!(
+            "idempotency key {:?} was already used for a different request",
+            idem.key
+        )))
+    }
+}
+
 /// Serializes a spec for storage.
 pub(crate) fn spec_json(spec: &TimerSpec) -> StoreResult<String> {
     serde_json::to_string(spec).map_err(|e| StoreError::Internal(format!("encoding spec: {e}")))

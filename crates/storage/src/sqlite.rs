@@ -20,8 +20,8 @@ use sqlx::sqlite::{
 use crate::migrate::{SchemaStatus, applied_versions_or_none, compare, sqlite_migrator};
 use crate::rows::{self, spec_json, timer_not_found};
 use crate::{
-    OccurrenceStore, PageRequest, RunFilter, StoreError, StoreResult, TimerFilter, TimerStore,
-    decode_page_token, into_page,
+    CreateTimer, OccurrenceStore, PageRequest, RunFilter, StoreError, StoreResult, TimerFilter,
+    TimerStore, decode_page_token, into_page,
 };
 
 macro_rules! timer_cols {
@@ -96,18 +96,14 @@ impl SqliteStore {
         ))
     }
 
-    pub async fn close(&self) {
-        self.reader.close().await;
-        self.writer.close().await;
-    }
-}
-
-#[async_trait]
-impl TimerStore for SqliteStore {
-    async fn create_timer(&self, new: NewTimer) -> StoreResult<Timer> {
+    /// Inserts one timer inside a write transaction; the bucket derives from the id, which
+    /// SQLite assigns on insert.
+    async fn insert_timer(
+        &self,
+        tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+        new: &NewTimer,
+    ) -> StoreResult<Timer> {
         let now = self.clock.now().as_millis();
-        let mut tx = self.writer.begin().await?;
-        // The bucket derives from the id, which SQLite assigns on insert.
         let inserted = sqlx::query(
             "INSERT INTO timers (app, name, schedule_kind, spec, enabled, version, bucket, \
              created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, 1, 0, ?6, ?6) RETURNING id",
@@ -118,7 +114,7 @@ impl TimerStore for SqliteStore {
         .bind(spec_json(&new.spec)?)
         .bind(new.enabled)
         .bind(now)
-        .fetch_one(&mut *tx)
+        .fetch_one(&mut **tx)
         .await
         .map_err(rows::name_taken_or(&new.spec))?;
         let id = rows::timer_id(inserted.try_get("id")?)?;
@@ -128,11 +124,70 @@ impl TimerStore for SqliteStore {
         ))
         .bind(id.get())
         .bind(Bucket::of(id, self.buckets).get() as i32)
-        .fetch_one(&mut *tx)
+        .fetch_one(&mut **tx)
         .await?;
-        let timer = rows::timer(&row)?;
+        rows::timer(&row)
+    }
+
+    pub async fn close(&self) {
+        self.reader.close().await;
+        self.writer.close().await;
+    }
+}
+
+#[async_trait]
+impl TimerStore for SqliteStore {
+    async fn create_timer(&self, new: NewTimer) -> StoreResult<Timer> {
+        let mut tx = self.writer.begin().await?;
+        let timer = self.insert_timer(&mut tx, &new).await?;
         tx.commit().await?;
         Ok(timer)
+    }
+
+    async fn create_timers(&self, batch: Vec<CreateTimer>) -> StoreResult<Vec<Timer>> {
+        let mut tx = self.writer.begin().await?;
+        let mut created = Vec::with_capacity(batch.len());
+        for req in &batch {
+            if let Some(idem) = &req.idempotency {
+                let seen: Option<(String, i64)> = sqlx::query_as(
+                    "SELECT fingerprint, timer_id FROM idempotency_keys WHERE app = ?1 AND key = ?2",
+                )
+                .bind(req.timer.spec.app.as_str())
+                .bind(&idem.key)
+                .fetch_optional(&mut *tx)
+                .await?;
+                if let Some((fingerprint, original)) = seen {
+                    rows::check_fingerprint(idem, &fingerprint)?;
+                    let row = sqlx::query(concat!(
+                        "SELECT ",
+                        timer_cols!(),
+                        " FROM timers WHERE id = ?1"
+                    ))
+                    .bind(original)
+                    .fetch_one(&mut *tx)
+                    .await?;
+                    created.push(rows::timer(&row)?);
+                    continue;
+                }
+            }
+            let timer = self.insert_timer(&mut tx, &req.timer).await?;
+            if let Some(idem) = &req.idempotency {
+                sqlx::query(
+                    "INSERT INTO idempotency_keys (app, key, fingerprint, timer_id, created_at) \
+                     VALUES (?1, ?2, ?3, ?4, ?5)",
+                )
+                .bind(timer.spec.app.as_str())
+                .bind(&idem.key)
+                .bind(&idem.fingerprint)
+                .bind(timer.id.get())
+                .bind(timer.created_at.as_millis())
+                .execute(&mut *tx)
+                .await?;
+            }
+            created.push(timer);
+        }
+        tx.commit().await?;
+        Ok(created)
     }
 
     async fn get_timer(&self, id: TimerId) -> StoreResult<Timer> {

@@ -15,7 +15,9 @@ mod migrations {
         let fx = support::pg_unmigrated().await;
         assert_eq!(
             fx.store.schema_status().await.unwrap(),
-            SchemaStatus::Behind { missing: vec![1] }
+            SchemaStatus::Behind {
+                missing: vec![1, 2]
+            }
         );
         fx.store.migrate().await.unwrap();
         assert_eq!(
@@ -47,7 +49,7 @@ mod migrations {
             .fetch_one(fx.store.pool())
             .await
             .unwrap();
-        assert_eq!(applied, 1);
+        assert_eq!(applied, 2);
         assert_eq!(
             fx.store.schema_status().await.unwrap(),
             SchemaStatus::Current

@@ -15,7 +15,9 @@ mod migrations {
         let fx = support::sqlite_unmigrated().await;
         assert_eq!(
             fx.store.schema_status().await.unwrap(),
-            SchemaStatus::Behind { missing: vec![1] }
+            SchemaStatus::Behind {
+                missing: vec![1, 2]
+            }
         );
         fx.store.migrate().await.unwrap();
         fx.store.migrate().await.unwrap();
