@@ -10,4 +10,4 @@ pub use config::{
     LogFormat, MigratorConfig, RedisConfig, SchedulerConfig, Seconds,
 };
 pub use shutdown::{cancel_on_signal, shutdown_token};
-pub use telemetry::init_tracing;
+pub use telemetry::{init_tracing, prometheus};

@@ -1,3 +1,6 @@
+use std::sync::OnceLock;
+
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use tracing_subscriber::EnvFilter;
 
 use crate::{LogConfig, LogFormat};
@@ -15,4 +18,20 @@ pub fn init_tracing(config: &LogConfig) {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().flatten_event(true).try_init(),
     };
+}
+
+/// The process's Prometheus recorder, installed on first use; `/metrics` renders it. One per
+/// process because `metrics` has one global recorder (several servers in one test process
+/// share it).
+pub fn prometheus() -> PrometheusHandle {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    HANDLE
+        .get_or_init(|| {
+            let recorder = PrometheusBuilder::new().build_recorder();
+            let handle = recorder.handle();
+            // Fails only if another recorder was installed first; metrics then go there.
+            let _ = metrics::set_global_recorder(recorder);
+            handle
+        })
+        .clone()
 }

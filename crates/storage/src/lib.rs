@@ -27,6 +27,7 @@ pub mod postgres;
 pub mod redis;
 mod rows;
 pub mod sqlite;
+pub mod testkit;
 
 use std::time::Duration;
 

@@ -1,6 +1,6 @@
 //! The hot-index and lease contracts against the in-process backends of `chime dev`.
 
-mod support;
+use chime_storage::testkit as support;
 
 use chime_storage::storage_contract;
 

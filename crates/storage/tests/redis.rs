@@ -1,6 +1,6 @@
 //! The hot-index and lease contracts against a real Redis.
 
-mod support;
+use chime_storage::testkit as support;
 
 use chime_storage::storage_contract;
 

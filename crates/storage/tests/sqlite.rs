@@ -1,6 +1,6 @@
 //! The storage contract and the migrations against the embedded SQLite store.
 
-mod support;
+use chime_storage::testkit as support;
 
 use chime_storage::{SchemaStatus, storage_contract};
 

@@ -1,20 +1,23 @@
-//! Fixtures for the storage tests. Each fixture owns a private namespace (a PostgreSQL
-//! schema, a SQLite file, a Redis key prefix) and removes it when dropped, panics included,
-//! so tests run in parallel and leave nothing behind.
+//! Test fixtures over real backends, for this crate's tests and for every crate whose tests
+//! need a database. Each fixture owns a private namespace (a PostgreSQL schema, a SQLite file,
+//! a Redis key prefix) and removes it when dropped, panics included, so tests run in parallel
+//! and leave nothing behind. `make test` points them at reachable servers through
+//! `CHIME_TEST_DATABASE_URL` and `CHIME_TEST_REDIS_URL`.
 
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+// A fixture that cannot be set up ends the test with a message, by design.
+#![allow(clippy::expect_used, clippy::panic)]
 
 use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::contract::{RealTime, TimeControl};
+use crate::memory::{MemoryHotIndex, MemoryLeases};
+use crate::postgres::PgStore;
+use crate::redis::{RedisBackend, RedisSettings};
+use crate::sqlite::SqliteStore;
+use crate::{HotIndex, Leases};
 use chime_domain::{BucketCount, Clock, ManualClock, SystemClock};
-use chime_storage::contract::{RealTime, TimeControl};
-use chime_storage::memory::{MemoryHotIndex, MemoryLeases};
-use chime_storage::postgres::PgStore;
-use chime_storage::redis::{RedisBackend, RedisSettings};
-use chime_storage::sqlite::SqliteStore;
-use chime_storage::{HotIndex, Leases};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{AssertSqlSafe, Connection};
 

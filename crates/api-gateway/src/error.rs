@@ -1,0 +1,162 @@
+//! The one place where failures become API errors: each [`ErrorCode`] has one HTTP status
+//! and one gRPC code, so REST and gRPC callers see the same error for the same mistake.
+
+use std::fmt;
+
+use chime_domain::ValidationError;
+use chime_storage::StoreError;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorCode {
+    InvalidArgument,
+    NotFound,
+    AlreadyExists,
+    FailedPrecondition,
+    PayloadTooLarge,
+    UnsupportedMediaType,
+    MethodNotAllowed,
+    Unavailable,
+    Internal,
+}
+
+impl ErrorCode {
+    pub fn http_status(self) -> u16 {
+        match self {
+            Self::InvalidArgument => 400,
+            Self::NotFound => 404,
+            Self::MethodNotAllowed => 405,
+            Self::AlreadyExists | Self::FailedPrecondition => 409,
+            Self::PayloadTooLarge => 413,
+            Self::UnsupportedMediaType => 415,
+            Self::Unavailable => 503,
+            Self::Internal => 500,
+        }
+    }
+
+    pub fn grpc_code(self) -> tonic::Code {
+        use tonic::Code;
+        match self {
+            Self::InvalidArgument | Self::UnsupportedMediaType => Code::InvalidArgument,
+            Self::NotFound => Code::NotFound,
+            Self::AlreadyExists => Code::AlreadyExists,
+            Self::FailedPrecondition => Code::FailedPrecondition,
+            Self::PayloadTooLarge => Code::ResourceExhausted,
+            Self::MethodNotAllowed => Code::Unimplemented,
+            Self::Unavailable => Code::Unavailable,
+            Self::Internal => Code::Internal,
+        }
+    }
+
+    /// Stable, machine-readable name (problem `code`, gRPC `ErrorInfo.reason` prefix).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::InvalidArgument => "INVALID_ARGUMENT",
+            Self::NotFound => "NOT_FOUND",
+            Self::AlreadyExists => "ALREADY_EXISTS",
+            Self::FailedPrecondition => "FAILED_PRECONDITION",
+            Self::PayloadTooLarge => "PAYLOAD_TOO_LARGE",
+            Self::UnsupportedMediaType => "UNSUPPORTED_MEDIA_TYPE",
+            Self::MethodNotAllowed => "METHOD_NOT_ALLOWED",
+            Self::Unavailable => "UNAVAILABLE",
+            Self::Internal => "INTERNAL",
+        }
+    }
+}
+
+/// An error as both transports report it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    pub code: ErrorCode,
+    /// Finer reason, e.g. `NAME_TAKEN`, `VERSION_MISMATCH`, `IDEMPOTENCY_KEY_REUSED`.
+    pub reason: &'static str,
+    pub message: String,
+    /// The offending input field, as a dotted path.
+    pub field: Option<String>,
+}
+
+pub type ApiResult<T> = Result<T, ApiError>;
+
+impl ApiError {
+    pub fn new(code: ErrorCode, reason: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            reason,
+            message: message.into(),
+            field: None,
+        }
+    }
+
+    pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            code: ErrorCode::InvalidArgument,
+            reason: "INVALID_FIELD",
+            message: message.into(),
+            field: Some(field.into()),
+        }
+    }
+
+    /// Whether the caller may retry the same request.
+    pub fn is_retryable(&self) -> bool {
+        self.code == ErrorCode::Unavailable
+    }
+}
+
+impl fmt::Display for ApiError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.field {
+            Some(field) => write!(f, "{field}: {}", self.message),
+            None => f.write_str(&self.message),
+        }
+    }
+}
+
+impl std::error::Error for ApiError {}
+
+impl From<ValidationError> for ApiError {
+    fn from(e: ValidationError) -> Self {
+        Self::invalid(e.field, e.message)
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::NotFound(what) => Self::new(
+                ErrorCode::NotFound,
+                "NOT_FOUND",
+                format!("{what} not found"),
+            ),
+            StoreError::AlreadyExists(m) => {
+                let mut err = Self::new(ErrorCode::AlreadyExists, "NAME_TAKEN", m);
+                err.field = Some("name".into());
+                err
+            }
+            StoreError::IdempotencyKeyReused(m) => {
+                Self::new(ErrorCode::AlreadyExists, "IDEMPOTENCY_KEY_REUSED", m)
+            }
+            StoreError::VersionConflict { .. } => {
+                let mut err = Self::new(
+                    ErrorCode::FailedPrecondition,
+                    "VERSION_MISMATCH",
+                    e.to_string(),
+                );
+                err.field = Some("expected_version".into());
+                err
+            }
+            StoreError::Invalid(v) => v.into(),
+            StoreError::Unavailable(m) => {
+                tracing::warn!(error = %m, "storage unavailable");
+                Self::new(
+                    ErrorCode::Unavailable,
+                    "STORAGE_UNAVAILABLE",
+                    "the database is unavailable; retry shortly",
+                )
+            }
+            StoreError::Internal(m) => {
+                // The detail may hold SQL or row contents: log it, do not return it.
+                tracing::error!(error = %m, "storage failure");
+                Self::new(ErrorCode::Internal, "INTERNAL", "internal error")
+            }
+        }
+    }
+}

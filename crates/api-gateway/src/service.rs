@@ -1,0 +1,371 @@
+//! The one implementation of [`TimerApi`]: parses input into domain types, calls the stores,
+//! and asks the migrator to materialize what changed.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use chime_domain::{
+    AppName, CallbackInput, Clock, DeliveryMode, MisfirePolicy, NewOccurrence, NewTimer,
+    Occurrence, OccurrenceStatus, Page, PageSize, RetryPolicyInput, Schedule, ScheduleInput,
+    TaskKey, TimerId, TimerName, TimerSpec, Timestamp, ValidationError,
+};
+use chime_storage::{
+    CreateTimer, IdempotencyKey, OccurrenceStore, PageRequest, RunFilter, TimerFilter, TimerStore,
+};
+
+use crate::api::{
+    CallbackSpec, CreateRequest, Delivery, ListRuns, ListTimers, MAX_BATCH, Misfire, RetrySpec,
+    ScheduleSpec, TimerApi, TimerInput, TimerPatch, TimerView, Triggered,
+};
+use crate::error::{ApiError, ApiResult, ErrorCode};
+use crate::migrator::MigrateNotifier;
+
+/// How many fire times a timer response previews.
+const NEXT_RUNS: usize = 5;
+/// Longest idempotency key accepted.
+const MAX_IDEMPOTENCY_KEY: usize = 256;
+
+pub struct TimerService {
+    timers: Arc<dyn TimerStore>,
+    occurrences: Arc<dyn OccurrenceStore>,
+    migrator: Arc<dyn MigrateNotifier>,
+    clock: Arc<dyn Clock>,
+}
+
+impl TimerService {
+    pub fn new(
+        timers: Arc<dyn TimerStore>,
+        occurrences: Arc<dyn OccurrenceStore>,
+        migrator: Arc<dyn MigrateNotifier>,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
+        Self {
+            timers,
+            occurrences,
+            migrator,
+            clock,
+        }
+    }
+
+    fn view(&self, timer: chime_domain::Timer) -> TimerView {
+        let next_runs = if timer.enabled {
+            timer.spec.schedule.next_runs(self.clock.now(), NEXT_RUNS)
+        } else {
+            Vec::new()
+        };
+        TimerView { timer, next_runs }
+    }
+
+    /// Materializes the timer's near future now. Never fails the request: the migrator's
+    /// periodic step catches up if it cannot be reached.
+    async fn materialize(&self, id: TimerId) {
+        if let Err(e) = self.migrator.migrate_timer(id).await {
+            metrics::counter!("chime_gateway_migrate_timer_failures_total").increment(1);
+            tracing::warn!(timer_id = %id, error = %e, "migrator unreachable; the periodic step will catch up");
+        }
+    }
+
+    fn prepare(&self, req: &CreateRequest, now: Timestamp) -> ApiResult<CreateTimer> {
+        let spec = parse_spec(&req.timer, now)?;
+        let idempotency = match &req.idempotency_key {
+            None => None,
+            Some(key) if key.is_empty() || key.len() > MAX_IDEMPOTENCY_KEY => {
+                return Err(ApiError::invalid(
+                    "idempotency_key",
+                    "must be 1 to 256 characters",
+                ));
+            }
+            Some(key) => Some(IdempotencyKey {
+                key: key.clone(),
+                fingerprint: fingerprint(&req.timer),
+            }),
+        };
+        Ok(CreateTimer {
+            timer: NewTimer {
+                spec,
+                enabled: req.timer.enabled.unwrap_or(true),
+            },
+            idempotency,
+        })
+    }
+}
+
+#[async_trait]
+impl TimerApi for TimerService {
+    async fn create_timer(&self, req: CreateRequest) -> ApiResult<TimerView> {
+        let mut views = self.batch_create_timers(vec![req]).await?;
+        views
+            .pop()
+            .ok_or_else(|| ApiError::new(ErrorCode::Internal, "INTERNAL", "nothing created"))
+    }
+
+    async fn batch_create_timers(&self, reqs: Vec<CreateRequest>) -> ApiResult<Vec<TimerView>> {
+        if reqs.is_empty() || reqs.len() > MAX_BATCH {
+            return Err(ApiError::invalid(
+                "requests",
+                format!("a batch holds 1 to {MAX_BATCH} timers"),
+            ));
+        }
+        let now = self.clock.now();
+        let batch = reqs
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                self.prepare(r, now).map_err(|mut e| {
+                    if reqs.len() > 1 {
+                        e.field = Some(format!("requests[{i}].{}", e.field.unwrap_or_default()));
+                    }
+                    e
+                })
+            })
+            .collect::<ApiResult<Vec<_>>>()?;
+        let created = if batch.len() == 1 && batch[0].idempotency.is_none() {
+            let single = batch.into_iter().next().map(|c| c.timer);
+            match single {
+                Some(t) => vec![self.timers.create_timer(t).await?],
+                None => Vec::new(),
+            }
+        } else {
+            self.timers.create_timers(batch).await?
+        };
+        metrics::counter!("chime_gateway_timers_created_total").increment(created.len() as u64);
+        for t in created.iter().filter(|t| t.enabled) {
+            self.materialize(t.id).await;
+        }
+        Ok(created.into_iter().map(|t| self.view(t)).collect())
+    }
+
+    async fn get_timer(&self, id: TimerId) -> ApiResult<TimerView> {
+        Ok(self.view(self.timers.get_timer(id).await?))
+    }
+
+    async fn list_timers(&self, query: ListTimers) -> ApiResult<Page<TimerView>> {
+        let filter = TimerFilter {
+            app: query
+                .app
+                .filter(|a| !a.is_empty())
+                .map(AppName::parse)
+                .transpose()?,
+            enabled: query.enabled,
+            bucket: None,
+        };
+        let page = PageRequest {
+            size: PageSize::new(query.page_size)?,
+            token: query.page_token,
+        };
+        let listed = self.timers.list_timers(&filter, &page).await?;
+        Ok(Page {
+            items: listed.items.into_iter().map(|t| self.view(t)).collect(),
+            next_page_token: listed.next_page_token,
+        })
+    }
+
+    async fn update_timer(&self, id: TimerId, patch: TimerPatch) -> ApiResult<TimerView> {
+        let current = self.timers.get_timer(id).await?;
+        let now = self.clock.now();
+        let spec = apply_patch(&current.spec, &patch, now)?;
+        if spec == current.spec {
+            // Nothing changes: no new version, but the precondition still holds.
+            if let Some(expected) = patch.expected_version
+                && expected != current.version
+            {
+                return Err(chime_storage::StoreError::VersionConflict {
+                    expected,
+                    actual: current.version,
+                }
+                .into());
+            }
+            return Ok(self.view(current));
+        }
+        let updated = self
+            .timers
+            .update_timer(id, patch.expected_version, spec)
+            .await?;
+        if updated.enabled {
+            self.materialize(id).await;
+        }
+        Ok(self.view(updated))
+    }
+
+    async fn delete_timer(&self, id: TimerId) -> ApiResult<()> {
+        Ok(self.timers.delete_timer(id).await?)
+    }
+
+    async fn set_timer_enabled(&self, id: TimerId, enabled: bool) -> ApiResult<TimerView> {
+        let timer = self.timers.set_timer_enabled(id, enabled).await?;
+        if enabled {
+            self.materialize(id).await;
+        }
+        Ok(self.view(timer))
+    }
+
+    async fn trigger_timer(&self, id: TimerId) -> ApiResult<Triggered> {
+        let timer = self.timers.get_timer(id).await?;
+        if !timer.enabled {
+            return Err(ApiError::new(
+                ErrorCode::FailedPrecondition,
+                "TIMER_DISABLED",
+                format!("timer {id} is disabled; enable it before triggering"),
+            ));
+        }
+        // Another occurrence may hold this exact millisecond; take the next free one.
+        let mut at = self.clock.now();
+        for _ in 0..10 {
+            let key = TaskKey::new(id, at);
+            let inserted = self
+                .occurrences
+                .insert_occurrences(&[NewOccurrence {
+                    key,
+                    timer_version: timer.version,
+                    bucket: timer.bucket,
+                }])
+                .await?;
+            if inserted == 1 {
+                self.materialize(id).await;
+                return Ok(Triggered { key });
+            }
+            at = at.add_millis(1);
+        }
+        Err(ApiError::new(
+            ErrorCode::Unavailable,
+            "TRIGGER_BUSY",
+            "could not find a free instant to trigger at; retry",
+        ))
+    }
+
+    async fn list_runs(&self, query: ListRuns) -> ApiResult<Page<Occurrence>> {
+        // A deleted or unknown timer has no runs to show.
+        self.timers.get_timer(query.timer_id).await?;
+        let filter = RunFilter {
+            timer_id: query.timer_id,
+            status: query
+                .status
+                .filter(|s| !s.is_empty())
+                .map(|s| s.parse::<OccurrenceStatus>())
+                .transpose()?,
+        };
+        let page = PageRequest {
+            size: PageSize::new(query.page_size)?,
+            token: query.page_token,
+        };
+        Ok(self.occurrences.list_runs(&filter, &page).await?)
+    }
+
+    async fn ready(&self) -> ApiResult<()> {
+        let probe = PageRequest {
+            size: PageSize::new(Some(1))?,
+            token: None,
+        };
+        self.timers
+            .list_timers(&TimerFilter::default(), &probe)
+            .await?;
+        Ok(())
+    }
+}
+
+/// Identifies a create request's content, stable across releases (stored with the key).
+fn fingerprint(input: &TimerInput) -> String {
+    let canonical = serde_json::to_vec(input).unwrap_or_default();
+    format!("{:032x}", xxhash_rust::xxh3::xxh3_128(&canonical))
+}
+
+fn timestamp(raw: &Option<String>, field: &str) -> Result<Option<Timestamp>, ValidationError> {
+    raw.as_deref()
+        .map(|s| Timestamp::parse_rfc3339(s).map_err(|m| ValidationError::new(field, m)))
+        .transpose()
+}
+
+fn schedule_input(s: &ScheduleSpec) -> ScheduleInput {
+    ScheduleInput {
+        cron: s.cron.clone(),
+        time_zone: s.time_zone.clone(),
+        every: s.every.clone(),
+        at: s.at.clone(),
+        after: s.after.clone(),
+    }
+}
+
+fn callback(c: &CallbackSpec) -> Result<chime_domain::Callback, ValidationError> {
+    CallbackInput {
+        url: c.url.clone(),
+        method: c.method.clone(),
+        headers: c.headers.clone(),
+        body: c.body.clone(),
+        timeout: c.timeout.clone(),
+    }
+    .parse()
+}
+
+fn retry(r: &RetrySpec) -> Result<chime_domain::RetryPolicy, ValidationError> {
+    RetryPolicyInput {
+        max_attempts: r.max_attempts,
+        initial_backoff: r.initial_backoff.clone(),
+        max_backoff: r.max_backoff.clone(),
+        jitter: r.jitter,
+    }
+    .parse()
+}
+
+fn misfire(m: Misfire) -> MisfirePolicy {
+    match m {
+        Misfire::FireOnce => MisfirePolicy::FireOnce,
+        Misfire::FireAll => MisfirePolicy::FireAll,
+        Misfire::Skip => MisfirePolicy::Skip,
+    }
+}
+
+fn delivery(d: Delivery) -> DeliveryMode {
+    match d {
+        Delivery::AtLeastOnce => DeliveryMode::AtLeastOnce,
+        Delivery::AtMostOnce => DeliveryMode::AtMostOnce,
+    }
+}
+
+pub(crate) fn parse_spec(input: &TimerInput, now: Timestamp) -> Result<TimerSpec, ValidationError> {
+    let start_at = timestamp(&input.start_at, "start_at")?;
+    let end_at = timestamp(&input.end_at, "end_at")?;
+    Ok(TimerSpec {
+        app: AppName::parse(input.app.clone())?,
+        name: TimerName::parse(input.name.clone())?,
+        schedule: schedule_input(&input.schedule).resolve(now, start_at, end_at)?,
+        callback: callback(&input.callback)?,
+        retry: input
+            .retry
+            .as_ref()
+            .map(retry)
+            .transpose()?
+            .unwrap_or_default(),
+        misfire: input.misfire.map(misfire).unwrap_or_default(),
+        delivery: input.delivery.map(delivery).unwrap_or_default(),
+    })
+}
+
+fn apply_patch(
+    current: &TimerSpec,
+    patch: &TimerPatch,
+    now: Timestamp,
+) -> Result<TimerSpec, ValidationError> {
+    let mut spec = current.clone();
+    if let Some(name) = &patch.name {
+        spec.name = TimerName::parse(name.clone())?;
+    }
+    let start_at = timestamp(&patch.start_at, "start_at")?.or(current.schedule.start_at());
+    let end_at = timestamp(&patch.end_at, "end_at")?.or(current.schedule.end_at());
+    spec.schedule = match &patch.schedule {
+        Some(s) => schedule_input(s).resolve(now, start_at, end_at)?,
+        None => Schedule::new(current.schedule.kind().clone(), start_at, end_at)?,
+    };
+    if let Some(c) = &patch.callback {
+        spec.callback = callback(c)?;
+    }
+    if let Some(r) = &patch.retry {
+        spec.retry = retry(r)?;
+    }
+    if let Some(m) = patch.misfire {
+        spec.misfire = misfire(m);
+    }
+    if let Some(d) = patch.delivery {
+        spec.delivery = delivery(d);
+    }
+    Ok(spec)
+}
