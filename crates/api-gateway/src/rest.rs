@@ -111,15 +111,54 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
                 ApiError::invalid("body", format!("cannot read the body: {e}"))
             }
         })?;
-        let mut de = serde_json::Deserializer::from_slice(&bytes);
-        let value: T = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let raw: serde_json::Value = serde_json::from_slice(&bytes)
+            .map_err(|e| ApiError::invalid("body", format!("malformed JSON: {e}")))?;
+        reject_misplaced_arrays(&raw)?;
+        let value: T = serde_path_to_error::deserialize(raw).map_err(|e| {
             let path = e.path().to_string();
             let field = if path == "." { "body".to_owned() } else { path };
-            ApiError::invalid(field, format!("malformed JSON: {}", e.inner()))
+            ApiError::invalid(field, format!("invalid value: {}", e.inner()))
         })?;
-        de.end()
-            .map_err(|e| ApiError::invalid("body", format!("malformed JSON: {e}")))?;
         Ok(Self(value))
+    }
+}
+
+/// serde reads a struct from a JSON array too (`[null, null]` as a patch); every request
+/// object here must be a JSON object, and the only array a body may hold is a batch's
+/// top-level `requests`.
+fn reject_misplaced_arrays(root: &serde_json::Value) -> Result<(), ApiError> {
+    use serde_json::Value;
+    fn walk(obj: &serde_json::Map<String, Value>, path: &str, root: bool) -> Result<(), ApiError> {
+        for (key, child) in obj {
+            let here = if path.is_empty() {
+                key.clone()
+            } else {
+                format!("{path}.{key}")
+            };
+            match child {
+                Value::Object(inner) => walk(inner, &here, false)?,
+                Value::Array(items) if root && key == "requests" => {
+                    for (i, item) in items.iter().enumerate() {
+                        match item {
+                            Value::Object(inner) => walk(inner, &format!("requests[{i}]"), false)?,
+                            _ => {
+                                return Err(ApiError::invalid(
+                                    format!("requests[{i}]"),
+                                    "must be an object",
+                                ));
+                            }
+                        }
+                    }
+                }
+                Value::Array(_) => return Err(ApiError::invalid(here, "must not be an array")),
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+    match root {
+        Value::Object(obj) => walk(obj, "", true),
+        _ => Err(ApiError::invalid("body", "must be a JSON object")),
     }
 }
 

@@ -173,6 +173,21 @@ async fn transport_errors_are_problems_too() {
         .unwrap();
     assert_problem(&read(huge).await, 413, "PAYLOAD_TOO_LARGE", None);
 
+    // serde would read a struct from an array; the API must not.
+    let t = gw.create("billing", "shape").await;
+    let array = gw
+        .send(
+            Method::PATCH,
+            &format!("/v1/timers/{}", t["id"]),
+            Some(json!([null, null])),
+        )
+        .await;
+    assert_problem(&array, 400, "INVALID_ARGUMENT", Some("body"));
+    let mut nested = timer_json("billing", "nested");
+    nested["schedule"] = json!(["0 * * * *"]);
+    let nested = gw.send(Method::POST, "/v1/timers", Some(nested)).await;
+    assert_problem(&nested, 400, "INVALID_ARGUMENT", Some("schedule"));
+
     let bad_id = gw.send(Method::GET, "/v1/timers/abc", None).await;
     assert_problem(&bad_id, 400, "INVALID_ARGUMENT", Some("id"));
     let bad_query = gw
