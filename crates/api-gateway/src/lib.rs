@@ -65,14 +65,16 @@ pub async fn serve(
     health
         .set_serving::<TimerServiceServer<grpc::GrpcApi>>()
         .await;
-    let reflection_v1 = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(chime_proto::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .build_v1()?;
-    let reflection_v1alpha = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(chime_proto::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .build_v1alpha()?;
+    // Reflection describes the timer API (not the internal migrator service, which this
+    // server does not serve), health, and the google.rpc error details clients decode.
+    let reflection = || -> anyhow::Result<tonic_reflection::server::Builder<'static>> {
+        Ok(tonic_reflection::server::Builder::configure()
+            .register_file_descriptor_set(chime_proto::descriptors_of(&["chime/v1/timer.proto"])?)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_types::pb::FILE_DESCRIPTOR_SET))
+    };
+    let reflection_v1 = reflection()?.build_v1()?;
+    let reflection_v1alpha = reflection()?.build_v1alpha()?;
     let grpc_server = tonic::transport::Server::builder()
         .add_service(health_service)
         .add_service(reflection_v1)

@@ -373,6 +373,10 @@ async fn health_and_reflection_v1_and_v1alpha() {
         let names: Vec<_> = list.service.iter().map(|s| s.name.as_str()).collect();
         assert!(names.contains(&"chime.v1.TimerService"), "{names:?}");
         assert!(names.contains(&"grpc.health.v1.Health"), "{names:?}");
+        assert!(
+            !names.contains(&"chime.v1.MigratorService"),
+            "not served here: {names:?}"
+        );
     }
     {
         use tonic_reflection::pb::v1alpha::{
