@@ -10,7 +10,7 @@ else
 TEST_CMD := $(CARGO) nextest run --workspace --all-targets
 endif
 
-.PHONY: help run test lint fmt bench api-fuzz e2e k8s-check
+.PHONY: help run test lint fmt bench bench-api api-fuzz e2e k8s-check
 
 help: ## List the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  %-10s %s\n", $$1, $$2}'
@@ -33,6 +33,10 @@ fmt: ## Format the code
 bench: ## Storage throughput benchmark; prints a table, writes target/bench/storage.json
 	$(CARGO) build --release -p chime-bench
 	$(TEST_SERVICES) target/release/chime-bench storage $(BENCH_ARGS)
+
+bench-api: ## Create-timer throughput over REST against a release gateway; writes target/bench/api.json
+	$(CARGO) build --release -p chime-bench
+	PROFILE=release $(TEST_SERVICES) scripts/with-gateway.sh target/release/chime-bench api $(BENCH_API_ARGS)
 
 api-fuzz: ## Fuzz the REST API from its OpenAPI document (schemathesis from PyPI; FUZZ_EXAMPLES=100)
 	$(TEST_SERVICES) scripts/api-fuzz.sh

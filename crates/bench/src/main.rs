@@ -1,8 +1,9 @@
 //! `chime-bench`: Chime's benchmarks. Each scenario repeats its measurement, prints a table
 //! of medians and writes machine-readable JSON under `target/bench/`.
 //!
-//! Today: `storage`, the throughput of the storage layer the firing pipeline stands on.
+//! Today: `storage` (the storage layer's throughput) and `api` (create-timer over REST).
 
+mod api;
 mod storage;
 
 use clap::{Parser, Subcommand};
@@ -18,11 +19,14 @@ struct Cli {
 enum Command {
     /// Storage throughput: occurrence inserts and claims on PostgreSQL, hot-index adds on Redis.
     Storage(storage::Args),
+    /// Create-timer throughput and latency over REST against a running gateway.
+    Api(api::Args),
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Storage(args) => storage::run(args).await,
+        Command::Api(args) => api::run(args).await,
     }
 }

@@ -240,6 +240,40 @@ pub mod timer_store {
         assert_eq!(listed.items.len(), 1);
     }
 
+    /// Concurrent creates of one name (which may share one group commit): one wins, the
+    /// rest are told the name is taken; distinct names all succeed.
+    pub async fn racing_creates_of_one_name_make_one_timer(store: Arc<dyn TimerStore>) {
+        let tasks: Vec<_> = (0..16)
+            .map(|i| {
+                let store = store.clone();
+                let name = if i % 2 == 0 {
+                    "same".to_owned()
+                } else {
+                    format!("own-{i}")
+                };
+                tokio::spawn(async move { store.create_timer(new_timer("billing", &name)).await })
+            })
+            .collect();
+        let (mut won, mut taken) = (0, 0);
+        for t in tasks {
+            match t.await.unwrap() {
+                Ok(_) => won += 1,
+                Err(StoreError::AlreadyExists(_)) => taken += 1,
+                Err(e) => panic!("create failed: {e}"),
+            }
+        }
+        assert_eq!(
+            (won, taken),
+            (9, 7),
+            "8 distinct names and one of the 8 'same' win"
+        );
+        let listed = store
+            .list_timers(&TimerFilter::default(), &page(100, None))
+            .await
+            .unwrap();
+        assert_eq!(listed.items.len(), 9);
+    }
+
     pub async fn unknown_timer_is_not_found(store: Arc<dyn TimerStore>) {
         let missing = id(987_654_321);
         assert!(matches!(
@@ -1116,6 +1150,7 @@ macro_rules! storage_contract {
             batch_create_is_all_or_nothing,
             idempotent_create_returns_the_original,
             racing_idempotent_creates_make_one_timer,
+            racing_creates_of_one_name_make_one_timer,
             unknown_timer_is_not_found,
             names_are_unique_per_app_among_live_timers,
             list_pages_in_id_order_with_filters,

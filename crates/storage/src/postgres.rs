@@ -41,12 +41,30 @@ impl Default for PgSettings {
     }
 }
 
+/// Timer ids taken from the sequence per round trip. Ids reserved by a process that stops
+/// are never used: ids have gaps, never repeats.
+const ID_BLOCK: i64 = 64;
+
 #[derive(Debug, Clone)]
 pub struct PgStore {
     pool: PgPool,
     clock: Arc<dyn Clock>,
     buckets: BucketCount,
+    /// Ids reserved from `timers_id_seq` and not handed out yet: a create then needs one
+    /// round trip instead of two.
+    spare_ids: Arc<std::sync::Mutex<std::collections::VecDeque<i64>>>,
+    /// Group commit for single creates, started on first use.
+    creates: Arc<tokio::sync::OnceCell<CreateQueue>>,
 }
+
+/// A create waiting for a writer, with the channel its caller awaits the result on.
+type PendingCreate = (Timer, tokio::sync::oneshot::Sender<StoreResult<Timer>>);
+type CreateQueue = tokio::sync::mpsc::Sender<PendingCreate>;
+
+/// Most timers one group-commit statement inserts.
+const CREATE_GROUP: usize = 128;
+/// Writers inserting groups concurrently: one collects while another waits on its commit.
+const CREATE_WRITERS: usize = 2;
 
 impl PgStore {
     /// Opens a pool. Connections are made lazily and re-made after a server restart, so a
@@ -74,7 +92,46 @@ impl PgStore {
             pool,
             clock,
             buckets,
+            spare_ids: Arc::default(),
+            creates: Arc::default(),
         }
+    }
+
+    /// The group-commit queue; its writers stop when every clone of the store is gone.
+    async fn create_queue(&self) -> &CreateQueue {
+        self.creates
+            .get_or_init(|| async {
+                let (tx, rx) = tokio::sync::mpsc::channel(CREATE_GROUP * 8);
+                let rx = Arc::new(tokio::sync::Mutex::new(rx));
+                for _ in 0..CREATE_WRITERS {
+                    tokio::spawn(create_writer(self.pool.clone(), rx.clone()));
+                }
+                tx
+            })
+            .await
+    }
+
+    /// `n` fresh timer ids, from the reserve when it has them.
+    async fn next_ids(&self, n: usize) -> StoreResult<Vec<TimerId>> {
+        let take = |spare: &mut std::collections::VecDeque<i64>| -> Option<Vec<i64>> {
+            (spare.len() >= n).then(|| spare.drain(..n).collect())
+        };
+        let poisoned = || StoreError::Internal("id reserve poisoned by an earlier panic".into());
+        if let Some(ids) = take(&mut *self.spare_ids.lock().map_err(|_| poisoned())?) {
+            return ids.into_iter().map(rows::timer_id).collect();
+        }
+        let fetched: Vec<i64> =
+            sqlx::query_scalar("SELECT nextval('timers_id_seq') FROM generate_series(1, $1)")
+                .bind(ID_BLOCK.max(n as i64))
+                .fetch_all(&self.pool)
+                .await?;
+        let mut spare = self.spare_ids.lock().map_err(|_| poisoned())?;
+        spare.extend(fetched);
+        take(&mut spare)
+            .unwrap_or_default()
+            .into_iter()
+            .map(rows::timer_id)
+            .collect()
     }
 
     pub fn pool(&self) -> &PgPool {
@@ -103,25 +160,26 @@ impl PgStore {
     where
         E: sqlx::PgExecutor<'e>,
     {
-        let now = self.clock.now().as_millis();
-        let row = sqlx::query(concat!(
+        let timer = rows::new_timer_row(id, new, self.buckets, self.clock.now());
+        // No RETURNING: the row is exactly what we send, and reading the JSON spec back
+        // would cost PostgreSQL a render and us a re-parse on the hottest write path.
+        sqlx::query(
             "INSERT INTO timers (id, app, name, schedule_kind, spec, enabled, version, bucket, \
-             created_at, updated_at) VALUES ($1, $2, $3, $4, $5::jsonb, $6, 1, $7, $8, $8) \
-             RETURNING ",
-            timer_cols!()
-        ))
+             created_at, updated_at) VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7, $8, $9, $9)",
+        )
         .bind(id.get())
         .bind(new.spec.app.as_str())
         .bind(new.spec.name.as_str())
         .bind(new.spec.schedule.kind_name())
         .bind(spec_json(&new.spec)?)
         .bind(new.enabled)
-        .bind(Bucket::of(id, self.buckets).get() as i32)
-        .bind(now)
-        .fetch_one(db)
+        .bind(timer.version)
+        .bind(timer.bucket.get() as i32)
+        .bind(timer.created_at.as_millis())
+        .execute(db)
         .await
         .map_err(rows::name_taken_or(&new.spec))?;
-        rows::timer(&row)
+        Ok(timer)
     }
 
     async fn current_version(&self, id: TimerId) -> StoreResult<Option<i64>> {
@@ -137,26 +195,30 @@ impl PgStore {
 #[async_trait]
 impl TimerStore for PgStore {
     async fn create_timer(&self, new: NewTimer) -> StoreResult<Timer> {
-        let raw_id: i64 = sqlx::query_scalar("SELECT nextval('timers_id_seq')")
-            .fetch_one(&self.pool)
-            .await?;
-        self.insert_timer(&self.pool, rows::timer_id(raw_id)?, &new)
+        let id = self
+            .next_ids(1)
+            .await?
+            .pop()
+            .ok_or_else(|| StoreError::Internal("no timer id reserved".into()))?;
+        let timer = rows::new_timer_row(id, &new, self.buckets, self.clock.now());
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let gone = || StoreError::Unavailable("timer writer stopped".into());
+        self.create_queue()
             .await
+            .send((timer, reply))
+            .await
+            .map_err(|_| gone())?;
+        answer.await.map_err(|_| gone())?
     }
 
     async fn create_timers(&self, batch: Vec<CreateTimer>) -> StoreResult<Vec<Timer>> {
         if batch.is_empty() {
             return Ok(Vec::new());
         }
+        let ids = self.next_ids(batch.len()).await?;
         let mut tx = self.pool.begin().await?;
-        let ids: Vec<i64> =
-            sqlx::query_scalar("SELECT nextval('timers_id_seq') FROM generate_series(1, $1)")
-                .bind(batch.len() as i64)
-                .fetch_all(&mut *tx)
-                .await?;
         let mut created = Vec::with_capacity(batch.len());
-        for (req, raw_id) in batch.iter().zip(ids) {
-            let id = rows::timer_id(raw_id)?;
+        for (req, id) in batch.iter().zip(ids) {
             if let Some(idem) = &req.idempotency {
                 // Waits for a concurrent holder of the same key, then sees its commit.
                 let fresh = sqlx::query(
@@ -491,6 +553,81 @@ impl OccurrenceStore for PgStore {
         .await?;
         rows.iter().map(rows::due_pair).collect()
     }
+}
+
+/// Group commit: takes every create queued so far (up to [`CREATE_GROUP`]), inserts them in
+/// one statement and one transaction, and answers each caller after the commit. A row the
+/// statement skipped had its (app, name) taken, by an existing timer or by an earlier row of
+/// the same group.
+async fn create_writer(
+    pool: PgPool,
+    queue: Arc<tokio::sync::Mutex<tokio::sync::mpsc::Receiver<PendingCreate>>>,
+) {
+    loop {
+        let mut group = Vec::with_capacity(CREATE_GROUP);
+        {
+            let mut rx = queue.lock().await;
+            if rx.recv_many(&mut group, CREATE_GROUP).await == 0 {
+                return;
+            }
+        }
+        let result = insert_group(&pool, &group).await;
+        for (timer, reply) in group {
+            let answer = match &result {
+                Ok(inserted) if inserted.contains(&timer.id.get()) => Ok(timer),
+                Ok(_) => Err(rows::name_taken(&timer.spec)),
+                Err(StoreError::Unavailable(m)) => Err(StoreError::Unavailable(m.clone())),
+                Err(other) => Err(StoreError::Internal(other.to_string())),
+            };
+            // The caller may have gone (request cancelled); the timer stays created.
+            let _ = reply.send(answer);
+        }
+    }
+}
+
+async fn insert_group(
+    pool: &PgPool,
+    group: &[PendingCreate],
+) -> StoreResult<std::collections::HashSet<i64>> {
+    let n = group.len();
+    let mut ids = Vec::with_capacity(n);
+    let mut apps = Vec::with_capacity(n);
+    let mut names = Vec::with_capacity(n);
+    let mut kinds = Vec::with_capacity(n);
+    let mut specs = Vec::with_capacity(n);
+    let mut enabled = Vec::with_capacity(n);
+    let mut buckets = Vec::with_capacity(n);
+    let mut times = Vec::with_capacity(n);
+    for (t, _) in group {
+        ids.push(t.id.get());
+        apps.push(t.spec.app.as_str().to_owned());
+        names.push(t.spec.name.as_str().to_owned());
+        kinds.push(t.spec.schedule.kind_name());
+        specs.push(spec_json(&t.spec)?);
+        enabled.push(t.enabled);
+        buckets.push(t.bucket.get() as i32);
+        times.push(t.created_at.as_millis());
+    }
+    let inserted: Vec<i64> = sqlx::query_scalar(
+        "INSERT INTO timers (id, app, name, schedule_kind, spec, enabled, version, bucket, \
+         created_at, updated_at) \
+         SELECT id, app, name, kind, spec::jsonb, enabled, 1, bucket, at, at \
+         FROM UNNEST($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[], \
+                     $6::boolean[], $7::integer[], $8::bigint[]) \
+           AS t(id, app, name, kind, spec, enabled, bucket, at) \
+         ON CONFLICT DO NOTHING RETURNING id",
+    )
+    .bind(ids)
+    .bind(apps)
+    .bind(names)
+    .bind(kinds)
+    .bind(specs)
+    .bind(enabled)
+    .bind(buckets)
+    .bind(times)
+    .fetch_all(pool)
+    .await?;
+    Ok(inserted.into_iter().collect())
 }
 
 fn split_keys(keys: &[TaskKey]) -> (Vec<i64>, Vec<i64>) {

@@ -178,6 +178,25 @@ pub(crate) fn check_fingerprint(idem: &crate::IdempotencyKey, stored: &str) -> S
     }
 }
 
+/// The row a create writes: version 1, bucket from the id, both timestamps `now`.
+pub(crate) fn new_timer_row(
+    id: TimerId,
+    new: &chime_domain::NewTimer,
+    buckets: chime_domain::BucketCount,
+    now: Timestamp,
+) -> Timer {
+    Timer {
+        id,
+        spec: new.spec.clone(),
+        enabled: new.enabled,
+        version: 1,
+        bucket: Bucket::of(id, buckets),
+        created_at: now,
+        updated_at: now,
+        deleted_at: None,
+    }
+}
+
 /// Serializes a spec for storage.
 pub(crate) fn spec_json(spec: &TimerSpec) -> StoreResult<String> {
     serde_json::to_string(spec).map_err(|e| StoreError::Internal(format!("encoding spec: {e}")))

@@ -118,15 +118,13 @@ impl SqliteStore {
         .await
         .map_err(rows::name_taken_or(&new.spec))?;
         let id = rows::timer_id(inserted.try_get("id")?)?;
-        let row = sqlx::query(concat!(
-            "UPDATE timers SET bucket = ?2 WHERE id = ?1 RETURNING ",
-            timer_cols!()
-        ))
-        .bind(id.get())
-        .bind(Bucket::of(id, self.buckets).get() as i32)
-        .fetch_one(&mut **tx)
-        .await?;
-        rows::timer(&row)
+        let timer = rows::new_timer_row(id, new, self.buckets, Timestamp::from_millis(now));
+        sqlx::query("UPDATE timers SET bucket = ?2 WHERE id = ?1")
+            .bind(id.get())
+            .bind(timer.bucket.get() as i32)
+            .execute(&mut **tx)
+            .await?;
+        Ok(timer)
     }
 
     pub async fn close(&self) {

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Runs a command against a real chime-gateway on a throwaway database, with
+# CHIME_GATEWAY_URL (REST) and CHIME_GATEWAY_GRPC set; stops the gateway and drops the
+# database afterwards. Needs CHIME_TEST_DATABASE_URL (run it under with-test-services.sh).
+# PROFILE=release builds and runs optimised binaries (benchmarks); default debug.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+profile=${PROFILE:-debug}
+build_flags=(-q -p chime-api-gateway -p chime-migrator)
+[[ $profile == release ]] && build_flags+=(--release)
+cargo build "${build_flags[@]}"
+bin=target/$profile
+
+base=${CHIME_TEST_DATABASE_URL:?run under scripts/with-test-services.sh}
+db=chime_gw_$$
+url="${base%/*}/$db"
+psql "$base" -qc "CREATE DATABASE $db"
+gateway_pid=""
+cleanup() {
+    local rc=$?
+    if [[ -n $gateway_pid ]]; then
+        kill "$gateway_pid" 2>/dev/null || true
+        wait "$gateway_pid" 2>/dev/null || true
+    fi
+    psql "$base" -qc "DROP DATABASE IF EXISTS $db WITH (FORCE)" || true
+    exit "$rc"
+}
+trap cleanup EXIT INT TERM
+
+free_port() {
+    local port
+    while :; do
+        port=$((20000 + RANDOM % 30000))
+        (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null || { echo "$port"; return; }
+    done
+}
+http_port=$(free_port)
+grpc_port=$(free_port)
+mkdir -p target
+CHIME_DATABASE_URL=$url "$bin/chime-migrator" migrate
+CHIME_DATABASE_URL=$url CHIME_LOG=${CHIME_LOG:-warn} \
+    CHIME_HTTP_ADDR=127.0.0.1:$http_port CHIME_GRPC_ADDR=127.0.0.1:$grpc_port \
+    "$bin/chime-gateway" > target/gateway-under-test.log 2>&1 &
+gateway_pid=$!
+for _ in $(seq 200); do
+    curl -fs "http://127.0.0.1:$http_port/readyz" >/dev/null 2>&1 && break
+    kill -0 "$gateway_pid" 2>/dev/null || { cat target/gateway-under-test.log >&2; exit 1; }
+    sleep 0.05
+done
+
+export CHIME_GATEWAY_URL=http://127.0.0.1:$http_port
+export CHIME_GATEWAY_GRPC=http://127.0.0.1:$grpc_port
+"$@"
