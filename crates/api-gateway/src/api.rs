@@ -1,94 +1,19 @@
 //! The timer API as one trait. REST and gRPC handlers only translate to and from these
 //! types; every rule lives behind [`TimerApi`].
 //!
-//! Input types are plain strings and numbers, exactly as callers send them, and double as the
-//! REST request schemas. The service parses them into domain types, so both transports
-//! report the same error, naming the same field, for the same bad input.
-
-use std::collections::BTreeMap;
+//! Input types are the domain's `*Input` types: plain strings and numbers, exactly as callers
+//! send them, and the REST request schemas too. The service parses them into domain types, so
+//! both transports report the same error, naming the same field, for the same bad input.
 
 use async_trait::async_trait;
-use chime_domain::{Occurrence, Page, TaskKey, Timer, TimerId, Timestamp};
+use chime_domain::{
+    CallbackInput, DeliveryMode, MisfirePolicy, Occurrence, Page, RetryPolicyInput, ScheduleInput,
+    TaskKey, Timer, TimerId, Timestamp,
+};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use crate::error::ApiResult;
-
-/// Exactly one of `cron`, `every`, `at`, `after`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ScheduleSpec {
-    /// Five fields (minute hour day month weekday) or six with leading seconds.
-    #[schema(example = "0 0 2 * * *")]
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cron: Option<String>,
-    /// IANA zone for `cron`; default UTC.
-    #[schema(example = "Europe/Berlin")]
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub time_zone: Option<String>,
-    /// Fixed interval, at least 1s.
-    #[schema(example = "30s")]
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub every: Option<String>,
-    /// One-shot at an RFC 3339 instant.
-    #[schema(example = "2026-11-22T10:00:00Z")]
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub at: Option<String>,
-    /// One-shot, this long after creation.
-    #[schema(example = "90s")]
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub after: Option<String>,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct CallbackSpec {
-    #[schema(example = "http://billing.internal/run")]
-    pub url: String,
-    /// GET, POST (default), PUT, PATCH or DELETE.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub method: Option<String>,
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub headers: BTreeMap<String, String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub body: Option<String>,
-    /// Per attempt, 100ms to 5m; default 5s.
-    #[schema(example = "5s")]
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub timeout: Option<String>,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct RetrySpec {
-    /// 1 to 25; default 3.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_attempts: Option<u32>,
-    /// Default 1s.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub initial_backoff: Option<String>,
-    /// Default 60s.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_backoff: Option<String>,
-    /// Default true.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub jitter: Option<bool>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum Misfire {
-    FireOnce,
-    FireAll,
-    Skip,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum Delivery {
-    AtLeastOnce,
-    AtMostOnce,
-}
 
 /// A timer as a caller describes it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -98,20 +23,20 @@ pub struct TimerInput {
     pub app: String,
     #[schema(example = "nightly-invoice")]
     pub name: String,
-    pub schedule: ScheduleSpec,
+    pub schedule: ScheduleInput,
     /// RFC 3339; no fire time before it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_at: Option<String>,
     /// RFC 3339; no fire time after it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub end_at: Option<String>,
-    pub callback: CallbackSpec,
+    pub callback: CallbackInput,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub retry: Option<RetrySpec>,
+    pub retry: Option<RetryPolicyInput>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub misfire: Option<Misfire>,
+    pub misfire: Option<MisfirePolicy>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub delivery: Option<Delivery>,
+    pub delivery: Option<DeliveryMode>,
     /// Default true.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enabled: Option<bool>,
@@ -134,19 +59,19 @@ pub struct TimerPatch {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub schedule: Option<ScheduleSpec>,
+    pub schedule: Option<ScheduleInput>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_at: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub end_at: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub callback: Option<CallbackSpec>,
+    pub callback: Option<CallbackInput>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub retry: Option<RetrySpec>,
+    pub retry: Option<RetryPolicyInput>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub misfire: Option<Misfire>,
+    pub misfire: Option<MisfirePolicy>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub delivery: Option<Delivery>,
+    pub delivery: Option<DeliveryMode>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

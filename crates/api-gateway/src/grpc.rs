@@ -5,7 +5,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use chime_domain::{
-    DeliveryMode, MisfirePolicy, Occurrence, ScheduleKind, TimerId, Timestamp, format_duration,
+    CallbackInput, DeliveryMode, MisfirePolicy, Occurrence, RetryPolicyInput, ScheduleInput,
+    ScheduleKind, TimerId, Timestamp, format_duration,
 };
 use chime_proto::v1 as pb;
 use chime_proto::v1::timer_service_server::TimerService as GrpcTimerService;
@@ -13,8 +14,7 @@ use tonic::{Request, Response, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 
 use crate::api::{
-    CallbackSpec, CreateRequest, Delivery, ListRuns, ListTimers, Misfire, RetrySpec, ScheduleSpec,
-    TimerApi, TimerInput, TimerPatch, TimerView,
+    CreateRequest, ListRuns, ListTimers, TimerApi, TimerInput, TimerPatch, TimerView,
 };
 use crate::error::ApiError;
 
@@ -53,9 +53,9 @@ fn non_empty(s: String) -> Option<String> {
     (!s.is_empty()).then_some(s)
 }
 
-fn schedule_spec(s: Option<pb::Schedule>) -> ScheduleSpec {
+fn schedule_spec(s: Option<pb::Schedule>) -> ScheduleInput {
     use pb::schedule::Kind;
-    let mut out = ScheduleSpec::default();
+    let mut out = ScheduleInput::default();
     match s.and_then(|s| s.kind) {
         Some(Kind::Cron(c)) => {
             out.cron = Some(c.expression);
@@ -69,8 +69,8 @@ fn schedule_spec(s: Option<pb::Schedule>) -> ScheduleSpec {
     out
 }
 
-fn callback_spec(c: pb::Callback) -> CallbackSpec {
-    CallbackSpec {
+fn callback_spec(c: pb::Callback) -> CallbackInput {
+    CallbackInput {
         url: c.url,
         method: non_empty(c.method),
         headers: c.headers.into_iter().collect(),
@@ -79,8 +79,8 @@ fn callback_spec(c: pb::Callback) -> CallbackSpec {
     }
 }
 
-fn retry_spec(r: pb::RetryPolicy) -> RetrySpec {
-    RetrySpec {
+fn retry_spec(r: pb::RetryPolicy) -> RetryPolicyInput {
+    RetryPolicyInput {
         max_attempts: (r.max_attempts != 0).then_some(r.max_attempts),
         initial_backoff: non_empty(r.initial_backoff),
         max_backoff: non_empty(r.max_backoff),
@@ -88,12 +88,12 @@ fn retry_spec(r: pb::RetryPolicy) -> RetrySpec {
     }
 }
 
-fn misfire_in(raw: i32) -> Result<Option<Misfire>, ApiError> {
+fn misfire_in(raw: i32) -> Result<Option<MisfirePolicy>, ApiError> {
     match pb::MisfirePolicy::try_from(raw) {
         Ok(pb::MisfirePolicy::Unspecified) => Ok(None),
-        Ok(pb::MisfirePolicy::FireOnce) => Ok(Some(Misfire::FireOnce)),
-        Ok(pb::MisfirePolicy::FireAll) => Ok(Some(Misfire::FireAll)),
-        Ok(pb::MisfirePolicy::Skip) => Ok(Some(Misfire::Skip)),
+        Ok(pb::MisfirePolicy::FireOnce) => Ok(Some(MisfirePolicy::FireOnce)),
+        Ok(pb::MisfirePolicy::FireAll) => Ok(Some(MisfirePolicy::FireAll)),
+        Ok(pb::MisfirePolicy::Skip) => Ok(Some(MisfirePolicy::Skip)),
         Err(_) => Err(ApiError::invalid(
             "misfire",
             format!("unknown misfire policy {raw}"),
@@ -101,11 +101,11 @@ fn misfire_in(raw: i32) -> Result<Option<Misfire>, ApiError> {
     }
 }
 
-fn delivery_in(raw: i32) -> Result<Option<Delivery>, ApiError> {
+fn delivery_in(raw: i32) -> Result<Option<DeliveryMode>, ApiError> {
     match pb::DeliveryMode::try_from(raw) {
         Ok(pb::DeliveryMode::Unspecified) => Ok(None),
-        Ok(pb::DeliveryMode::AtLeastOnce) => Ok(Some(Delivery::AtLeastOnce)),
-        Ok(pb::DeliveryMode::AtMostOnce) => Ok(Some(Delivery::AtMostOnce)),
+        Ok(pb::DeliveryMode::AtLeastOnce) => Ok(Some(DeliveryMode::AtLeastOnce)),
+        Ok(pb::DeliveryMode::AtMostOnce) => Ok(Some(DeliveryMode::AtMostOnce)),
         Err(_) => Err(ApiError::invalid(
             "delivery",
             format!("unknown delivery mode {raw}"),

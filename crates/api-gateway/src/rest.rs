@@ -16,8 +16,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, OpenApi, ToSchema};
 
 use crate::api::{
-    CreateRequest, Delivery, ListRuns, ListTimers, Misfire, TimerApi, TimerInput, TimerPatch,
-    TimerView,
+    CreateRequest, ListRuns, ListTimers, TimerApi, TimerInput, TimerPatch, TimerView,
 };
 use crate::error::{ApiError, ErrorCode};
 
@@ -236,8 +235,8 @@ pub struct TimerBody {
     pub end_at: Option<String>,
     pub callback: CallbackBody,
     pub retry: RetryBody,
-    pub misfire: Misfire,
-    pub delivery: Delivery,
+    pub misfire: chime_domain::MisfirePolicy,
+    pub delivery: chime_domain::DeliveryMode,
     pub enabled: bool,
     pub version: i64,
     pub created_at: String,
@@ -248,7 +247,7 @@ pub struct TimerBody {
 
 impl From<TimerView> for TimerBody {
     fn from(v: TimerView) -> Self {
-        use chime_domain::{DeliveryMode, MisfirePolicy, ScheduleKind};
+        use chime_domain::ScheduleKind;
         let t = v.timer;
         let s = &t.spec.schedule;
         let zone = s.time_zone();
@@ -299,15 +298,8 @@ impl From<TimerView> for TimerBody {
                 max_backoff: format_duration(t.spec.retry.max_backoff()),
                 jitter: t.spec.retry.jitter(),
             },
-            misfire: match t.spec.misfire {
-                MisfirePolicy::FireOnce => Misfire::FireOnce,
-                MisfirePolicy::FireAll => Misfire::FireAll,
-                MisfirePolicy::Skip => Misfire::Skip,
-            },
-            delivery: match t.spec.delivery {
-                DeliveryMode::AtLeastOnce => Delivery::AtLeastOnce,
-                DeliveryMode::AtMostOnce => Delivery::AtMostOnce,
-            },
+            misfire: t.spec.misfire,
+            delivery: t.spec.delivery,
             enabled: t.enabled,
             version: t.version,
             created_at: t.created_at.to_rfc3339(),

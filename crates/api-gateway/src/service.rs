@@ -5,17 +5,16 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use chime_domain::{
-    AppName, CallbackInput, Clock, DeliveryMode, MisfirePolicy, NewOccurrence, NewTimer,
-    Occurrence, OccurrenceStatus, Page, PageSize, RetryPolicyInput, Schedule, ScheduleInput,
-    TaskKey, TimerId, TimerName, TimerSpec, Timestamp, ValidationError,
+    AppName, Clock, NewOccurrence, NewTimer, Occurrence, OccurrenceStatus, Page, PageSize,
+    RetryPolicyInput, Schedule, TaskKey, TimerId, TimerName, TimerSpec, Timestamp, ValidationError,
 };
 use chime_storage::{
     CreateTimer, IdempotencyKey, OccurrenceStore, PageRequest, RunFilter, TimerFilter, TimerStore,
 };
 
 use crate::api::{
-    CallbackSpec, CreateRequest, Delivery, ListRuns, ListTimers, MAX_BATCH, Misfire, RetrySpec,
-    ScheduleSpec, TimerApi, TimerInput, TimerPatch, TimerView, Triggered,
+    CreateRequest, ListRuns, ListTimers, MAX_BATCH, TimerApi, TimerInput, TimerPatch, TimerView,
+    Triggered,
 };
 use crate::error::{ApiError, ApiResult, ErrorCode};
 use crate::migrator::MigrateNotifier;
@@ -275,68 +274,22 @@ fn timestamp(raw: &Option<String>, field: &str) -> Result<Option<Timestamp>, Val
         .transpose()
 }
 
-fn schedule_input(s: &ScheduleSpec) -> ScheduleInput {
-    ScheduleInput {
-        cron: s.cron.clone(),
-        time_zone: s.time_zone.clone(),
-        every: s.every.clone(),
-        at: s.at.clone(),
-        after: s.after.clone(),
-    }
-}
-
-fn callback(c: &CallbackSpec) -> Result<chime_domain::Callback, ValidationError> {
-    CallbackInput {
-        url: c.url.clone(),
-        method: c.method.clone(),
-        headers: c.headers.clone(),
-        body: c.body.clone(),
-        timeout: c.timeout.clone(),
-    }
-    .parse()
-}
-
-fn retry(r: &RetrySpec) -> Result<chime_domain::RetryPolicy, ValidationError> {
-    RetryPolicyInput {
-        max_attempts: r.max_attempts,
-        initial_backoff: r.initial_backoff.clone(),
-        max_backoff: r.max_backoff.clone(),
-        jitter: r.jitter,
-    }
-    .parse()
-}
-
-fn misfire(m: Misfire) -> MisfirePolicy {
-    match m {
-        Misfire::FireOnce => MisfirePolicy::FireOnce,
-        Misfire::FireAll => MisfirePolicy::FireAll,
-        Misfire::Skip => MisfirePolicy::Skip,
-    }
-}
-
-fn delivery(d: Delivery) -> DeliveryMode {
-    match d {
-        Delivery::AtLeastOnce => DeliveryMode::AtLeastOnce,
-        Delivery::AtMostOnce => DeliveryMode::AtMostOnce,
-    }
-}
-
 pub(crate) fn parse_spec(input: &TimerInput, now: Timestamp) -> Result<TimerSpec, ValidationError> {
     let start_at = timestamp(&input.start_at, "start_at")?;
     let end_at = timestamp(&input.end_at, "end_at")?;
     Ok(TimerSpec {
         app: AppName::parse(input.app.clone())?,
         name: TimerName::parse(input.name.clone())?,
-        schedule: schedule_input(&input.schedule).resolve(now, start_at, end_at)?,
-        callback: callback(&input.callback)?,
+        schedule: input.schedule.resolve(now, start_at, end_at)?,
+        callback: input.callback.clone().parse()?,
         retry: input
             .retry
             .as_ref()
-            .map(retry)
+            .map(RetryPolicyInput::parse)
             .transpose()?
             .unwrap_or_default(),
-        misfire: input.misfire.map(misfire).unwrap_or_default(),
-        delivery: input.delivery.map(delivery).unwrap_or_default(),
+        misfire: input.misfire.unwrap_or_default(),
+        delivery: input.delivery.unwrap_or_default(),
     })
 }
 
@@ -352,20 +305,20 @@ fn apply_patch(
     let start_at = timestamp(&patch.start_at, "start_at")?.or(current.schedule.start_at());
     let end_at = timestamp(&patch.end_at, "end_at")?.or(current.schedule.end_at());
     spec.schedule = match &patch.schedule {
-        Some(s) => schedule_input(s).resolve(now, start_at, end_at)?,
+        Some(s) => s.resolve(now, start_at, end_at)?,
         None => Schedule::new(current.schedule.kind().clone(), start_at, end_at)?,
     };
     if let Some(c) = &patch.callback {
-        spec.callback = callback(c)?;
+        spec.callback = c.clone().parse()?;
     }
     if let Some(r) = &patch.retry {
-        spec.retry = retry(r)?;
+        spec.retry = r.parse()?;
     }
     if let Some(m) = patch.misfire {
-        spec.misfire = misfire(m);
+        spec.misfire = m;
     }
     if let Some(d) = patch.delivery {
-        spec.delivery = delivery(d);
+        spec.delivery = d;
     }
     Ok(spec)
 }

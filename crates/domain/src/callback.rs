@@ -284,6 +284,7 @@ pub struct Callback {
 
 /// The callback as a request spells it, every field a plain value; [`CallbackInput::parse`]
 /// checks them all and names the first bad one as `callback.<field>`.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CallbackInput {

@@ -100,6 +100,7 @@ impl RetryPolicy {
 }
 
 /// The retry policy as a request spells it; absent fields take the defaults.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RetryPolicyInput {
@@ -159,6 +160,7 @@ impl<'de> Deserialize<'de> for RetryPolicy {
 }
 
 /// What to do with occurrences of a recurring timer found overdue after an outage.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum MisfirePolicy {
@@ -172,6 +174,7 @@ pub enum MisfirePolicy {
 }
 
 /// Whether a callback may be repeated.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum DeliveryMode {

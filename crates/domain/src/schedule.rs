@@ -376,6 +376,7 @@ impl Iterator for CronIter<'_> {
 
 /// The schedule as a request spells it: exactly one of `cron` (with optional `time_zone`),
 /// `every`, `at` or `after`. [`ScheduleInput::resolve`] turns it into a [`Schedule`].
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ScheduleInput {
