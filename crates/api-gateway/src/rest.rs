@@ -421,6 +421,45 @@ pub struct ListRunsParams {
     pub page_token: Option<String>,
 }
 
+// ---- documented error responses ------------------------------------------------------------
+// These enums only describe responses for the OpenAPI document; no value is ever built.
+
+/// Statuses every operation can answer with.
+#[derive(utoipa::IntoResponses)]
+#[allow(dead_code)]
+enum ServerErrors {
+    /// Internal error (details are logged, not returned)
+    #[response(status = 500, content_type = "application/problem+json")]
+    Internal(Problem),
+    /// Database unavailable; retry shortly
+    #[response(status = 503, content_type = "application/problem+json")]
+    Unavailable(Problem),
+}
+
+/// Statuses of operations that take a JSON body.
+#[derive(utoipa::IntoResponses)]
+#[allow(dead_code)]
+enum BodyErrors {
+    /// Body larger than 1 MiB
+    #[response(status = 413, content_type = "application/problem+json")]
+    TooLarge(Problem),
+    /// Body not sent as application/json
+    #[response(status = 415, content_type = "application/problem+json")]
+    NotJson(Problem),
+}
+
+/// Statuses of operations on one timer.
+#[derive(utoipa::IntoResponses)]
+#[allow(dead_code)]
+enum IdErrors {
+    /// Not a timer id, or invalid input
+    #[response(status = 400, content_type = "application/problem+json")]
+    BadRequest(Problem),
+    /// No such timer
+    #[response(status = 404, content_type = "application/problem+json")]
+    NotFound(Problem),
+}
+
 // ---- handlers ----------------------------------------------------------------------------
 
 /// Create a timer.
@@ -432,10 +471,8 @@ pub struct ListRunsParams {
         (status = 201, description = "Created", body = TimerBody),
         (status = 400, description = "Invalid input or malformed JSON", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "Name taken, or idempotency key reused for another body", body = Problem, content_type = "application/problem+json"),
-        (status = 413, description = "Body too large", body = Problem, content_type = "application/problem+json"),
-        (status = 415, description = "Not application/json", body = Problem, content_type = "application/problem+json"),
-        (status = 500, description = "Internal error", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "Database unavailable", body = Problem, content_type = "application/problem+json"),
+        BodyErrors,
+        ServerErrors,
     ))]
 async fn create_timer(
     State(api): State<Api>,
@@ -478,10 +515,8 @@ async fn create_timer(
         (status = 201, description = "All created", body = BatchCreated),
         (status = 400, description = "Invalid input, malformed JSON, or batch size outside 1..100", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "A name is taken or an idempotency key reused", body = Problem, content_type = "application/problem+json"),
-        (status = 413, description = "Body too large", body = Problem, content_type = "application/problem+json"),
-        (status = 415, description = "Not application/json", body = Problem, content_type = "application/problem+json"),
-        (status = 500, description = "Internal error", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "Database unavailable", body = Problem, content_type = "application/problem+json"),
+        BodyErrors,
+        ServerErrors,
     ))]
 async fn batch_create_timers(
     State(api): State<Api>,
@@ -509,8 +544,7 @@ async fn batch_create_timers(
     responses(
         (status = 200, description = "A page of timers", body = TimerList),
         (status = 400, description = "Invalid query (page size, page token, app)", body = Problem, content_type = "application/problem+json"),
-        (status = 500, description = "Internal error", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "Database unavailable", body = Problem, content_type = "application/problem+json"),
+        ServerErrors,
     ))]
 async fn list_timers(
     State(api): State<Api>,
@@ -535,10 +569,8 @@ async fn list_timers(
     params(("id" = i64, Path, description = "Timer id")),
     responses(
         (status = 200, description = "The timer", body = TimerBody),
-        (status = 400, description = "Not a timer id", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No such timer", body = Problem, content_type = "application/problem+json"),
-        (status = 500, description = "Internal error", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "Database unavailable", body = Problem, content_type = "application/problem+json"),
+        IdErrors,
+        ServerErrors,
     ))]
 async fn get_timer(
     State(api): State<Api>,
@@ -553,13 +585,10 @@ async fn get_timer(
     request_body(content = TimerPatch, content_type = "application/json"),
     responses(
         (status = 200, description = "The updated timer", body = TimerBody),
-        (status = 400, description = "Invalid input or malformed JSON", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No such timer", body = Problem, content_type = "application/problem+json"),
+        IdErrors,
         (status = 409, description = "Stale expected_version, or name taken", body = Problem, content_type = "application/problem+json"),
-        (status = 413, description = "Body too large", body = Problem, content_type = "application/problem+json"),
-        (status = 415, description = "Not application/json", body = Problem, content_type = "application/problem+json"),
-        (status = 500, description = "Internal error", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "Database unavailable", body = Problem, content_type = "application/problem+json"),
+        BodyErrors,
+        ServerErrors,
     ))]
 async fn update_timer(
     State(api): State<Api>,
@@ -574,10 +603,8 @@ async fn update_timer(
     params(("id" = i64, Path, description = "Timer id")),
     responses(
         (status = 204, description = "Deleted"),
-        (status = 400, description = "Not a timer id", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No such timer", body = Problem, content_type = "application/problem+json"),
-        (status = 500, description = "Internal error", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "Database unavailable", body = Problem, content_type = "application/problem+json"),
+        IdErrors,
+        ServerErrors,
     ))]
 async fn delete_timer(
     State(api): State<Api>,
@@ -592,10 +619,8 @@ async fn delete_timer(
     params(("id" = i64, Path, description = "Timer id")),
     responses(
         (status = 200, description = "The timer", body = TimerBody),
-        (status = 400, description = "Not a timer id", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No such timer", body = Problem, content_type = "application/problem+json"),
-        (status = 500, description = "Internal error", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "Database unavailable", body = Problem, content_type = "application/problem+json"),
+        IdErrors,
+        ServerErrors,
     ))]
 async fn enable_timer(
     State(api): State<Api>,
@@ -611,10 +636,8 @@ async fn enable_timer(
     params(("id" = i64, Path, description = "Timer id")),
     responses(
         (status = 200, description = "The timer", body = TimerBody),
-        (status = 400, description = "Not a timer id", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No such timer", body = Problem, content_type = "application/problem+json"),
-        (status = 500, description = "Internal error", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "Database unavailable", body = Problem, content_type = "application/problem+json"),
+        IdErrors,
+        ServerErrors,
     ))]
 async fn disable_timer(
     State(api): State<Api>,
@@ -630,11 +653,9 @@ async fn disable_timer(
     params(("id" = i64, Path, description = "Timer id")),
     responses(
         (status = 202, description = "Occurrence queued", body = Triggered),
-        (status = 400, description = "Not a timer id", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No such timer", body = Problem, content_type = "application/problem+json"),
+        IdErrors,
         (status = 409, description = "Timer disabled", body = Problem, content_type = "application/problem+json"),
-        (status = 500, description = "Internal error", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "Database unavailable", body = Problem, content_type = "application/problem+json"),
+        ServerErrors,
     ))]
 async fn trigger_timer(
     State(api): State<Api>,
@@ -655,10 +676,8 @@ async fn trigger_timer(
     params(("id" = i64, Path, description = "Timer id"), ListRunsParams),
     responses(
         (status = 200, description = "A page of runs", body = RunList),
-        (status = 400, description = "Not a timer id, or invalid query", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No such timer", body = Problem, content_type = "application/problem+json"),
-        (status = 500, description = "Internal error", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "Database unavailable", body = Problem, content_type = "application/problem+json"),
+        IdErrors,
+        ServerErrors,
     ))]
 async fn list_runs(
     State(api): State<Api>,
