@@ -79,7 +79,11 @@ pub async fn serve(
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
-        .add_service(TimerServiceServer::new(grpc::GrpcApi(api.clone())))
+        .add_service(
+            // The same request limit as REST; beyond it, RESOURCE_EXHAUSTED.
+            TimerServiceServer::new(grpc::GrpcApi(api.clone()))
+                .max_decoding_message_size(rest::MAX_BODY_BYTES),
+        )
         .serve_with_incoming_shutdown(
             tonic::transport::server::TcpIncoming::from(grpc),
             shutdown.clone().cancelled_owned(),
