@@ -65,6 +65,11 @@ impl PgFixture {
     pub fn store(&self) -> Arc<PgStore> {
         self.store.clone()
     }
+
+    /// The fixture's private schema, for processes that connect on their own.
+    pub fn schema(&self) -> &str {
+        &self.schema
+    }
 }
 
 /// A migrated store in a fresh schema.

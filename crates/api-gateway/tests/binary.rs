@@ -1,0 +1,94 @@
+//! The real `chime-gateway` process: refuses a schema that is behind, serves once migrated,
+//! and exits cleanly on SIGTERM.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use chime_storage::testkit;
+
+/// The test database URL, confined to one schema.
+fn url_for(schema: &str) -> String {
+    let base = testkit::database_url();
+    let sep = if base.contains('?') { '&' } else { '?' };
+    format!("{base}{sep}options=-c%20search_path%3D{schema}")
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[tokio::test]
+async fn refuses_an_old_schema_then_serves_and_stops_on_sigterm() {
+    let db = testkit::pg_unmigrated().await;
+    let url = url_for(db.schema());
+    let gateway = env!("CARGO_BIN_EXE_chime-gateway");
+    let (http, grpc) = (free_port(), free_port());
+    let run = || {
+        let mut cmd = Command::new(gateway);
+        cmd.env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("CHIME_DATABASE_URL", &url)
+            .env("CHIME_HTTP_ADDR", format!("127.0.0.1:{http}"))
+            .env("CHIME_GRPC_ADDR", format!("127.0.0.1:{grpc}"))
+            .env("CHIME_LOG", "warn");
+        cmd
+    };
+
+    let refused = run().output().unwrap();
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("chime-migrator migrate"), "{stderr}");
+
+    db.store.migrate().await.unwrap();
+    let mut child = run()
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let client = reqwest::Client::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let ready = client
+            .get(format!("http://127.0.0.1:{http}/readyz"))
+            .send()
+            .await
+            .is_ok_and(|r| r.status() == 200);
+        if ready {
+            break;
+        }
+        assert!(Instant::now() < deadline, "gateway not ready in time");
+        assert!(child.try_wait().unwrap().is_none(), "gateway exited early");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let created = client
+        .post(format!("http://127.0.0.1:{http}/v1/timers"))
+        .json(
+            &serde_json::json!({"app": "billing", "name": "bin", "schedule": {"every": "1m"},
+                                  "callback": {"url": "http://127.0.0.1:9/"}}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status(), 201);
+
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let exit = loop {
+        if let Some(exit) = child.try_wait().unwrap() {
+            break exit;
+        }
+        assert!(Instant::now() < deadline, "gateway did not stop on SIGTERM");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(exit.success(), "{exit:?}");
+}
