@@ -1,5 +1,10 @@
-//! chime-migrator. Today: applying the schema migrations (`chime-migrator migrate`). The
-//! materialization service (`MigrateTimer`, the periodic step) arrives with the pipeline.
+//! chime-migrator. Today: applying the schema migrations (`chime-migrator migrate`) and the
+//! materialization core ([`Materializer`]). The service around it (the periodic step with
+//! bucket leases, the `MigrateTimer` gRPC server) arrives with the pipeline.
+
+mod materialize;
+
+pub use materialize::{Materialized, Materializer};
 
 use std::sync::Arc;
 

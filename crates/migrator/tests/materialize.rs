@@ -1,0 +1,202 @@
+//! Materialization against real PostgreSQL and Redis.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chime_domain::{
+    BucketCount, CallbackInput, Clock, ManualClock, NewTimer, ScheduleInput, ShardKey, SystemClock,
+    TaskKey, Timer, TimerSpec, Timestamp,
+};
+use chime_migrator::{Materialized, Materializer};
+use chime_storage::testkit::{self, PgFixture, RedisFixture};
+use chime_storage::{HotIndex, OccurrenceStore, PageRequest, RunFilter, TimerStore};
+
+const HORIZON: Duration = Duration::from_secs(60);
+
+struct Setup {
+    db: PgFixture,
+    _redis: RedisFixture,
+    index: Arc<dyn HotIndex>,
+    clock: ManualClock,
+    m: Materializer,
+}
+
+async fn setup() -> Setup {
+    let db = testkit::pg().await;
+    let redis = testkit::redis().await;
+    let index = redis.hot_index();
+    // Whole seconds, so fire times are easy to reason about; real time, because Redis
+    // expires shards by its own clock.
+    let now = SystemClock.now().as_millis() / 1000 * 1000;
+    let clock = ManualClock::new(Timestamp::from_millis(now));
+    let m = Materializer::new(
+        db.store(),
+        db.store(),
+        index.clone(),
+        Arc::new(clock.clone()),
+    );
+    Setup {
+        db,
+        _redis: redis,
+        index,
+        clock,
+        m,
+    }
+}
+
+fn spec(name: &str, schedule: ScheduleInput, now: Timestamp) -> TimerSpec {
+    TimerSpec {
+        app: chime_domain::AppName::parse("billing").unwrap(),
+        name: chime_domain::TimerName::parse(name).unwrap(),
+        schedule: schedule.resolve(now, None, None).unwrap(),
+        callback: CallbackInput {
+            url: "http://127.0.0.1:9/".into(),
+            ..Default::default()
+        }
+        .parse()
+        .unwrap(),
+        retry: Default::default(),
+        misfire: Default::default(),
+        delivery: Default::default(),
+    }
+}
+
+async fn create(s: &Setup, name: &str, schedule: ScheduleInput, enabled: bool) -> Timer {
+    s.db.store
+        .create_timer(NewTimer {
+            spec: spec(name, schedule, s.clock.now()),
+            enabled,
+        })
+        .await
+        .unwrap()
+}
+
+fn every(d: &str) -> ScheduleInput {
+    ScheduleInput {
+        every: Some(d.into()),
+        ..Default::default()
+    }
+}
+
+fn at(t: Timestamp) -> ScheduleInput {
+    ScheduleInput {
+        at: Some(t.to_rfc3339()),
+        ..Default::default()
+    }
+}
+
+async fn all_buckets(s: &Setup) -> Materialized {
+    let mut total = Materialized::default();
+    for b in BucketCount::DEFAULT.all() {
+        total += s.m.bucket(b, HORIZON).await.unwrap();
+    }
+    total
+}
+
+async fn indexed(s: &Setup, t: &Timer) -> Vec<i64> {
+    let now = s.clock.now();
+    let mut found = Vec::new();
+    for minute in 0..3 {
+        let shard = ShardKey::new(now.add_millis(minute * 60_000), t.bucket);
+        for (key, _) in s
+            .index
+            .due(shard, now.add_millis(3_600_000), 1000)
+            .await
+            .unwrap()
+        {
+            if key.timer_id == t.id {
+                found.push(key.run_at.as_millis() - now.as_millis());
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
+#[tokio::test]
+async fn a_step_materializes_the_horizon_once() {
+    let s = setup().await;
+    let now = s.clock.now();
+    let ticking = create(&s, "every-10s", every("10s"), true).await;
+    let once = create(&s, "once", at(now.add_millis(30_000)), true).await;
+    create(&s, "later", at(now.add_millis(7_200_000)), true).await;
+    create(&s, "off", every("10s"), false).await;
+
+    let first = all_buckets(&s).await;
+    assert_eq!(first.timers, 3, "disabled timers are not read");
+    // every-10s fires at +10 … +50 inside [now, now+60s); the one-shot at +30s.
+    assert_eq!((first.occurrences, first.written, first.indexed), (6, 6, 6));
+    assert_eq!(
+        indexed(&s, &ticking).await,
+        vec![10_000, 20_000, 30_000, 40_000, 50_000]
+    );
+    assert_eq!(indexed(&s, &once).await, vec![30_000]);
+
+    let again = all_buckets(&s).await;
+    assert_eq!(
+        (again.occurrences, again.written),
+        (6, 0),
+        "a repeat writes nothing"
+    );
+    assert_eq!(indexed(&s, &ticking).await.len(), 5);
+
+    // Thirty seconds on, [+30s, +90s) adds the ticks at +60, +70 and +80.
+    s.clock.advance(Duration::from_secs(30));
+    let later = all_buckets(&s).await;
+    assert_eq!(later.written, 3);
+    let runs =
+        s.db.store
+            .list_runs(
+                &RunFilter {
+                    timer_id: ticking.id,
+                    status: None,
+                },
+                &PageRequest::default(),
+            )
+            .await
+            .unwrap();
+    assert_eq!(runs.items.len(), 8);
+    assert!(
+        runs.items
+            .iter()
+            .all(|o| o.timer_version == 1 && o.bucket == ticking.bucket)
+    );
+}
+
+#[tokio::test]
+async fn one_timer_on_demand() {
+    let s = setup().await;
+    let t = create(&s, "every-20s", every("20s"), true).await;
+    let done = s.m.timer(t.id, HORIZON).await.unwrap();
+    assert_eq!((done.timers, done.written), (1, 2));
+    assert_eq!(s.m.timer(t.id, HORIZON).await.unwrap().written, 0);
+
+    // A newer version adopts the pending rows it keeps and adds the new fire times.
+    let mut changed = t.spec.clone();
+    changed.schedule = every("10s").resolve(s.clock.now(), None, None).unwrap();
+    let v2 =
+        s.db.store
+            .update_timer(t.id, Some(1), changed)
+            .await
+            .unwrap();
+    let after = s.m.timer(t.id, HORIZON).await.unwrap();
+    assert_eq!(after.occurrences, 5);
+    assert_eq!(after.written, 5, "2 adopted by version 2, 3 new");
+    let row =
+        s.db.store
+            .get_occurrence(TaskKey::new(t.id, s.clock.now().add_millis(20_000)))
+            .await
+            .unwrap()
+            .unwrap();
+    assert_eq!(row.timer_version, v2.version);
+
+    s.db.store.set_timer_enabled(t.id, false).await.unwrap();
+    assert_eq!(
+        s.m.timer(t.id, HORIZON).await.unwrap(),
+        Materialized::default()
+    );
+    s.db.store.delete_timer(t.id).await.unwrap();
+    assert!(s.m.timer(t.id, HORIZON).await.is_err());
+}
