@@ -94,11 +94,6 @@ impl ApiError {
             field: Some(field.into()),
         }
     }
-
-    /// Whether the caller may retry the same request.
-    pub fn is_retryable(&self) -> bool {
-        self.code == ErrorCode::Unavailable
-    }
 }
 
 impl fmt::Display for ApiError {

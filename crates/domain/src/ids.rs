@@ -215,18 +215,6 @@ impl Bucket {
         Self((z % u64::from(count.get())) as u32)
     }
 
-    /// A bucket read back from storage or the wire.
-    pub fn from_index(index: u32, count: BucketCount) -> Result<Self, ValidationError> {
-        if index < count.get() {
-            Ok(Self(index))
-        } else {
-            Err(ValidationError::new(
-                "bucket",
-                format!("bucket {index} is outside 0..{}", count.get()),
-            ))
-        }
-    }
-
     /// A bucket index as stored, without a range check against the current count.
     pub const fn from_stored(index: u32) -> Self {
         Self(index)
