@@ -509,6 +509,20 @@ pub mod timer_store {
             .unwrap();
         assert!(listed.items.is_empty());
     }
+
+    pub async fn get_timers_returns_the_live_ones_in_id_order(store: Arc<dyn TimerStore>) {
+        let a = store.create_timer(new_timer("ops", "a")).await.unwrap();
+        let b = store.create_timer(new_timer("ops", "b")).await.unwrap();
+        let c = store.create_timer(new_timer("ops", "c")).await.unwrap();
+        store.delete_timer(b.id).await.unwrap();
+        let off = store.set_timer_enabled(c.id, false).await.unwrap();
+        let got = store
+            .get_timers(&[c.id, id(987_654_321), b.id, a.id, a.id])
+            .await
+            .unwrap();
+        assert_eq!(got, vec![a, off]);
+        assert!(store.get_timers(&[]).await.unwrap().is_empty());
+    }
 }
 
 // ---- OccurrenceStore ---------------------------------------------------------------------
@@ -980,6 +994,22 @@ pub mod hot_index {
         index.add(&[]).await.unwrap();
     }
 
+    pub async fn touched_shards_exist_without_members(index: Arc<dyn HotIndex>) {
+        let m = now_minute();
+        let (a, b) = (shard(m, 3), shard(m + 60_000, 3));
+        assert!(!index.shard_exists(a).await.unwrap());
+        index.touch(&[a, b]).await.unwrap();
+        assert!(index.shard_exists(a).await.unwrap());
+        assert!(index.shard_exists(b).await.unwrap());
+        let far = Timestamp::from_millis(m + 600_000);
+        assert!(index.due(a, far, 10).await.unwrap().is_empty());
+        // Touching a shard keeps its members.
+        index.add(&[entry(1, m + 1_000, 3)]).await.unwrap();
+        index.touch(&[a]).await.unwrap();
+        assert_eq!(index.due(a, far, 10).await.unwrap().len(), 1);
+        index.touch(&[]).await.unwrap();
+    }
+
     pub async fn shards_are_separated_by_minute_and_bucket(index: Arc<dyn HotIndex>) {
         let m = now_minute();
         index
@@ -1158,6 +1188,7 @@ macro_rules! storage_contract {
             update_bumps_version_and_honours_precondition,
             enable_and_disable_bump_version_only_on_change,
             delete_is_soft_and_final,
+            get_timers_returns_the_live_ones_in_id_order,
         ]);
     };
     (occurrence_store, $make:expr) => {
@@ -1180,6 +1211,7 @@ macro_rules! storage_contract {
             re_adding_moves_a_member,
             removed_members_are_gone_but_the_shard_stays,
             shards_are_separated_by_minute_and_bucket,
+            touched_shards_exist_without_members,
         ]);
     };
     (leases, $make:expr) => {

@@ -119,6 +119,9 @@ pub trait TimerStore: Send + Sync + 'static {
     /// A live (not deleted) timer.
     async fn get_timer(&self, id: TimerId) -> StoreResult<Timer>;
 
+    /// The live ones among `ids` (deleted and unknown ids are left out), in id order.
+    async fn get_timers(&self, ids: &[TimerId]) -> StoreResult<Vec<Timer>>;
+
     /// Live timers in id order.
     async fn list_timers(
         &self,
@@ -218,6 +221,10 @@ pub trait HotIndex: Send + Sync + 'static {
         up_to: Timestamp,
         limit: usize,
     ) -> StoreResult<Vec<(TaskKey, Timestamp)>>;
+
+    /// Marks shards present without adding members: the migrator touches every shard of its
+    /// window, so an empty shard is not mistaken for one Redis lost.
+    async fn touch(&self, shards: &[ShardKey]) -> StoreResult<()>;
 
     async fn remove(&self, shard: ShardKey, keys: &[TaskKey]) -> StoreResult<()>;
 

@@ -41,6 +41,24 @@ impl MemoryHotIndex {
     }
 }
 
+impl MemoryHotIndex {
+    /// The shard, created if needed, with its expiry pushed to its minute plus retention.
+    fn present<'a>(
+        &self,
+        shards: &'a mut HashMap<ShardKey, Shard>,
+        key: ShardKey,
+        now: Timestamp,
+    ) -> &'a mut Shard {
+        let shard = shards.entry(key).or_insert_with(|| Shard {
+            by_due: BTreeSet::new(),
+            due_of: HashMap::new(),
+            expires_at: now,
+        });
+        shard.expires_at = key.minute_end().saturating_add(self.retention);
+        shard
+    }
+}
+
 #[async_trait]
 impl HotIndex for MemoryHotIndex {
     async fn add(&self, entries: &[HotEntry]) -> StoreResult<()> {
@@ -48,12 +66,7 @@ impl HotIndex for MemoryHotIndex {
         let mut shards = lock(&self.shards)?;
         shards.retain(|_, s| s.expires_at > now);
         for e in entries {
-            let shard = shards.entry(e.shard).or_insert_with(|| Shard {
-                by_due: BTreeSet::new(),
-                due_of: HashMap::new(),
-                expires_at: now,
-            });
-            shard.expires_at = e.shard.minute_end().saturating_add(self.retention);
+            let shard = self.present(&mut shards, e.shard, now);
             if let Some(old) = shard.due_of.insert(e.key, e.due) {
                 shard.by_due.remove(&(old, e.key));
             }
@@ -82,6 +95,16 @@ impl HotIndex for MemoryHotIndex {
                     .collect()
             })
             .unwrap_or_default())
+    }
+
+    async fn touch(&self, shards: &[ShardKey]) -> StoreResult<()> {
+        let now = self.clock.now();
+        let mut held = lock(&self.shards)?;
+        held.retain(|_, s| s.expires_at > now);
+        for shard in shards {
+            self.present(&mut held, *shard, now);
+        }
+        Ok(())
     }
 
     async fn remove(&self, shard: ShardKey, keys: &[TaskKey]) -> StoreResult<()> {

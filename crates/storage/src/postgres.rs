@@ -275,6 +275,24 @@ impl TimerStore for PgStore {
         rows::timer(&row)
     }
 
+    async fn get_timers(&self, ids: &[TimerId]) -> StoreResult<Vec<Timer>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids: Vec<i64> = ids.iter().map(|id| id.get()).collect();
+        sqlx::query(concat!(
+            "SELECT ",
+            timer_cols!(),
+            " FROM timers WHERE id = ANY($1) AND deleted_at IS NULL ORDER BY id"
+        ))
+        .bind(ids)
+        .fetch_all(&self.pool)
+        .await?
+        .iter()
+        .map(rows::timer)
+        .collect()
+    }
+
     async fn list_timers(
         &self,
         filter: &TimerFilter,

@@ -123,18 +123,13 @@ impl RedisBackend {
 
 pub struct RedisHotIndex(RedisBackend);
 
-#[async_trait]
-impl HotIndex for RedisHotIndex {
-    async fn add(&self, entries: &[HotEntry]) -> StoreResult<()> {
-        if entries.is_empty() {
+
+impl RedisHotIndex {
+    /// Adds members shard by shard in one pipeline; every shard named gets its marker and
+    /// its expiry, members or not.
+    async fn write(&self, by_shard: BTreeMap<ShardKey, Vec<(f64, String)>>) -> StoreResult<()> {
+        if by_shard.is_empty() {
             return Ok(());
-        }
-        let mut by_shard: BTreeMap<ShardKey, Vec<(f64, String)>> = BTreeMap::new();
-        for e in entries {
-            by_shard
-                .entry(e.shard)
-                .or_default()
-                .push((e.due.as_millis() as f64, e.key.to_string()));
         }
         let retention =
             i64::try_from(self.0.settings.shard_retention.as_millis()).unwrap_or(i64::MAX);
@@ -155,7 +150,25 @@ impl HotIndex for RedisHotIndex {
         let _: Vec<fred::types::Value> = pipeline.all().await?;
         Ok(())
     }
+}
 
+#[async_trait]
+impl HotIndex for RedisHotIndex {
+    async fn add(&self, entries: &[HotEntry]) -> StoreResult<()> {
+        let mut by_shard: BTreeMap<ShardKey, Vec<(f64, String)>> = BTreeMap::new();
+        for e in entries {
+            by_shard
+                .entry(e.shard)
+                .or_default()
+                .push((e.due.as_millis() as f64, e.key.to_string()));
+        }
+        self.write(by_shard).await
+    }
+
+    async fn touch(&self, shards: &[ShardKey]) -> StoreResult<()> {
+        self.write(shards.iter().map(|s| (*s, Vec::new())).collect())
+            .await
+    }
     async fn due(
         &self,
         shard: ShardKey,

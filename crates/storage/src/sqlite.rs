@@ -201,6 +201,27 @@ impl TimerStore for SqliteStore {
         rows::timer(&row)
     }
 
+    async fn get_timers(&self, ids: &[TimerId]) -> StoreResult<Vec<Timer>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids: Vec<i64> = ids.iter().map(|id| id.get()).collect();
+        let ids = serde_json::to_string(&ids)
+            .map_err(|e| StoreError::Internal(format!("encoding timer ids: {e}")))?;
+        sqlx::query(concat!(
+            "SELECT ",
+            timer_cols!(),
+            " FROM timers WHERE id IN (SELECT value FROM json_each(?1)) \
+              AND deleted_at IS NULL ORDER BY id"
+        ))
+        .bind(ids)
+        .fetch_all(&self.reader)
+        .await?
+        .iter()
+        .map(rows::timer)
+        .collect()
+    }
+
     async fn list_timers(
         &self,
         filter: &TimerFilter,
