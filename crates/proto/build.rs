@@ -8,6 +8,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let protos = [
         root.join("chime/v1/timer.proto"),
         root.join("chime/v1/migrator.proto"),
+        root.join("chime/v1/executor.proto"),
     ];
     for p in &protos {
         println!("cargo:rerun-if-changed={}", p.display());

@@ -8,9 +8,6 @@ use chime_api_gateway::migrator::{GrpcMigrator, MigrateNotifier, NoMigrator};
 use chime_api_gateway::{TimerApi, TimerService};
 use chime_domain::{Clock, SystemClock};
 use chime_runtime::CommonArgs;
-use chime_storage::postgres::{PgSettings, PgStore};
-use chime_storage::sqlite::SqliteStore;
-use chime_storage::{OccurrenceStore, SchemaStatus, TimerStore};
 use clap::Parser;
 use tokio::net::TcpListener;
 
@@ -32,33 +29,7 @@ async fn main() -> anyhow::Result<()> {
     };
     chime_runtime::init_tracing(&config.log);
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let url = config.database_url()?;
-    let (timers, occurrences, status): (
-        Arc<dyn TimerStore>,
-        Arc<dyn OccurrenceStore>,
-        SchemaStatus,
-    ) = if url.starts_with("sqlite:") {
-        let store = Arc::new(SqliteStore::open(url, clock.clone(), config.buckets).await?);
-        let status = store.schema_status().await?;
-        (store.clone(), store, status)
-    } else {
-        let settings = PgSettings {
-            max_connections: config.database.max_connections,
-            acquire_timeout: config.database.acquire_timeout.get(),
-        };
-        let store = Arc::new(
-            PgStore::connect(url, &settings, clock.clone(), config.buckets)
-                .await
-                .context("connecting to the database")?,
-        );
-        let status = store.schema_status().await?;
-        (store.clone(), store, status)
-    };
-    if let SchemaStatus::Behind { missing } = status {
-        anyhow::bail!(
-            "the database schema is behind this binary (missing migrations {missing:?}): run `chime-migrator migrate`"
-        );
-    }
+    let db = chime_runtime::open_database(&config, clock.clone()).await?;
     let migrator: Arc<dyn MigrateNotifier> = match &config.gateway.migrator_endpoint {
         Some(endpoint) => Arc::new(
             GrpcMigrator::new(endpoint, Duration::from_secs(1)).map_err(anyhow::Error::msg)?,
@@ -70,21 +41,21 @@ async fn main() -> anyhow::Result<()> {
             Arc::new(NoMigrator)
         }
     };
-    let api: Arc<dyn TimerApi> = Arc::new(TimerService::new(timers, occurrences, migrator, clock));
+    let api: Arc<dyn TimerApi> = Arc::new(TimerService::new(
+        db.timers,
+        db.occurrences,
+        migrator,
+        clock,
+    ));
     let http = TcpListener::bind(config.gateway.http_addr)
         .await
         .with_context(|| format!("binding REST to {}", config.gateway.http_addr))?;
     let grpc = TcpListener::bind(config.gateway.grpc_addr)
         .await
         .with_context(|| format!("binding gRPC to {}", config.gateway.grpc_addr))?;
-    let admin = match config.admin_addr {
-        Some(addr) => Some(
-            TcpListener::bind(addr)
-                .await
-                .with_context(|| format!("binding admin to {addr}"))?,
-        ),
-        None => None,
-    };
+    let admin = chime_runtime::admin::bind_admin(config.admin_addr)
+        .await
+        .context("binding the admin address")?;
     tracing::info!(rest = %config.gateway.http_addr, grpc = %config.gateway.grpc_addr, "starting");
     chime_api_gateway::serve(api, http, grpc, admin, chime_runtime::shutdown_token()).await
 }

@@ -1,10 +1,19 @@
-//! `chime-migrator`: `migrate` applies the schema migrations and exits (a Kubernetes Job).
+//! `chime-migrator`: `migrate` applies the schema migrations and exits (a Kubernetes Job);
+//! without a subcommand it runs the migrator service.
 
+use std::sync::Arc;
+
+use anyhow::Context;
+use chime_domain::{Clock, SystemClock};
+use chime_migrator::{Materializer, Migrator, StepSettings};
 use chime_runtime::CommonArgs;
 use clap::{Parser, Subcommand};
+use tokio::net::TcpListener;
 
-/// Chime migrator. `chime-migrator migrate` applies the database migrations for
-/// CHIME_DATABASE_URL and exits; every other service refuses a schema that is behind.
+/// Chime migrator. Without a subcommand: materializes occurrences for the next two steps
+/// (CHIME_MIGRATOR__STEP, default 1h) into CHIME_DATABASE_URL and the Redis hot index
+/// (CHIME_REDIS_URL), and serves MigrateTimer on CHIME_MIGRATOR_ADDR (default :50071).
+/// `chime-migrator migrate` applies the database migrations and exits.
 #[derive(Parser)]
 #[command(name = "chime-migrator", version)]
 struct Cli {
@@ -33,9 +42,46 @@ async fn main() -> anyhow::Result<()> {
             tracing::info!("schema is current");
             Ok(())
         }
-        None => anyhow::bail!(
-            "the migrator service (materializing occurrences) is not built yet; \
-             `chime-migrator migrate` applies the schema"
-        ),
+        None => run(config).await,
     }
+}
+
+async fn run(config: chime_runtime::Config) -> anyhow::Result<()> {
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let db = chime_runtime::open_database(&config, clock.clone()).await?;
+    let redis = chime_runtime::open_redis(&config)
+        .await
+        .context("connecting to Redis")?;
+    let materializer = Materializer::new(
+        db.timers.clone(),
+        db.occurrences.clone(),
+        Arc::new(redis.hot_index()),
+        clock.clone(),
+    );
+    let settings = StepSettings::new(config.migrator.step.get(), config.buckets);
+    let migrator = Arc::new(Migrator::new(
+        materializer,
+        Arc::new(redis.leases()),
+        clock,
+        settings,
+    ));
+    let grpc = TcpListener::bind(config.migrator.addr)
+        .await
+        .with_context(|| format!("binding gRPC to {}", config.migrator.addr))?;
+    let admin = chime_runtime::admin::bind_admin(config.admin_addr)
+        .await
+        .context("binding the admin address")?;
+    tracing::info!(grpc = %config.migrator.addr, step = ?settings.step, "starting");
+    let readiness = Arc::new(chime_runtime::DatabaseReadiness(db.clone()));
+    let served = chime_migrator::grpc::serve(
+        migrator,
+        grpc,
+        admin,
+        readiness,
+        chime_runtime::shutdown_token(),
+    )
+    .await;
+    redis.quit().await;
+    db.close().await;
+    served
 }

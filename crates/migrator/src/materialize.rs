@@ -4,7 +4,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use chime_domain::{Bucket, Clock, NewOccurrence, PageSize, TaskKey, Timer, TimerId, Timestamp};
+use chime_domain::{
+    Bucket, Clock, NewOccurrence, PageSize, ShardKey, TaskKey, Timer, TimerId, Timestamp,
+};
 use chime_storage::{
     HotEntry, HotIndex, OccurrenceStore, PageRequest, StoreResult, TimerFilter, TimerStore,
 };
@@ -58,7 +60,9 @@ impl Materializer {
         }
     }
 
-    /// Materializes `[now, now + horizon)` for every enabled timer of `bucket`.
+    /// Materializes `[now, now + horizon)` for every enabled timer of `bucket`, and marks
+    /// every shard of the bucket in that window present, so a scheduler can tell a shard
+    /// with nothing due from one Redis lost.
     pub async fn bucket(&self, bucket: Bucket, horizon: Duration) -> StoreResult<Materialized> {
         let filter = TimerFilter {
             app: None,
@@ -87,6 +91,14 @@ impl Materializer {
             }
         }
         total += self.write(pending).await?;
+        let (from, to) = self.window(horizon);
+        let mut shards = Vec::new();
+        let mut shard = ShardKey::new(from, bucket);
+        while shard.minute_start() < to {
+            shards.push(shard);
+            shard = ShardKey::new(shard.minute_end(), bucket);
+        }
+        self.index.touch(&shards).await?;
         Ok(total)
     }
 

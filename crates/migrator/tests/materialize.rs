@@ -9,7 +9,7 @@ use chime_domain::{
     BucketCount, CallbackInput, Clock, ManualClock, NewTimer, ScheduleInput, ShardKey, SystemClock,
     TaskKey, Timer, TimerSpec, Timestamp,
 };
-use chime_migrator::{Materialized, Materializer};
+use chime_migrator::{Materialized, Materializer, Migrator, StepReport, StepSettings};
 use chime_storage::testkit::{self, PgFixture, RedisFixture};
 use chime_storage::{HotIndex, OccurrenceStore, PageRequest, RunFilter, TimerStore};
 
@@ -17,7 +17,7 @@ const HORIZON: Duration = Duration::from_secs(60);
 
 struct Setup {
     db: PgFixture,
-    _redis: RedisFixture,
+    redis: RedisFixture,
     index: Arc<dyn HotIndex>,
     clock: ManualClock,
     m: Materializer,
@@ -39,7 +39,7 @@ async fn setup() -> Setup {
     );
     Setup {
         db,
-        _redis: redis,
+        redis: redis,
         index,
         clock,
         m,
@@ -134,6 +134,23 @@ async fn a_step_materializes_the_horizon_once() {
     );
     assert_eq!(indexed(&s, &once).await, vec![30_000]);
 
+    // Every shard of the window exists, empty or not; none beyond it.
+    for b in BucketCount::DEFAULT.all() {
+        assert!(s.index.shard_exists(ShardKey::new(now, b)).await.unwrap());
+        assert!(
+            s.index
+                .shard_exists(ShardKey::new(now.add_millis(59_999), b))
+                .await
+                .unwrap()
+        );
+        assert!(
+            !s.index
+                .shard_exists(ShardKey::new(now.add_millis(120_000), b))
+                .await
+                .unwrap()
+        );
+    }
+
     let again = all_buckets(&s).await;
     assert_eq!(
         (again.occurrences, again.written),
@@ -199,4 +216,142 @@ async fn one_timer_on_demand() {
     );
     s.db.store.delete_timer(t.id).await.unwrap();
     assert!(s.m.timer(t.id, HORIZON).await.is_err());
+}
+
+fn replica(s: &Setup, leases: Arc<dyn chime_storage::Leases>, step: Duration) -> Arc<Migrator> {
+    Arc::new(Migrator::new(
+        Materializer::new(
+            s.db.store(),
+            s.db.store(),
+            s.index.clone(),
+            Arc::new(s.clock.clone()),
+        ),
+        leases,
+        Arc::new(s.clock.clone()),
+        StepSettings::new(step, BucketCount::DEFAULT),
+    ))
+}
+
+#[tokio::test]
+async fn replicas_split_a_step_by_bucket_and_do_it_once() {
+    let s = setup().await;
+    for i in 0..40 {
+        create(&s, &format!("t{i}"), every("10s"), true).await;
+    }
+    let leases = s.redis.leases();
+    let step = Duration::from_secs(30);
+    let (a, b) = (
+        replica(&s, leases.clone(), step),
+        replica(&s, leases.clone(), step),
+    );
+    let (ra, rb) = tokio::join!(a.run_step(), b.run_step());
+    let (ra, rb) = (ra.unwrap(), rb.unwrap());
+    assert_eq!(
+        ra.buckets + rb.buckets,
+        16,
+        "each bucket once: {ra:?} {rb:?}"
+    );
+    assert_eq!(ra.materialized.timers + rb.materialized.timers, 40);
+    // The horizon is two steps: 60 s of every-10s ticks.
+    assert_eq!(ra.materialized.written + rb.materialized.written, 40 * 5);
+    // The step is done: no replica repeats it.
+    assert_eq!(a.run_step().await.unwrap(), StepReport::default());
+    assert_eq!(b.run_step().await.unwrap(), StepReport::default());
+}
+
+#[tokio::test]
+async fn a_bucket_held_elsewhere_is_picked_up_once_free() {
+    let s = setup().await;
+    create(&s, "t", every("10s"), true).await;
+    let leases = s.redis.leases();
+    let m = replica(&s, leases.clone(), Duration::from_secs(30));
+    // Take one bucket's lease as if another replica were working on it.
+    let now = s.clock.now().as_millis();
+    let index = now / 30_000;
+    let other = chime_storage::LeaseToken::random();
+    assert!(
+        leases
+            .acquire(
+                &format!("migrator:{index}:3"),
+                &other,
+                Duration::from_secs(30)
+            )
+            .await
+            .unwrap()
+    );
+    assert_eq!(m.run_step().await.unwrap().buckets, 15);
+    leases
+        .release(&format!("migrator:{index}:3"), &other)
+        .await
+        .unwrap();
+    assert_eq!(
+        m.run_step().await.unwrap().buckets,
+        1,
+        "the freed bucket is picked up"
+    );
+}
+
+#[tokio::test]
+async fn migrate_timer_over_grpc() {
+    use chime_proto::v1::MigrateTimerRequest;
+    use chime_proto::v1::migrator_service_client::MigratorServiceClient;
+
+    let s = setup().await;
+    let t = create(&s, "every-20s", every("20s"), true).await;
+    let m = replica(&s, s.redis.leases(), Duration::from_secs(30));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let stop = tokio_util::sync::CancellationToken::new();
+    struct Ready;
+    #[async_trait::async_trait]
+    impl chime_runtime::admin::Readiness for Ready {
+        async fn ready(&self) -> Result<(), String> {
+            Ok(())
+        }
+    }
+    let server = tokio::spawn(chime_migrator::grpc::serve(
+        m,
+        listener,
+        None,
+        Arc::new(Ready),
+        stop.clone(),
+    ));
+    let mut client = MigratorServiceClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap();
+    // The step ran at start too, so the on-demand call may find the rows written already.
+    let done = client
+        .migrate_timer(MigrateTimerRequest {
+            timer_id: t.id.get(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(done.materialized <= 3);
+    let runs =
+        s.db.store
+            .list_runs(
+                &RunFilter {
+                    timer_id: t.id,
+                    status: None,
+                },
+                &PageRequest::default(),
+            )
+            .await
+            .unwrap();
+    assert_eq!(runs.items.len(), 2, "+20s and +40s within the 60s horizon");
+    let missing = client
+        .migrate_timer(MigrateTimerRequest {
+            timer_id: 987_654_321,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(missing.code(), tonic::Code::NotFound);
+    let bad = client
+        .migrate_timer(MigrateTimerRequest { timer_id: -1 })
+        .await
+        .unwrap_err();
+    assert_eq!(bad.code(), tonic::Code::InvalidArgument);
+    stop.cancel();
+    server.await.unwrap().unwrap();
 }

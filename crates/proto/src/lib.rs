@@ -19,3 +19,33 @@ pub fn descriptors_of(
         .retain(|f| f.name().starts_with("google/") || files.contains(&f.name()));
     Ok(set)
 }
+
+/// What every Chime gRPC server serves besides its own service: grpc.health.v1, and
+/// reflection (v1 and v1alpha) describing `files` plus health and the google.rpc error
+/// details clients decode. Returns the health reporter (to flip services to serving) and the
+/// routes to add to the server.
+pub fn introspection(
+    files: &[&str],
+) -> Result<(tonic_health::server::HealthReporter, tonic::service::Routes), IntrospectionError> {
+    let (reporter, health) = tonic_health::server::health_reporter();
+    let reflection = || -> Result<_, IntrospectionError> {
+        Ok(tonic_reflection::server::Builder::configure()
+            .register_file_descriptor_set(descriptors_of(files)?)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_types::pb::FILE_DESCRIPTOR_SET))
+    };
+    let mut routes = tonic::service::RoutesBuilder::default();
+    routes
+        .add_service(health)
+        .add_service(reflection()?.build_v1()?)
+        .add_service(reflection()?.build_v1alpha()?);
+    Ok((reporter, routes.routes()))
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum IntrospectionError {
+    #[error("embedded descriptors do not decode: {0}")]
+    Decode(#[from] prost::DecodeError),
+    #[error("cannot build reflection: {0}")]
+    Reflection(#[from] tonic_reflection::server::Error),
+}

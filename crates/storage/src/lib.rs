@@ -23,6 +23,7 @@ pub mod contract;
 mod error;
 pub mod memory;
 mod migrate;
+mod open;
 pub mod postgres;
 pub mod redis;
 mod rows;
@@ -41,6 +42,7 @@ use chime_domain::{
 pub(crate) use batch::{OutcomeColumns, dedup_new_occurrences, oldest_first};
 pub use error::StoreError;
 pub use migrate::{SchemaStatus, postgres_migrator, sqlite_migrator};
+pub use open::Database;
 
 pub type StoreResult<T> = Result<T, StoreError>;
 

@@ -123,7 +123,6 @@ impl RedisBackend {
 
 pub struct RedisHotIndex(RedisBackend);
 
-
 impl RedisHotIndex {
     /// Adds members shard by shard in one pipeline; every shard named gets its marker and
     /// its expiry, members or not.

@@ -1,0 +1,69 @@
+//! `MigratorService` over gRPC, and the server that runs it beside the periodic step.
+
+use std::sync::Arc;
+
+use chime_domain::TimerId;
+use chime_proto::v1::migrator_service_server::{MigratorService, MigratorServiceServer};
+use chime_proto::v1::{MigrateTimerRequest, MigrateTimerResponse};
+use chime_runtime::admin::Readiness;
+use chime_storage::StoreError;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tonic::{Request, Response, Status};
+
+use crate::Migrator;
+
+pub struct MigratorGrpc(pub Arc<Migrator>);
+
+#[tonic::async_trait]
+impl MigratorService for MigratorGrpc {
+    async fn migrate_timer(
+        &self,
+        request: Request<MigrateTimerRequest>,
+    ) -> Result<Response<MigrateTimerResponse>, Status> {
+        let id = TimerId::new(request.into_inner().timer_id)
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let done = self.0.migrate_timer(id).await.map_err(status_of)?;
+        Ok(Response::new(MigrateTimerResponse {
+            materialized: done.written,
+        }))
+    }
+}
+
+fn status_of(e: StoreError) -> Status {
+    match e {
+        StoreError::NotFound(_) => Status::not_found(e.to_string()),
+        StoreError::Invalid(_) => Status::invalid_argument(e.to_string()),
+        StoreError::Unavailable(_) => Status::unavailable(e.to_string()),
+        _ => Status::internal(e.to_string()),
+    }
+}
+
+/// Runs the periodic step, `MigrateTimer` on `grpc` and the admin endpoints until
+/// `shutdown`.
+pub async fn serve(
+    migrator: Arc<Migrator>,
+    grpc: TcpListener,
+    admin: Option<TcpListener>,
+    readiness: Arc<dyn Readiness>,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let _ = chime_runtime::prometheus();
+    let (health, introspection) = chime_proto::introspection(&["chime/v1/migrator.proto"])?;
+    health
+        .set_serving::<MigratorServiceServer<MigratorGrpc>>()
+        .await;
+    let server = tonic::transport::Server::builder()
+        .add_routes(introspection)
+        .add_service(MigratorServiceServer::new(MigratorGrpc(migrator.clone())))
+        .serve_with_incoming_shutdown(
+            tonic::transport::server::TcpIncoming::from(grpc),
+            shutdown.clone().cancelled_owned(),
+        );
+    let admin = chime_runtime::admin::serve_admin(admin, readiness, shutdown.clone());
+    let (g, a, ()) = tokio::join!(server, admin, migrator.run(shutdown.clone()));
+    g?;
+    a?;
+    tracing::info!("migrator stopped");
+    Ok(())
+}

@@ -1,0 +1,62 @@
+//! The admin endpoints every service serves: `/healthz` (the process runs), `/readyz` (it can
+//! do its job now) and `/metrics` (Prometheus text).
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+/// What `/readyz` asks.
+#[async_trait]
+pub trait Readiness: Send + Sync + 'static {
+    /// `Err` says why the service cannot serve right now.
+    async fn ready(&self) -> Result<(), String>;
+}
+
+pub fn admin_router(readiness: Arc<dyn Readiness>) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route(
+            "/readyz",
+            get(|State(r): State<Arc<dyn Readiness>>| async move {
+                match r.ready().await {
+                    Ok(()) => (StatusCode::OK, "ready".to_owned()).into_response(),
+                    Err(why) => (StatusCode::SERVICE_UNAVAILABLE, why).into_response(),
+                }
+            }),
+        )
+        .route("/metrics", get(|| async { crate::prometheus().render() }))
+        .with_state(readiness)
+}
+
+/// Serves the admin endpoints on `listener` until `shutdown`; does nothing without one.
+pub async fn serve_admin(
+    listener: Option<TcpListener>,
+    readiness: Arc<dyn Readiness>,
+    shutdown: CancellationToken,
+) -> std::io::Result<()> {
+    match listener {
+        Some(l) => {
+            axum::serve(l, admin_router(readiness))
+                .with_graceful_shutdown(shutdown.cancelled_owned())
+                .await
+        }
+        None => Ok(()),
+    }
+}
+
+/// Binds the admin address when one is configured.
+pub async fn bind_admin(
+    addr: Option<std::net::SocketAddr>,
+) -> std::io::Result<Option<TcpListener>> {
+    match addr {
+        Some(a) => TcpListener::bind(a).await.map(Some),
+        None => Ok(None),
+    }
+}
