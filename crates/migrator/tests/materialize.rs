@@ -39,7 +39,7 @@ async fn setup() -> Setup {
     );
     Setup {
         db,
-        redis: redis,
+        redis,
         index,
         clock,
         m,
@@ -302,18 +302,11 @@ async fn migrate_timer_over_grpc() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let stop = tokio_util::sync::CancellationToken::new();
-    struct Ready;
-    #[async_trait::async_trait]
-    impl chime_runtime::admin::Readiness for Ready {
-        async fn ready(&self) -> Result<(), String> {
-            Ok(())
-        }
-    }
     let server = tokio::spawn(chime_migrator::grpc::serve(
         m,
         listener,
         None,
-        Arc::new(Ready),
+        Arc::new(chime_runtime::admin::AlwaysReady),
         stop.clone(),
     ));
     let mut client = MigratorServiceClient::connect(format!("http://{addr}"))

@@ -19,6 +19,16 @@ pub trait Readiness: Send + Sync + 'static {
     async fn ready(&self) -> Result<(), String>;
 }
 
+/// Ready whenever the process runs: for services whose readiness is their own liveness.
+pub struct AlwaysReady;
+
+#[async_trait]
+impl Readiness for AlwaysReady {
+    async fn ready(&self) -> Result<(), String> {
+        Ok(())
+    }
+}
+
 pub fn admin_router(readiness: Arc<dyn Readiness>) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok" }))

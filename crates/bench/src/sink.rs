@@ -1,0 +1,156 @@
+//! A loopback HTTP server standing in for the services Chime calls back. It records every
+//! request with its arrival time (by the system clock, the same clock Chime schedules by),
+//! so tests and benchmarks judge delivery from the receiver's side.
+//!
+//! Paths steer the answer: `/status/{code}` answers that status, `/delay/{ms}` waits first;
+//! anything else answers 200 `ok`.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::routing::any;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+/// One request the sink received.
+#[derive(Debug, Clone)]
+pub struct Received {
+    /// Unix ms when the request's headers arrived.
+    pub at_ms: i64,
+    pub method: String,
+    pub path: String,
+    /// Lowercase names.
+    pub headers: HashMap<String, String>,
+    pub body: String,
+}
+
+impl Received {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).map(String::as_str)
+    }
+}
+
+type Log = Arc<Mutex<Vec<Received>>>;
+
+pub struct Sink {
+    addr: SocketAddr,
+    log: Log,
+    stop: CancellationToken,
+}
+
+impl Sink {
+    /// Listens on an ephemeral loopback port.
+    pub async fn start() -> std::io::Result<Self> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let log: Log = Arc::default();
+        let stop = CancellationToken::new();
+        let app = Router::new()
+            .route("/status/{code}", any(status))
+            .route("/delay/{ms}", any(delay))
+            .fallback(any(ok))
+            .with_state(log.clone());
+        let shutdown = stop.clone().cancelled_owned();
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app)
+                .with_graceful_shutdown(shutdown)
+                .await;
+        });
+        Ok(Self { addr, log, stop })
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://127.0.0.1:{port}{path}`.
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    /// Everything received so far, in arrival order.
+    pub fn received(&self) -> Vec<Received> {
+        self.log.lock().map(|l| l.clone()).unwrap_or_default()
+    }
+
+    pub fn count(&self) -> usize {
+        self.log.lock().map(|l| l.len()).unwrap_or_default()
+    }
+}
+
+impl Drop for Sink {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or_default()
+}
+
+fn record(log: &Log, method: Method, uri: &Uri, headers: &HeaderMap, body: Bytes, at_ms: i64) {
+    let received = Received {
+        at_ms,
+        method: method.to_string(),
+        path: uri.path().to_owned(),
+        headers: headers
+            .iter()
+            .map(|(k, v)| {
+                (
+                    k.as_str().to_owned(),
+                    String::from_utf8_lossy(v.as_bytes()).into_owned(),
+                )
+            })
+            .collect(),
+        body: String::from_utf8_lossy(&body).into_owned(),
+    };
+    if let Ok(mut l) = log.lock() {
+        l.push(received);
+    }
+}
+
+async fn ok(
+    State(log): State<Log>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> &'static str {
+    record(&log, method, &uri, &headers, body, now_ms());
+    "ok"
+}
+
+async fn status(
+    State(log): State<Log>,
+    Path(code): Path<u16>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> StatusCode {
+    record(&log, method, &uri, &headers, body, now_ms());
+    StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+}
+
+async fn delay(
+    State(log): State<Log>,
+    Path(ms): Path<u64>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> &'static str {
+    let at = now_ms();
+    tokio::time::sleep(Duration::from_millis(ms)).await;
+    record(&log, method, &uri, &headers, body, at);
+    "ok"
+}

@@ -1,0 +1,148 @@
+//! Performing one callback: the HTTP request a timer describes, with Chime's headers, and
+//! its result as an [`Outcome`].
+
+use std::time::Duration;
+
+use chime_domain::{ClaimedOccurrence, Clock, OccurrenceStatus, Outcome, TaskKey, Timer};
+
+#[derive(Debug, Clone)]
+pub struct CallbackSettings {
+    /// Response bytes kept as the run's `output`; the rest is read and dropped.
+    pub output_cap: usize,
+    /// Idle keep-alive connections kept per callback host.
+    pub idle_per_host: usize,
+}
+
+impl Default for CallbackSettings {
+    fn default() -> Self {
+        Self {
+            output_cap: 4096,
+            idle_per_host: 64,
+        }
+    }
+}
+
+/// An HTTP client with a keep-alive pool, shared by every callback of an executor.
+#[derive(Clone)]
+pub struct CallbackClient {
+    http: reqwest::Client,
+    settings: CallbackSettings,
+}
+
+impl CallbackClient {
+    pub fn new(settings: CallbackSettings) -> Result<Self, String> {
+        // One process-wide TLS provider; a second install (tests, `chime dev`) is harmless.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let http = reqwest::Client::builder()
+            .user_agent(concat!("chime-executor/", env!("CARGO_PKG_VERSION")))
+            .pool_max_idle_per_host(settings.idle_per_host)
+            .pool_idle_timeout(Duration::from_secs(60))
+            .connect_timeout(Duration::from_secs(5))
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .map_err(|e| format!("cannot build the callback HTTP client: {e}"))?;
+        Ok(Self { http, settings })
+    }
+
+    /// Calls the timer's callback for one claimed occurrence; never fails, every failure
+    /// is an outcome.
+    pub async fn fire(
+        &self,
+        timer: &Timer,
+        occurrence: ClaimedOccurrence,
+        clock: &dyn Clock,
+    ) -> Outcome {
+        let cb = &timer.spec.callback;
+        let key = occurrence.key;
+        let method = reqwest::Method::from_bytes(cb.method.as_str().as_bytes())
+            .unwrap_or(reqwest::Method::POST);
+        let mut request = self
+            .http
+            .request(method, cb.url.as_url().clone())
+            .timeout(cb.timeout.get());
+        for (name, value) in cb.headers.iter() {
+            request = request.header(name, value);
+        }
+        for (name, value) in chime_headers(key, occurrence.attempt) {
+            request = request.header(name, value);
+        }
+        if let Some(body) = &cb.body {
+            request = request.body(body.as_str().to_owned());
+        }
+        let fired_at = clock.now();
+        let mut outcome = Outcome {
+            key,
+            attempt: occurrence.attempt,
+            status: OccurrenceStatus::Failed,
+            fired_at: Some(fired_at),
+            http_status: None,
+            output: None,
+            error: None,
+            next_attempt_at: None,
+        };
+        match request.send().await {
+            Ok(response) => {
+                let status = response.status();
+                outcome.http_status = Some(status.as_u16());
+                outcome.output = self.read_capped(response).await;
+                if status.is_success() {
+                    outcome.status = OccurrenceStatus::Succeeded;
+                } else {
+                    outcome.error = Some(format!("callback answered HTTP {}", status.as_u16()));
+                }
+            }
+            Err(e) => outcome.error = Some(describe(&e, cb.timeout.get())),
+        }
+        outcome
+    }
+
+    /// The response body up to the cap, lossily as UTF-8; `None` when empty.
+    async fn read_capped(&self, mut response: reqwest::Response) -> Option<String> {
+        let cap = self.settings.output_cap;
+        let mut kept = Vec::new();
+        // Reading the rest (bounded by the request timeout) lets the connection be reused.
+        while let Ok(Some(chunk)) = response.chunk().await {
+            let room = cap.saturating_sub(kept.len());
+            kept.extend_from_slice(&chunk[..chunk.len().min(room)]);
+        }
+        (!kept.is_empty()).then(|| String::from_utf8_lossy(&kept).into_owned())
+    }
+}
+
+/// The headers Chime sets on every callback (ARCHITECTURE §4). The idempotency key and the
+/// trace id are the same on every attempt of an occurrence, so retries are recognisable.
+pub fn chime_headers(key: TaskKey, attempt: u32) -> [(&'static str, String); 5] {
+    let trace_id = xxhash_rust::xxh3::xxh3_128(key.to_string().as_bytes()).max(1);
+    let span_id = rand::random::<u64>().max(1);
+    [
+        ("idempotency-key", key.to_string()),
+        ("x-chime-timer-id", key.timer_id.to_string()),
+        ("x-chime-scheduled-at", key.run_at.to_rfc3339()),
+        ("x-chime-attempt", attempt.to_string()),
+        (
+            "traceparent",
+            format!("00-{trace_id:032x}-{span_id:016x}-01"),
+        ),
+    ]
+}
+
+fn describe(e: &reqwest::Error, timeout: Duration) -> String {
+    if e.is_timeout() {
+        format!(
+            "callback timed out after {}",
+            chime_domain::format_duration(timeout)
+        )
+    } else if e.is_connect() {
+        format!("cannot connect to the callback: {}", root_cause(e))
+    } else {
+        format!("callback failed: {}", root_cause(e))
+    }
+}
+
+fn root_cause(e: &dyn std::error::Error) -> String {
+    let mut cause = e;
+    while let Some(next) = cause.source() {
+        cause = next;
+    }
+    cause.to_string()
+}

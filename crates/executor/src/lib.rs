@@ -1,0 +1,311 @@
+//! chime-executor: takes due task keys (over gRPC from schedulers, or in-process in
+//! `chime dev`), claims each occurrence in the database so only one executor fires it, checks
+//! the timer is still enabled at that version, performs the HTTP callback and records the
+//! outcome.
+//!
+//! ```text
+//! offer ──▶ claim queue ──▶ [get_timers + claim, batched] ──▶ callback tasks ──▶
+//!          (bounded by          one batch per round trip         (concurrent)
+//!           in-flight permits)                                         │
+//!                                    [record_outcomes, batched] ◀──────┘ ── permit freed
+//! ```
+//! Every accepted key holds one permit from acceptance until its outcome is written, so
+//! `max_in_flight` bounds memory and work, "full" is exact, and draining on shutdown is
+//! waiting for every permit to come back.
+
+pub mod callback;
+pub mod grpc;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use chime_domain::{Claim, ClaimedOccurrence, Clock, OccurrenceStatus, Outcome, TaskKey, Timer};
+use chime_storage::{OccurrenceStore, StoreResult, TimerStore};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
+use tokio_util::task::TaskTracker;
+
+pub use callback::{CallbackClient, CallbackSettings};
+
+#[derive(Debug, Clone)]
+pub struct ExecutorSettings {
+    /// Keys accepted and not yet finished before the executor answers "full".
+    pub max_in_flight: usize,
+    /// Keys claimed (and outcomes written) per database round trip, at most.
+    pub batch: usize,
+    /// Added to the longest callback timeout of a batch to form its claim lease: past it,
+    /// another executor may take the occurrence over.
+    pub lease_margin: Duration,
+}
+
+impl Default for ExecutorSettings {
+    fn default() -> Self {
+        Self {
+            max_in_flight: 1024,
+            batch: 512,
+            lease_margin: Duration::from_secs(15),
+        }
+    }
+}
+
+/// The executor refuses work: it is shutting down.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the executor is shutting down")]
+pub struct Stopping;
+
+/// The answer to an offer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Offered {
+    /// Keys taken, from the front of the offer.
+    pub accepted: usize,
+    /// Room left afterwards.
+    pub available: usize,
+}
+
+struct Job {
+    key: TaskKey,
+    permit: OwnedSemaphorePermit,
+}
+
+struct Done {
+    outcome: Outcome,
+    _permit: OwnedSemaphorePermit,
+}
+
+struct Inner {
+    timers: Arc<dyn TimerStore>,
+    occurrences: Arc<dyn OccurrenceStore>,
+    clock: Arc<dyn Clock>,
+    callbacks: CallbackClient,
+    settings: ExecutorSettings,
+    done: mpsc::UnboundedSender<Done>,
+    tracker: TaskTracker,
+}
+
+pub struct Executor {
+    inner: Arc<Inner>,
+    permits: Arc<Semaphore>,
+    queue: mpsc::UnboundedSender<Job>,
+    stopping: AtomicBool,
+}
+
+impl Executor {
+    /// Starts the claim and outcome pipelines on the current runtime.
+    pub fn start(
+        timers: Arc<dyn TimerStore>,
+        occurrences: Arc<dyn OccurrenceStore>,
+        clock: Arc<dyn Clock>,
+        callbacks: CallbackClient,
+        settings: ExecutorSettings,
+    ) -> Arc<Self> {
+        let (queue, jobs) = mpsc::unbounded_channel();
+        let (done, outcomes) = mpsc::unbounded_channel();
+        let permits = Arc::new(Semaphore::new(settings.max_in_flight));
+        let inner = Arc::new(Inner {
+            timers,
+            occurrences,
+            clock,
+            callbacks,
+            settings,
+            done,
+            tracker: TaskTracker::new(),
+        });
+        tokio::spawn(claim_loop(inner.clone(), jobs));
+        tokio::spawn(outcome_loop(inner.clone(), outcomes));
+        Arc::new(Self {
+            inner,
+            permits,
+            queue,
+            stopping: AtomicBool::new(false),
+        })
+    }
+
+    /// Takes as many of `keys` as there is room for, from the front.
+    pub fn offer(&self, keys: &[TaskKey]) -> Result<Offered, Stopping> {
+        if self.stopping.load(Ordering::Acquire) {
+            return Err(Stopping);
+        }
+        let mut accepted = 0;
+        for key in keys {
+            let Ok(permit) = self.permits.clone().try_acquire_owned() else {
+                break;
+            };
+            if self.queue.send(Job { key: *key, permit }).is_err() {
+                break;
+            }
+            accepted += 1;
+        }
+        metrics::counter!("chime_executor_accepted_total").increment(accepted as u64);
+        if accepted < keys.len() {
+            metrics::counter!("chime_executor_rejected_full_total")
+                .increment((keys.len() - accepted) as u64);
+        }
+        Ok(Offered {
+            accepted,
+            available: self.permits.available_permits(),
+        })
+    }
+
+    /// Keys accepted and not finished yet.
+    pub fn in_flight(&self) -> usize {
+        self.inner.settings.max_in_flight - self.permits.available_permits()
+    }
+
+    /// Stops taking work and waits up to `grace` for every accepted key to be fired and its
+    /// outcome written. Returns how many were still unfinished when the grace ran out (those
+    /// stay claimed or pending in the database, for the sweeper).
+    pub async fn drain(&self, grace: Duration) -> usize {
+        self.stopping.store(true, Ordering::Release);
+        let all = u32::try_from(self.inner.settings.max_in_flight).unwrap_or(u32::MAX);
+        match tokio::time::timeout(grace, self.permits.acquire_many(all)).await {
+            Ok(_) => 0,
+            Err(_) => self.in_flight(),
+        }
+    }
+}
+
+/// Claims queued keys a batch at a time: whatever queued up while the previous round trip
+/// ran forms the next batch, so batching adds no wait of its own.
+async fn claim_loop(inner: Arc<Inner>, mut jobs: mpsc::UnboundedReceiver<Job>) {
+    let mut batch = Vec::with_capacity(inner.settings.batch);
+    while jobs.recv_many(&mut batch, inner.settings.batch).await > 0 {
+        let taken = std::mem::take(&mut batch);
+        let mut backoff = Duration::from_millis(50);
+        let mut pending = taken;
+        loop {
+            match inner.clone().claim_and_fire(&mut pending).await {
+                Ok(()) => break,
+                Err(e) if e.is_retryable() => {
+                    // Keep the permits: while the database is away this executor fills up
+                    // and schedulers take their work elsewhere.
+                    tracing::warn!(error = %e, keys = pending.len(), "claim failed; retrying");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(2));
+                }
+                Err(e) => {
+                    // Left pending in the database: the sweeper hands them out again.
+                    tracing::error!(error = %e, keys = pending.len(), "claim failed; dropping batch");
+                    break;
+                }
+            }
+        }
+    }
+}
+
+impl Inner {
+    /// Claims `jobs` and starts their callbacks. On error `jobs` is left untouched.
+    async fn claim_and_fire(self: Arc<Self>, jobs: &mut Vec<Job>) -> StoreResult<()> {
+        let mut ids: Vec<_> = jobs.iter().map(|j| j.key.timer_id).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        let timers: HashMap<_, Arc<Timer>> = self
+            .timers
+            .get_timers(&ids)
+            .await?
+            .into_iter()
+            .map(|t| (t.id, Arc::new(t)))
+            .collect();
+        let longest = timers
+            .values()
+            .map(|t| t.spec.callback.timeout.get())
+            .max()
+            .unwrap_or_default();
+        let now = self.clock.now();
+        let claim = Claim {
+            now,
+            lease_until: now.saturating_add(longest + self.settings.lease_margin),
+        };
+        let keys: Vec<TaskKey> = jobs.iter().map(|j| j.key).collect();
+        let claimed = self.occurrences.claim(&keys, claim).await?;
+        let claimed: HashMap<TaskKey, ClaimedOccurrence> =
+            claimed.into_iter().map(|c| (c.key, c)).collect();
+        for job in jobs.drain(..) {
+            let Some(occurrence) = claimed.get(&job.key).copied() else {
+                // Taken by another executor, finished already, or gone: nothing to do.
+                metrics::counter!("chime_executor_not_claimed_total").increment(1);
+                continue;
+            };
+            let timer = timers.get(&job.key.timer_id);
+            if let Some(reason) = skip_reason(timer.map(Arc::as_ref), occurrence.timer_version) {
+                metrics::counter!("chime_executor_skipped_total").increment(1);
+                let outcome = Outcome {
+                    key: job.key,
+                    attempt: occurrence.attempt,
+                    status: OccurrenceStatus::Skipped,
+                    fired_at: None,
+                    http_status: None,
+                    output: None,
+                    error: Some(reason),
+                    next_attempt_at: None,
+                };
+                let _ = self.done.send(Done {
+                    outcome,
+                    _permit: job.permit,
+                });
+                continue;
+            }
+            let Some(timer) = timer.cloned() else {
+                continue;
+            };
+            let inner = self.clone();
+            self.tracker.spawn(async move {
+                let outcome = inner
+                    .callbacks
+                    .fire(&timer, occurrence, inner.clock.as_ref())
+                    .await;
+                let _ = inner.done.send(Done {
+                    outcome,
+                    _permit: job.permit,
+                });
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Why an occurrence must not fire, if it must not.
+fn skip_reason(timer: Option<&Timer>, version: i64) -> Option<String> {
+    match timer {
+        None => Some("timer deleted".into()),
+        Some(t) if !t.enabled => Some("timer disabled".into()),
+        Some(t) if t.version != version => Some(format!(
+            "timer changed: this occurrence is of version {version}, the timer is at version {}",
+            t.version
+        )),
+        Some(_) => None,
+    }
+}
+
+/// Writes outcomes a batch at a time; each key's permit is freed once its outcome is stored.
+async fn outcome_loop(inner: Arc<Inner>, mut done: mpsc::UnboundedReceiver<Done>) {
+    let mut batch = Vec::with_capacity(inner.settings.batch);
+    while done.recv_many(&mut batch, inner.settings.batch).await > 0 {
+        let outcomes: Vec<Outcome> = batch.iter().map(|d| d.outcome.clone()).collect();
+        let mut backoff = Duration::from_millis(50);
+        loop {
+            match inner.occurrences.record_outcomes(&outcomes).await {
+                Ok(_) => break,
+                Err(e) if e.is_retryable() => {
+                    // Holding the permits keeps this executor "full" until the database is
+                    // back, instead of losing outcomes.
+                    tracing::warn!(error = %e, outcomes = outcomes.len(), "cannot record outcomes; retrying");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(2));
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, outcomes = outcomes.len(), "cannot record outcomes; dropping them");
+                    break;
+                }
+            }
+        }
+        for o in &outcomes {
+            metrics::counter!("chime_executor_outcomes_total", "status" => o.status.as_str())
+                .increment(1);
+            if let Some(late) = o.lateness_ms() {
+                metrics::histogram!("chime_executor_lateness_seconds").record(late as f64 / 1000.0);
+            }
+        }
+        batch.clear();
+    }
+}

@@ -1,0 +1,62 @@
+//! `chime-executor`: fires the occurrences schedulers hand it.
+
+use std::sync::Arc;
+
+use anyhow::Context;
+use chime_domain::{Clock, SystemClock};
+use chime_executor::{CallbackClient, CallbackSettings, Executor, ExecutorSettings};
+use chime_runtime::CommonArgs;
+use clap::Parser;
+use tokio::net::TcpListener;
+
+/// Chime executor: accepts due occurrences over gRPC (CHIME_EXECUTOR_ADDR, default :50061),
+/// claims each in CHIME_DATABASE_URL, performs its HTTP callback and records the outcome. At
+/// most CHIME_EXECUTOR__MAX_IN_FLIGHT (default 1024) at once; beyond that it answers "full"
+/// and schedulers try another replica. On SIGTERM it stops taking work and finishes what it
+/// accepted within CHIME_SHUTDOWN_GRACE.
+#[derive(Parser)]
+#[command(name = "chime-executor", version)]
+struct Cli {
+    #[command(flatten)]
+    common: CommonArgs,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let Some(config) = cli.common.load_or_dump(&mut std::io::stdout())? else {
+        return Ok(());
+    };
+    chime_runtime::init_tracing(&config.log);
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let db = chime_runtime::open_database(&config, clock.clone()).await?;
+    let callbacks = CallbackClient::new(CallbackSettings::default()).map_err(anyhow::Error::msg)?;
+    let executor = Executor::start(
+        db.timers.clone(),
+        db.occurrences.clone(),
+        clock,
+        callbacks,
+        ExecutorSettings {
+            max_in_flight: config.executor.max_in_flight,
+            ..Default::default()
+        },
+    );
+    let grpc = TcpListener::bind(config.executor.addr)
+        .await
+        .with_context(|| format!("binding gRPC to {}", config.executor.addr))?;
+    let admin = chime_runtime::admin::bind_admin(config.admin_addr)
+        .await
+        .context("binding the admin address")?;
+    tracing::info!(grpc = %config.executor.addr, max_in_flight = config.executor.max_in_flight, "starting");
+    let served = chime_executor::grpc::serve(
+        executor,
+        grpc,
+        admin,
+        Arc::new(chime_runtime::DatabaseReadiness(db.clone())),
+        chime_runtime::shutdown_token(),
+        config.shutdown_grace.get(),
+    )
+    .await;
+    db.close().await;
+    served
+}

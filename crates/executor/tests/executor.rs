@@ -1,0 +1,340 @@
+//! The executor against real PostgreSQL, calling back a real loopback HTTP sink.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chime_bench::sink::Sink;
+use chime_domain::{
+    AppName, CallbackInput, Clock, NewOccurrence, NewTimer, Occurrence, OccurrenceStatus,
+    ScheduleInput, SystemClock, TaskKey, Timer, TimerName, TimerSpec,
+};
+use chime_executor::{CallbackClient, CallbackSettings, Executor, ExecutorSettings, Stopping};
+use chime_storage::testkit::{self, PgFixture};
+use chime_storage::{OccurrenceStore, TimerStore};
+
+struct Setup {
+    db: PgFixture,
+    sink: Sink,
+}
+
+async fn setup() -> Setup {
+    Setup {
+        db: testkit::pg().await,
+        sink: Sink::start().await.unwrap(),
+    }
+}
+
+fn executor(s: &Setup, max_in_flight: usize) -> Arc<Executor> {
+    Executor::start(
+        s.db.store(),
+        s.db.store(),
+        Arc::new(SystemClock),
+        CallbackClient::new(CallbackSettings::default()).unwrap(),
+        ExecutorSettings {
+            max_in_flight,
+            ..Default::default()
+        },
+    )
+}
+
+async fn timer(s: &Setup, name: &str, url: String, headers: &[(&str, &str)]) -> Timer {
+    let now = SystemClock.now();
+    let spec = TimerSpec {
+        app: AppName::parse("ops").unwrap(),
+        name: TimerName::parse(name).unwrap(),
+        schedule: ScheduleInput {
+            every: Some("1h".into()),
+            ..Default::default()
+        }
+        .resolve(now, None, None)
+        .unwrap(),
+        callback: CallbackInput {
+            url,
+            method: Some("PUT".into()),
+            headers: headers
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+            body: Some("{\"kind\":\"test\"}".into()),
+            timeout: Some("2s".into()),
+        }
+        .parse()
+        .unwrap(),
+        retry: Default::default(),
+        misfire: Default::default(),
+        delivery: Default::default(),
+    };
+    s.db.store
+        .create_timer(NewTimer {
+            spec,
+            enabled: true,
+        })
+        .await
+        .unwrap()
+}
+
+/// An occurrence of `t` due now, at the timer's current version.
+async fn due_now(s: &Setup, t: &Timer, offset_ms: i64) -> TaskKey {
+    let key = TaskKey::new(t.id, SystemClock.now().add_millis(offset_ms));
+    s.db.store
+        .insert_occurrences(&[NewOccurrence {
+            key,
+            timer_version: t.version,
+            bucket: t.bucket,
+        }])
+        .await
+        .unwrap();
+    key
+}
+
+async fn wait_for<F, Fut>(what: &str, mut cond: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !cond().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+async fn finished(s: &Setup, key: TaskKey) -> Occurrence {
+    let store = s.db.store.clone();
+    wait_for("an outcome", || {
+        let store = store.clone();
+        async move {
+            store
+                .get_occurrence(key)
+                .await
+                .unwrap()
+                .is_some_and(|o| o.status.is_terminal())
+        }
+    })
+    .await;
+    store.get_occurrence(key).await.unwrap().unwrap()
+}
+
+#[tokio::test]
+async fn fires_the_callback_with_chime_headers_and_records_success() {
+    let s = setup().await;
+    let t = timer(&s, "hook", s.sink.url("/hook"), &[("x-job", "invoice")]).await;
+    let key = due_now(&s, &t, 0).await;
+    let exec = executor(&s, 16);
+    assert_eq!(exec.offer(&[key]).unwrap().accepted, 1);
+    let run = finished(&s, key).await;
+    assert_eq!(run.status, OccurrenceStatus::Succeeded);
+    assert_eq!(run.attempt, 1);
+    assert_eq!(run.http_status, Some(200));
+    assert_eq!(run.output.as_deref(), Some("ok"));
+    let late = run.lateness_ms.unwrap();
+    assert!(late >= 0, "fired before due: {late} ms");
+
+    let got = s.sink.received();
+    assert_eq!(got.len(), 1);
+    let r = &got[0];
+    assert_eq!((r.method.as_str(), r.path.as_str()), ("PUT", "/hook"));
+    assert_eq!(r.body, "{\"kind\":\"test\"}");
+    assert_eq!(r.header("x-job"), Some("invoice"));
+    assert_eq!(r.header("idempotency-key"), Some(key.to_string().as_str()));
+    assert_eq!(
+        r.header("x-chime-timer-id"),
+        Some(t.id.to_string().as_str())
+    );
+    assert_eq!(
+        r.header("x-chime-scheduled-at"),
+        Some(key.run_at.to_rfc3339().as_str())
+    );
+    assert_eq!(r.header("x-chime-attempt"), Some("1"));
+    let tp = r.header("traceparent").unwrap();
+    assert!(
+        tp.starts_with("00-") && tp.ends_with("-01") && tp.len() == 55,
+        "{tp}"
+    );
+    assert!(
+        exec.in_flight() == 0,
+        "the permit comes back with the outcome"
+    );
+}
+
+#[tokio::test]
+async fn skips_disabled_changed_and_deleted_timers_without_calling_back() {
+    let s = setup().await;
+    let off = timer(&s, "off", s.sink.url("/"), &[]).await;
+    let changed = timer(&s, "changed", s.sink.url("/"), &[]).await;
+    let gone = timer(&s, "gone", s.sink.url("/"), &[]).await;
+    let keys = [
+        due_now(&s, &off, 0).await,
+        due_now(&s, &changed, 0).await,
+        due_now(&s, &gone, 0).await,
+    ];
+    s.db.store.set_timer_enabled(off.id, false).await.unwrap();
+    s.db.store
+        .update_timer(changed.id, None, changed.spec.clone())
+        .await
+        .unwrap();
+    s.db.store.delete_timer(gone.id).await.unwrap();
+
+    let exec = executor(&s, 16);
+    assert_eq!(exec.offer(&keys).unwrap().accepted, 3);
+    let reasons: Vec<_> = [
+        finished(&s, keys[0]).await,
+        finished(&s, keys[1]).await,
+        finished(&s, keys[2]).await,
+    ]
+    .into_iter()
+    .map(|o| {
+        assert_eq!(o.status, OccurrenceStatus::Skipped);
+        o.error.unwrap()
+    })
+    .collect();
+    assert_eq!(reasons[0], "timer disabled");
+    assert!(reasons[1].starts_with("timer changed"), "{}", reasons[1]);
+    assert_eq!(reasons[2], "timer deleted");
+    assert_eq!(s.sink.count(), 0);
+}
+
+#[tokio::test]
+async fn non_2xx_and_unreachable_callbacks_are_recorded_failures() {
+    let s = setup().await;
+    let refused = {
+        // A port nobody listens on: bind, note it, release it.
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let e500 = timer(&s, "e500", s.sink.url("/status/503"), &[]).await;
+    let down = timer(&s, "down", format!("http://{refused}/"), &[]).await;
+    let k500 = due_now(&s, &e500, 0).await;
+    let kdown = due_now(&s, &down, 0).await;
+    let exec = executor(&s, 16);
+    exec.offer(&[k500, kdown]).unwrap();
+    let r500 = finished(&s, k500).await;
+    assert_eq!(r500.status, OccurrenceStatus::Failed);
+    assert_eq!(r500.http_status, Some(503));
+    assert_eq!(r500.error.as_deref(), Some("callback answered HTTP 503"));
+    let rdown = finished(&s, kdown).await;
+    assert_eq!(rdown.status, OccurrenceStatus::Failed);
+    assert_eq!(rdown.http_status, None);
+    assert!(
+        rdown.error.as_deref().unwrap().contains("connect"),
+        "{:?}",
+        rdown.error
+    );
+}
+
+#[tokio::test]
+async fn says_full_beyond_max_in_flight_and_takes_work_again_once_done() {
+    let s = setup().await;
+    let slow = timer(&s, "slow", s.sink.url("/delay/300"), &[]).await;
+    let mut keys = Vec::new();
+    for i in 0..5 {
+        keys.push(due_now(&s, &slow, -i * 10_000).await);
+    }
+    let exec = executor(&s, 2);
+    let first = exec.offer(&keys).unwrap();
+    assert_eq!((first.accepted, first.available), (2, 0));
+    assert_eq!(exec.offer(&keys[2..]).unwrap().accepted, 0, "full");
+    wait_for("room", || async { exec.in_flight() == 0 }).await;
+    assert_eq!(exec.offer(&keys[2..]).unwrap().accepted, 2);
+}
+
+#[tokio::test]
+async fn two_executors_offered_the_same_key_call_back_once() {
+    let s = setup().await;
+    let t = timer(&s, "once", s.sink.url("/"), &[]).await;
+    let mut keys = Vec::new();
+    for i in 0..50 {
+        keys.push(due_now(&s, &t, -i * 10_000).await);
+    }
+    let (a, b) = (executor(&s, 100), executor(&s, 100));
+    a.offer(&keys).unwrap();
+    b.offer(&keys).unwrap();
+    wait_for("both to finish", || async {
+        a.in_flight() == 0 && b.in_flight() == 0
+    })
+    .await;
+    assert_eq!(s.sink.count(), 50);
+    let mut seen: Vec<_> = s
+        .sink
+        .received()
+        .iter()
+        .map(|r| r.header("idempotency-key").unwrap().to_owned())
+        .collect();
+    seen.sort();
+    seen.dedup();
+    assert_eq!(seen.len(), 50);
+}
+
+#[tokio::test]
+async fn drain_finishes_accepted_work_then_refuses_more() {
+    let s = setup().await;
+    let slow = timer(&s, "slow", s.sink.url("/delay/200"), &[]).await;
+    let mut keys = Vec::new();
+    for i in 0..10 {
+        keys.push(due_now(&s, &slow, -i * 10_000).await);
+    }
+    let exec = executor(&s, 100);
+    assert_eq!(exec.offer(&keys).unwrap().accepted, 10);
+    assert_eq!(exec.drain(Duration::from_secs(10)).await, 0);
+    assert_eq!(s.sink.count(), 10);
+    for k in &keys {
+        let o = s.db.store.get_occurrence(*k).await.unwrap().unwrap();
+        assert_eq!(o.status, OccurrenceStatus::Succeeded, "{k}");
+    }
+    assert_eq!(exec.offer(&keys), Err(Stopping));
+}
+
+#[tokio::test]
+async fn execute_over_grpc() {
+    use chime_proto::v1::executor_service_client::ExecutorServiceClient;
+    use chime_proto::v1::{ExecuteRequest, Task};
+
+    let s = setup().await;
+    let t = timer(&s, "grpc", s.sink.url("/"), &[]).await;
+    let key = due_now(&s, &t, 0).await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let server = tokio::spawn(chime_executor::grpc::serve(
+        executor(&s, 8),
+        listener,
+        None,
+        Arc::new(chime_runtime::admin::AlwaysReady),
+        stop.clone(),
+        Duration::from_secs(5),
+    ));
+    let mut client = ExecutorServiceClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap();
+    let task = |k: TaskKey| Task {
+        timer_id: k.timer_id.get(),
+        run_at_ms: k.run_at.as_millis(),
+    };
+    let answer = client
+        .execute(ExecuteRequest {
+            tasks: vec![task(key)],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!((answer.accepted, answer.available), (1, 7));
+    let bad = client
+        .execute(ExecuteRequest {
+            tasks: vec![Task {
+                timer_id: 0,
+                run_at_ms: 1,
+            }],
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(bad.code(), tonic::Code::InvalidArgument);
+    stop.cancel();
+    server.await.unwrap().unwrap();
+    // Shutdown drained the accepted key before the server stopped.
+    assert_eq!(s.sink.count(), 1);
+}
