@@ -1,0 +1,292 @@
+//! Handing due task keys to executors: the [`Handoff`] trait, and its gRPC implementation
+//! that balances over the executor fleet.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chime_domain::TaskKey;
+use chime_proto::v1::executor_service_client::ExecutorServiceClient;
+use chime_proto::v1::{ExecuteRequest, Task};
+use tokio::sync::RwLock;
+use tonic::transport::{Channel, Endpoint};
+
+/// Where due keys go. Implemented over gRPC by [`GrpcExecutors`], and in-process by
+/// `chime dev`.
+#[async_trait]
+pub trait Handoff: Send + Sync + 'static {
+    /// Hands over `keys`; returns how many, from the front, some executor accepted. The rest
+    /// were refused (every executor full or unreachable) and stay with the caller.
+    async fn hand_off(&self, keys: &[TaskKey]) -> usize;
+}
+
+/// Where the executors are: `CHIME_EXECUTOR_ENDPOINTS`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Endpoints {
+    /// Fixed URLs (`http://10.0.0.5:50061,http://10.0.0.6:50061`).
+    Static(Vec<String>),
+    /// One DNS name (`chime-executor.chime.svc:50061`, or `dns:///…`), resolved to every
+    /// address it has and re-resolved periodically: a Kubernetes headless Service.
+    Dns { host: String, port: u16 },
+}
+
+impl Endpoints {
+    /// Reads the configured list: URLs with a scheme are static; a single `host:port` (or
+    /// `dns:///host:port`) is a DNS name.
+    pub fn parse(list: &[String]) -> Result<Self, String> {
+        match list {
+            [] => Err(
+                "no executors configured: set CHIME_EXECUTOR_ENDPOINTS (comma-separated URLs, \
+                 or one DNS name such as chime-executor:50061)"
+                    .into(),
+            ),
+            [one] if !one.contains("://") || one.starts_with("dns://") => {
+                let target = one.trim_start_matches("dns://").trim_start_matches('/');
+                let (host, port) = target
+                    .rsplit_once(':')
+                    .ok_or_else(|| format!("executor endpoint {one:?}: expected host:port"))?;
+                let port = port
+                    .parse()
+                    .map_err(|_| format!("executor endpoint {one:?}: bad port {port:?}"))?;
+                if host.is_empty() {
+                    return Err(format!("executor endpoint {one:?}: no host"));
+                }
+                Ok(Self::Dns {
+                    host: host.to_owned(),
+                    port,
+                })
+            }
+            many => {
+                for url in many {
+                    Endpoint::from_shared(url.clone())
+                        .map_err(|e| format!("executor endpoint {url:?}: {e}"))?;
+                    if !url.contains("://") {
+                        return Err(format!(
+                            "executor endpoint {url:?}: a list needs URLs such as http://host:50061"
+                        ));
+                    }
+                }
+                Ok(Self::Static(many.to_vec()))
+            }
+        }
+    }
+}
+
+struct Replica {
+    target: String,
+    client: ExecutorServiceClient<Channel>,
+}
+
+/// The executor fleet over gRPC. Each batch starts at the next replica in turn; what one
+/// replica does not take (full, stopping, unreachable) goes to the next. Channels are
+/// lazy and reconnect by themselves.
+pub struct GrpcExecutors {
+    endpoints: Endpoints,
+    replicas: RwLock<Arc<Vec<Replica>>>,
+    next: AtomicUsize,
+    call_timeout: Duration,
+    /// Rounds over every replica before giving a batch back to the caller.
+    rounds: u32,
+}
+
+impl GrpcExecutors {
+    /// Starts with the endpoints resolved now; a DNS name that does not resolve yet (no
+    /// executor is up) starts empty and is retried by [`Self::keep_resolving`].
+    pub async fn new(endpoints: Endpoints) -> Arc<Self> {
+        let this = Arc::new(Self {
+            endpoints,
+            replicas: RwLock::new(Arc::new(Vec::new())),
+            next: AtomicUsize::new(0),
+            call_timeout: Duration::from_secs(2),
+            rounds: 3,
+        });
+        if let Err(e) = this.refresh().await {
+            tracing::warn!(error = %e, "no executors yet");
+        }
+        this
+    }
+
+    /// Re-resolves a DNS endpoint every `every` until `stop`; static lists never change.
+    pub fn keep_resolving(
+        self: &Arc<Self>,
+        every: Duration,
+        stop: tokio_util::sync::CancellationToken,
+    ) {
+        if matches!(self.endpoints, Endpoints::Static(_)) {
+            return;
+        }
+        let this = self.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    () = stop.cancelled() => break,
+                    () = tokio::time::sleep(every) => {}
+                }
+                if let Err(e) = this.refresh().await {
+                    tracing::warn!(error = %e, "cannot resolve executors; keeping the last list");
+                }
+            }
+        });
+    }
+
+    /// The targets currently balanced over.
+    pub async fn targets(&self) -> Vec<String> {
+        self.replicas
+            .read()
+            .await
+            .iter()
+            .map(|r| r.target.clone())
+            .collect()
+    }
+
+    async fn refresh(&self) -> Result<(), String> {
+        let targets: Vec<String> = match &self.endpoints {
+            Endpoints::Static(urls) => urls.clone(),
+            Endpoints::Dns { host, port } => {
+                let mut addrs: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), *port))
+                    .await
+                    .map_err(|e| format!("resolving {host}:{port}: {e}"))?
+                    .collect();
+                addrs.sort();
+                addrs.dedup();
+                if addrs.is_empty() {
+                    return Err(format!("{host}:{port} resolves to no address"));
+                }
+                addrs.iter().map(|a| format!("http://{a}")).collect()
+            }
+        };
+        let current = self.replicas.read().await.clone();
+        if current.iter().map(|r| &r.target).eq(targets.iter()) {
+            return Ok(());
+        }
+        let mut replicas = Vec::with_capacity(targets.len());
+        for target in targets {
+            // Keep an existing channel (and its connection) for a target that stays.
+            let client = match current.iter().find(|r| r.target == target) {
+                Some(r) => r.client.clone(),
+                None => {
+                    let channel = Endpoint::from_shared(target.clone())
+                        .map_err(|e| format!("executor endpoint {target:?}: {e}"))?
+                        .connect_timeout(Duration::from_millis(500))
+                        .timeout(self.call_timeout)
+                        .tcp_nodelay(true)
+                        .connect_lazy();
+                    ExecutorServiceClient::new(channel)
+                }
+            };
+            replicas.push(Replica { target, client });
+        }
+        tracing::info!(executors = ?replicas.iter().map(|r| &r.target).collect::<Vec<_>>(), "executor endpoints");
+        *self.replicas.write().await = Arc::new(replicas);
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Handoff for GrpcExecutors {
+    async fn hand_off(&self, keys: &[TaskKey]) -> usize {
+        let replicas = self.replicas.read().await.clone();
+        if replicas.is_empty() || keys.is_empty() {
+            return 0;
+        }
+        let start = self.next.fetch_add(1, Ordering::Relaxed);
+        let mut done = 0;
+        let mut backoff = Duration::from_millis(10);
+        for round in 0..self.rounds {
+            for i in 0..replicas.len() {
+                let replica = &replicas[(start + i) % replicas.len()];
+                let tasks = keys[done..]
+                    .iter()
+                    .map(|k| Task {
+                        timer_id: k.timer_id.get(),
+                        run_at_ms: k.run_at.as_millis(),
+                    })
+                    .collect();
+                match replica
+                    .client
+                    .clone()
+                    .execute(ExecuteRequest { tasks })
+                    .await
+                {
+                    Ok(answer) => {
+                        let accepted = answer.into_inner().accepted as usize;
+                        done += accepted.min(keys.len() - done);
+                        if done == keys.len() {
+                            return done;
+                        }
+                        metrics::counter!("chime_scheduler_handoff_refused_total", "reason" => "full")
+                            .increment(1);
+                    }
+                    Err(status) => {
+                        metrics::counter!("chime_scheduler_handoff_refused_total", "reason" => "error")
+                            .increment(1);
+                        tracing::debug!(executor = %replica.target, %status, "executor refused a batch");
+                    }
+                }
+            }
+            if round + 1 < self.rounds {
+                tokio::time::sleep(backoff).await;
+                backoff *= 4;
+            }
+        }
+        done
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn list(items: &[&str]) -> Vec<String> {
+        items.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn endpoints_are_urls_or_one_dns_name() {
+        assert_eq!(
+            Endpoints::parse(&list(&["http://a:1", "http://b:2"])),
+            Ok(Endpoints::Static(list(&["http://a:1", "http://b:2"])))
+        );
+        assert_eq!(
+            Endpoints::parse(&list(&["http://a:1"])),
+            Ok(Endpoints::Static(list(&["http://a:1"])))
+        );
+        assert_eq!(
+            Endpoints::parse(&list(&["chime-executor.chime.svc:50061"])),
+            Ok(Endpoints::Dns {
+                host: "chime-executor.chime.svc".into(),
+                port: 50061
+            })
+        );
+        assert_eq!(
+            Endpoints::parse(&list(&["dns:///exec:7"])),
+            Ok(Endpoints::Dns {
+                host: "exec".into(),
+                port: 7
+            })
+        );
+        assert!(Endpoints::parse(&[]).is_err());
+        assert!(Endpoints::parse(&list(&["exec"])).is_err());
+        assert!(Endpoints::parse(&list(&["exec:port"])).is_err());
+        assert!(Endpoints::parse(&list(&["a:1", "b:2"])).is_err());
+    }
+
+    #[tokio::test]
+    async fn a_dns_name_becomes_one_target_per_address() {
+        let fleet = GrpcExecutors::new(Endpoints::Dns {
+            host: "127.0.0.1".into(),
+            port: 50061,
+        })
+        .await;
+        assert_eq!(fleet.targets().await, vec!["http://127.0.0.1:50061"]);
+        let missing = GrpcExecutors::new(Endpoints::Dns {
+            host: "no-such-host.invalid".into(),
+            port: 1,
+        })
+        .await;
+        assert!(missing.targets().await.is_empty());
+        assert_eq!(missing.hand_off(&[]).await, 0);
+    }
+}

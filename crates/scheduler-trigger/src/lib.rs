@@ -1,0 +1,338 @@
+//! chime-scheduler (scheduler-trigger): fires each occurrence at its due millisecond.
+//!
+//! Every `tick` (1 s) a replica tries to lease each shard (minute × bucket) of the previous,
+//! the current and, close to a minute's end, the next minute. The holder of a shard renews
+//! its short lease while it works, reads the members due within the look-ahead, sleeps until
+//! each one's due instant, hands the due keys to executors in batches and removes what they
+//! accepted. A dead holder's lease lapses within `lease_ttl` and another replica resumes the
+//! shard. A shard missing from Redis (lost data) is read from the database instead.
+
+pub mod handoff;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use chime_domain::{BucketCount, Clock, ShardKey, TaskKey, Timestamp};
+use chime_storage::{HotIndex, LeaseToken, Leases, OccurrenceStore, StoreResult};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+pub use handoff::{Endpoints, GrpcExecutors, Handoff};
+
+#[derive(Debug, Clone, Copy)]
+pub struct SchedulerSettings {
+    pub buckets: BucketCount,
+    /// A shard lease's life without renewal: how soon a dead holder's shard moves on.
+    pub lease_ttl: Duration,
+    /// How far ahead of due members are read.
+    pub lookahead: Duration,
+    /// How often a held shard is re-read for members added meanwhile.
+    pub poll: Duration,
+    /// How often free shards are looked for.
+    pub tick: Duration,
+    /// Members read per poll.
+    pub read_limit: usize,
+    /// Keys per hand-off.
+    pub batch: usize,
+}
+
+impl SchedulerSettings {
+    pub fn new(buckets: BucketCount, lease_ttl: Duration, lookahead: Duration) -> Self {
+        Self {
+            buckets,
+            lease_ttl,
+            lookahead,
+            poll: Duration::from_millis(200),
+            tick: Duration::from_secs(1),
+            read_limit: 2_000,
+            batch: 500,
+        }
+    }
+}
+
+pub struct Scheduler {
+    index: Arc<dyn HotIndex>,
+    leases: Arc<dyn Leases>,
+    occurrences: Arc<dyn OccurrenceStore>,
+    handoff: Arc<dyn Handoff>,
+    clock: Arc<dyn Clock>,
+    settings: SchedulerSettings,
+    token: LeaseToken,
+}
+
+/// Where a held shard's members are read from.
+enum Source {
+    HotIndex,
+    /// Redis lost the shard: the database's claimable occurrences, minus those already
+    /// handed off.
+    Database {
+        sent: HashSet<TaskKey>,
+    },
+}
+
+fn lease_name(shard: ShardKey) -> String {
+    format!("shard:{shard}")
+}
+
+impl Scheduler {
+    pub fn new(
+        index: Arc<dyn HotIndex>,
+        leases: Arc<dyn Leases>,
+        occurrences: Arc<dyn OccurrenceStore>,
+        handoff: Arc<dyn Handoff>,
+        clock: Arc<dyn Clock>,
+        settings: SchedulerSettings,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            index,
+            leases,
+            occurrences,
+            handoff,
+            clock,
+            settings,
+            token: LeaseToken::random(),
+        })
+    }
+
+    /// The shards worth holding at `now`.
+    fn shards_at(&self, now: Timestamp) -> Vec<ShardKey> {
+        let mut minutes = vec![now.add_millis(-60_000), now];
+        let minute_end = (now.as_millis().div_euclid(60_000) + 1) * 60_000;
+        let ahead = now.saturating_add(self.settings.lookahead + self.settings.tick);
+        if ahead.as_millis() >= minute_end {
+            minutes.push(ahead);
+        }
+        minutes
+            .into_iter()
+            .flat_map(|m| {
+                self.settings
+                    .buckets
+                    .all()
+                    .map(move |b| ShardKey::new(m, b))
+            })
+            .collect()
+    }
+
+    /// Leases and works shards until `shutdown`; then stops its workers (each releases its
+    /// lease) within `grace`.
+    pub async fn run(self: Arc<Self>, shutdown: CancellationToken, grace: Duration) {
+        let workers_stop = shutdown.child_token();
+        let mut held: HashMap<ShardKey, JoinHandle<bool>> = HashMap::new();
+        let mut finished: HashSet<ShardKey> = HashSet::new();
+        let mut tick = tokio::time::interval(self.settings.tick);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => break,
+                _ = tick.tick() => {}
+            }
+            let ended: Vec<ShardKey> = held
+                .iter()
+                .filter(|(_, h)| h.is_finished())
+                .map(|(s, _)| *s)
+                .collect();
+            for shard in ended {
+                if let Some(h) = held.remove(&shard)
+                    && h.await.unwrap_or(false)
+                {
+                    finished.insert(shard);
+                }
+            }
+            let now = self.clock.now();
+            finished.retain(|s| s.minute_end().add_millis(60_000) > now);
+            for shard in self.shards_at(now) {
+                if held.contains_key(&shard) || finished.contains(&shard) {
+                    continue;
+                }
+                match self
+                    .leases
+                    .acquire(&lease_name(shard), &self.token, self.settings.lease_ttl)
+                    .await
+                {
+                    Ok(true) => {
+                        let this = self.clone();
+                        let stop = workers_stop.clone();
+                        held.insert(shard, tokio::spawn(this.work(shard, stop)));
+                    }
+                    Ok(false) => {}
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cannot lease shards");
+                        break;
+                    }
+                }
+            }
+            metrics::gauge!("chime_scheduler_shards_held").set(held.len() as f64);
+        }
+        workers_stop.cancel();
+        let all = futures::future::join_all(held.into_values());
+        if tokio::time::timeout(grace, all).await.is_err() {
+            tracing::warn!("shard workers did not stop within the grace period");
+        }
+        tracing::info!("scheduler stopped");
+    }
+
+    /// Works one leased shard. Returns `true` when the shard is finished (its minute is over
+    /// and nothing is left), `false` when it stopped for another reason.
+    async fn work(self: Arc<Self>, shard: ShardKey, stop: CancellationToken) -> bool {
+        let name = lease_name(shard);
+        let s = self.settings;
+        let renew_every = s.lease_ttl / 3;
+        let mut renew_at = self.clock.now().saturating_add(renew_every);
+        let mut source = Source::HotIndex;
+        tracing::debug!(%shard, "working shard");
+        let finished = loop {
+            if stop.is_cancelled() {
+                break false;
+            }
+            let now = self.clock.now();
+            if now >= renew_at {
+                match self.leases.renew(&name, &self.token, s.lease_ttl).await {
+                    Ok(true) => renew_at = now.saturating_add(renew_every),
+                    Ok(false) => {
+                        tracing::warn!(%shard, "shard lease lost");
+                        return false;
+                    }
+                    Err(e) => {
+                        tracing::warn!(%shard, error = %e, "cannot renew shard lease");
+                        break false;
+                    }
+                }
+            }
+            if now > shard.minute_end().add_millis(120_000) {
+                // Out of every replica's window: what is left is the sweeper's.
+                break true;
+            }
+            let due = match self
+                .read(shard, now.saturating_add(s.lookahead), &mut source)
+                .await
+            {
+                Ok(due) => due,
+                Err(e) => {
+                    tracing::warn!(%shard, error = %e, "cannot read shard");
+                    self.pause_until(now.saturating_add(s.poll), &stop).await;
+                    continue;
+                }
+            };
+            if due.is_empty() && now >= shard.minute_end() {
+                break true;
+            }
+            let poll_until = now.saturating_add(s.poll);
+            let full_read = due.len() >= s.read_limit;
+            let mut rest = &due[..];
+            while let Some(&(_, first_due)) = rest.first() {
+                if first_due > poll_until || !self.pause_until(first_due, &stop).await {
+                    break;
+                }
+                let now = self.clock.now();
+                let n = rest
+                    .iter()
+                    .take(s.batch)
+                    .take_while(|(_, d)| *d <= now)
+                    .count();
+                let keys: Vec<TaskKey> = rest[..n].iter().map(|(k, _)| *k).collect();
+                let accepted = self.handoff.hand_off(&keys).await;
+                for (_, d) in &rest[..accepted] {
+                    metrics::histogram!("chime_scheduler_handoff_lateness_seconds")
+                        .record((now.as_millis() - d.as_millis()) as f64 / 1000.0);
+                }
+                metrics::counter!("chime_scheduler_handed_off_total").increment(accepted as u64);
+                if let Err(e) = self.forget(shard, &keys[..accepted], &mut source).await {
+                    tracing::warn!(%shard, error = %e, "cannot remove handed-off members");
+                }
+                if accepted < n {
+                    // Never dropped: the rest stay in the shard and are offered again.
+                    metrics::counter!("chime_scheduler_handoff_deferred_total")
+                        .increment((n - accepted) as u64);
+                    tracing::warn!(%shard, refused = n - accepted, "executors refused keys; retrying");
+                    self.pause_until(self.clock.now().saturating_add(s.poll), &stop)
+                        .await;
+                    break;
+                }
+                rest = &rest[n..];
+            }
+            if !full_read || !rest.is_empty() {
+                self.pause_until(poll_until, &stop).await;
+            }
+        };
+        if let Err(e) = self.leases.release(&name, &self.token).await {
+            tracing::debug!(%shard, error = %e, "cannot release shard lease; it will lapse");
+        }
+        finished
+    }
+
+    /// Members due up to `up_to`, from the hot index or, when Redis lost the shard, from the
+    /// database.
+    async fn read(
+        &self,
+        shard: ShardKey,
+        up_to: Timestamp,
+        source: &mut Source,
+    ) -> StoreResult<Vec<(TaskKey, Timestamp)>> {
+        let limit = self.settings.read_limit;
+        if let Source::HotIndex = source {
+            let due = self.index.due(shard, up_to, limit).await?;
+            if !due.is_empty() || self.index.shard_exists(shard).await? {
+                return Ok(due);
+            }
+            metrics::counter!("chime_scheduler_shard_fallbacks_total").increment(1);
+            tracing::warn!(%shard, "shard missing from the hot index; reading the database");
+            *source = Source::Database {
+                sent: HashSet::new(),
+            };
+        }
+        if self.index.shard_exists(shard).await? {
+            // Re-populated (by the migrator): members already handed off must not go twice.
+            if let Source::Database { sent } = std::mem::replace(source, Source::HotIndex) {
+                let sent: Vec<TaskKey> = sent.into_iter().collect();
+                self.index.remove(shard, &sent).await?;
+            }
+            return self.index.due(shard, up_to, limit).await;
+        }
+        let Source::Database { sent } = source else {
+            return Ok(Vec::new());
+        };
+        let to = up_to.add_millis(1).min(shard.minute_end());
+        let rows = self
+            .occurrences
+            .due_in_bucket(
+                shard.bucket,
+                shard.minute_start(),
+                to,
+                (limit + sent.len()) as u32,
+            )
+            .await?;
+        Ok(rows
+            .into_iter()
+            .filter(|(k, _)| !sent.contains(k))
+            .take(limit)
+            .collect())
+    }
+
+    async fn forget(
+        &self,
+        shard: ShardKey,
+        keys: &[TaskKey],
+        source: &mut Source,
+    ) -> StoreResult<()> {
+        match source {
+            Source::HotIndex => self.index.remove(shard, keys).await,
+            Source::Database { sent } => {
+                sent.extend(keys.iter().copied());
+                Ok(())
+            }
+        }
+    }
+
+    /// Sleeps until `at` by the injected clock, to the millisecond. `false` if stopped first.
+    async fn pause_until(&self, at: Timestamp, stop: &CancellationToken) -> bool {
+        let wait = at.as_millis() - self.clock.now().as_millis();
+        if wait <= 0 {
+            return !stop.is_cancelled();
+        }
+        tokio::select! {
+            () = stop.cancelled() => false,
+            () = tokio::time::sleep(Duration::from_millis(wait.unsigned_abs())) => true,
+        }
+    }
+}

@@ -1,0 +1,70 @@
+//! `chime-scheduler`: the scheduler-trigger service.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use chime_domain::{Clock, SystemClock};
+use chime_runtime::CommonArgs;
+use chime_scheduler::{Endpoints, GrpcExecutors, Scheduler, SchedulerSettings};
+use clap::Parser;
+
+/// Chime scheduler-trigger: leases hot-index shards in CHIME_REDIS_URL and hands each due
+/// occurrence to the executors of CHIME_EXECUTOR_ENDPOINTS (comma-separated URLs, or one DNS
+/// name such as chime-executor:50061, re-resolved every few seconds) at its due millisecond.
+/// Shards Redis lost are read from CHIME_DATABASE_URL. On SIGTERM it stops leasing and
+/// releases its leases.
+#[derive(Parser)]
+#[command(name = "chime-scheduler", version)]
+struct Cli {
+    #[command(flatten)]
+    common: CommonArgs,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let Some(config) = cli.common.load_or_dump(&mut std::io::stdout())? else {
+        return Ok(());
+    };
+    chime_runtime::init_tracing(&config.log);
+    let endpoints =
+        Endpoints::parse(&config.scheduler.executor_endpoints).map_err(anyhow::Error::msg)?;
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let db = chime_runtime::open_database(&config, clock.clone()).await?;
+    let redis = chime_runtime::open_redis(&config)
+        .await
+        .context("connecting to Redis")?;
+    let shutdown = chime_runtime::shutdown_token();
+    let executors = GrpcExecutors::new(endpoints).await;
+    executors.keep_resolving(Duration::from_secs(5), shutdown.clone());
+    let scheduler = Scheduler::new(
+        Arc::new(redis.hot_index()),
+        Arc::new(redis.leases()),
+        db.occurrences.clone(),
+        executors,
+        clock,
+        SchedulerSettings::new(
+            config.buckets,
+            config.scheduler.lease_ttl.get(),
+            config.scheduler.lookahead.get(),
+        ),
+    );
+    let admin = chime_runtime::admin::bind_admin(config.admin_addr)
+        .await
+        .context("binding the admin address")?;
+    let _ = chime_runtime::prometheus();
+    tracing::info!("starting");
+    let (admin, ()) = tokio::join!(
+        chime_runtime::admin::serve_admin(
+            admin,
+            Arc::new(chime_runtime::DatabaseReadiness(db.clone())),
+            shutdown.clone(),
+        ),
+        scheduler.run(shutdown.clone(), config.shutdown_grace.get()),
+    );
+    redis.quit().await;
+    db.close().await;
+    admin?;
+    Ok(())
+}
