@@ -32,6 +32,10 @@ impl std::ops::AddAssign for Materialized {
     }
 }
 
+/// How far back an on-demand materialization reaches for fire times missed since the
+/// timer's change; within the schedulers' previous-minute pass.
+pub const CATCH_UP: Duration = Duration::from_secs(30);
+
 pub struct Materializer {
     timers: Arc<dyn TimerStore>,
     occurrences: Arc<dyn OccurrenceStore>,
@@ -82,7 +86,7 @@ impl Materializer {
                 total.timers += 1;
                 pending.extend(occurrences_of(timer, from, to));
                 if pending.len() >= self.batch {
-                    total += self.write(std::mem::take(&mut pending)).await?;
+                    total += self.write(std::mem::take(&mut pending), from).await?;
                 }
             }
             match listed.next_page_token {
@@ -90,8 +94,8 @@ impl Materializer {
                 None => break,
             }
         }
-        total += self.write(pending).await?;
         let (from, to) = self.window(horizon);
+        total += self.write(pending, from).await?;
         let mut shards = Vec::new();
         let mut shard = ShardKey::new(from, bucket);
         while shard.minute_start() < to {
@@ -102,16 +106,20 @@ impl Materializer {
         Ok(total)
     }
 
-    /// Materializes `[now, now + horizon)` for one timer (the gateway's `MigrateTimer`).
-    /// A disabled or deleted timer materializes nothing.
+    /// Materializes one timer (the gateway's `MigrateTimer`, right after a create, update
+    /// or enable) from the moment of that change, at most [`CATCH_UP`] ago, to
+    /// `now + horizon`: a fire time that fell between the change and this call is not lost,
+    /// and is indexed in a shard the schedulers still work. A disabled or deleted timer
+    /// materializes nothing.
     pub async fn timer(&self, id: TimerId, horizon: Duration) -> StoreResult<Materialized> {
         let timer = self.timers.get_timer(id).await?;
         if !timer.enabled {
             return Ok(Materialized::default());
         }
-        let (from, to) = self.window(horizon);
+        let (now, to) = self.window(horizon);
+        let from = timer.updated_at.max(now.saturating_sub(CATCH_UP)).min(now);
         let mut done = self
-            .write(occurrences_of(&timer, from, to).collect())
+            .write(occurrences_of(&timer, from, to).collect(), from)
             .await?;
         done.timers = 1;
         Ok(done)
@@ -123,17 +131,21 @@ impl Materializer {
     }
 
     /// Rows first, then the hot index: a member never points at a row that does not exist.
-    async fn write(&self, batch: Vec<NewOccurrence>) -> StoreResult<Materialized> {
+    /// Only members due at or after `index_from` are indexed: the periodic step indexes the
+    /// future only, since what is already due was handed off by an earlier pass (re-adding
+    /// it would hand it off again, to be refused by the claim).
+    async fn write(
+        &self,
+        batch: Vec<NewOccurrence>,
+        index_from: Timestamp,
+    ) -> StoreResult<Materialized> {
         let mut done = Materialized::default();
-        let now = self.clock.now();
         for chunk in batch.chunks(self.batch) {
             done.occurrences += chunk.len() as u64;
             done.written += self.occurrences.insert_occurrences(chunk).await?;
-            // Only future members: anything already due belongs to the scheduler's previous
-            // pass or the sweeper, and re-adding a dispatched member would dispatch it again.
             let entries: Vec<HotEntry> = chunk
                 .iter()
-                .filter(|o| o.key.run_at > now)
+                .filter(|o| o.key.run_at >= index_from)
                 .map(|o| HotEntry::new(o.key, o.key.run_at, o.bucket))
                 .collect();
             done.indexed += entries.len() as u64;

@@ -348,3 +348,35 @@ async fn migrate_timer_over_grpc() {
     stop.cancel();
     server.await.unwrap().unwrap();
 }
+
+#[tokio::test]
+async fn on_demand_catches_up_fire_times_since_the_change() {
+    let s = setup().await;
+    let t0 = s.clock.now();
+    let t = create(&s, "every-1s", every("1s"), true).await;
+    // The call arrives 5 s after the create: the ticks since are not lost. (The store
+    // stamps updated_at by the real clock, a little after t0.)
+    s.clock.advance(Duration::from_secs(5));
+    let done = s.m.timer(t.id, HORIZON).await.unwrap();
+    let tick = |n: i64| TaskKey::new(t.id, t0.add_millis(n * 1_000));
+    assert!(
+        s.db.store.get_occurrence(tick(2)).await.unwrap().is_some(),
+        "a tick before the call is materialized"
+    );
+    let since = t.updated_at.as_millis() - t0.as_millis();
+    let first = ((since + 999) / 1_000).max(1);
+    // Ticks `first` … 64 (the horizon ends at t0 + 65 s, exclusive).
+    assert_eq!(done.written, (65 - first) as u64);
+    assert_eq!(
+        done.indexed, done.written,
+        "indexed too, in shards the schedulers still work"
+    );
+    // A timer changed long ago catches up at most CATCH_UP.
+    s.clock.advance(Duration::from_secs(120));
+    let late = s.m.timer(t.id, HORIZON).await.unwrap();
+    assert_eq!(
+        late.occurrences,
+        30 + 60,
+        "30 s of catch-up and the 60 s horizon"
+    );
+}
