@@ -8,13 +8,6 @@ use std::time::{Duration, Instant};
 
 use chime_storage::testkit;
 
-/// The test database URL, confined to one schema.
-fn url_for(schema: &str) -> String {
-    let base = testkit::database_url();
-    let sep = if base.contains('?') { '&' } else { '?' };
-    format!("{base}{sep}options=-c%20search_path%3D{schema}")
-}
-
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -26,7 +19,7 @@ fn free_port() -> u16 {
 #[tokio::test]
 async fn refuses_an_old_schema_then_serves_and_stops_on_sigterm() {
     let db = testkit::pg_unmigrated().await;
-    let url = url_for(db.schema());
+    let url = db.url();
     let gateway = env!("CARGO_BIN_EXE_chime-gateway");
     let (http, grpc) = (free_port(), free_port());
     let run = || {

@@ -70,6 +70,13 @@ impl PgFixture {
     pub fn schema(&self) -> &str {
         &self.schema
     }
+
+    /// A database URL confined to the fixture's schema, for processes under test.
+    pub fn url(&self) -> String {
+        let base = database_url();
+        let sep = if base.contains('?') { '&' } else { '?' };
+        format!("{base}{sep}options=-c%20search_path%3D{}", self.schema)
+    }
 }
 
 /// A migrated store in a fresh schema.
