@@ -44,9 +44,13 @@ async fn main() -> anyhow::Result<()> {
     let grpc = TcpListener::bind(config.executor.addr)
         .await
         .with_context(|| format!("binding gRPC to {}", config.executor.addr))?;
-    let admin = chime_runtime::admin::bind_admin(config.admin_addr)
-        .await
-        .context("binding the admin address")?;
+    let admin = chime_runtime::admin::bind_admin(Some(
+        config
+            .admin_addr
+            .unwrap_or(std::net::SocketAddr::from(([0, 0, 0, 0], 9061))),
+    ))
+    .await
+    .context("binding the admin address")?;
     tracing::info!(grpc = %config.executor.addr, max_in_flight = config.executor.max_in_flight, "starting");
     let served = chime_executor::grpc::serve(
         executor,

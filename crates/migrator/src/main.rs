@@ -68,9 +68,13 @@ async fn run(config: chime_runtime::Config) -> anyhow::Result<()> {
     let grpc = TcpListener::bind(config.migrator.addr)
         .await
         .with_context(|| format!("binding gRPC to {}", config.migrator.addr))?;
-    let admin = chime_runtime::admin::bind_admin(config.admin_addr)
-        .await
-        .context("binding the admin address")?;
+    let admin = chime_runtime::admin::bind_admin(Some(
+        config
+            .admin_addr
+            .unwrap_or(std::net::SocketAddr::from(([0, 0, 0, 0], 9071))),
+    ))
+    .await
+    .context("binding the admin address")?;
     tracing::info!(grpc = %config.migrator.addr, step = ?settings.step, "starting");
     let readiness = Arc::new(chime_runtime::DatabaseReadiness(db.clone()));
     let served = chime_migrator::grpc::serve(

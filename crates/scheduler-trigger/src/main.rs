@@ -50,9 +50,13 @@ async fn main() -> anyhow::Result<()> {
             config.scheduler.lookahead.get(),
         ),
     );
-    let admin = chime_runtime::admin::bind_admin(config.admin_addr)
-        .await
-        .context("binding the admin address")?;
+    let admin = chime_runtime::admin::bind_admin(Some(
+        config
+            .admin_addr
+            .unwrap_or(std::net::SocketAddr::from(([0, 0, 0, 0], 9081))),
+    ))
+    .await
+    .context("binding the admin address")?;
     let _ = chime_runtime::prometheus();
     tracing::info!("starting");
     let (admin, ()) = tokio::join!(
