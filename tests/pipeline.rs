@@ -212,7 +212,7 @@ async fn timers_fire_once_on_time_across_processes() {
     let redis = testkit::redis().await;
     let sink = Sink::start().await.unwrap();
     let mut cluster = start_cluster(&db, redis.backend.prefix()).await;
-    let client = reqwest::Client::new();
+    let client = chime_runtime::http_client().build().unwrap();
     let rest = cluster.rest.clone();
     let callback = json!({ "url": sink.url("/hook"), "method": "POST",
                            "headers": { "X-Test": "e2e" }, "body": "{}" });

@@ -94,7 +94,7 @@ impl Service {
 
     /// Waits until `GET {url}` answers 200, failing fast if the process exits.
     pub async fn wait_ready(&mut self, url: &str) {
-        let client = reqwest::Client::new();
+        let client = chime_runtime::http_client().build().unwrap();
         let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
         loop {
             if client

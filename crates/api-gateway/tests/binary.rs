@@ -44,7 +44,7 @@ async fn refuses_an_old_schema_then_serves_and_stops_on_sigterm() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let client = reqwest::Client::new();
+    let client = chime_runtime::http_client().build().unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let ready = client

@@ -51,7 +51,7 @@ fn percentile(sorted: &[Duration], p: f64) -> f64 {
 }
 
 async fn one_run(args: &Args, run: usize) -> anyhow::Result<RunReport> {
-    let client = reqwest::Client::builder()
+    let client = chime_runtime::http_client()
         .pool_max_idle_per_host(args.concurrency)
         .build()?;
     let next = Arc::new(AtomicUsize::new(0));

@@ -31,9 +31,7 @@ pub struct CallbackClient {
 
 impl CallbackClient {
     pub fn new(settings: CallbackSettings) -> Result<Self, String> {
-        // One process-wide TLS provider; a second install (tests, `chime dev`) is harmless.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let http = reqwest::Client::builder()
+        let http = chime_runtime::http_client()
             .user_agent(concat!("chime-executor/", env!("CARGO_PKG_VERSION")))
             .pool_max_idle_per_host(settings.idle_per_host)
             .pool_idle_timeout(Duration::from_secs(60))

@@ -209,10 +209,16 @@ async fn non_2xx_and_unreachable_callbacks_are_recorded_failures() {
     };
     let e500 = timer(&s, "e500", s.sink.url("/status/503"), &[]).await;
     let down = timer(&s, "down", format!("http://{refused}/"), &[]).await;
+    // https to a plain-HTTP server: the TLS handshake fails, and that is an outcome too.
+    let tls = timer(&s, "tls", format!("https://{}/", s.sink.addr()), &[]).await;
     let k500 = due_now(&s, &e500, 0).await;
     let kdown = due_now(&s, &down, 0).await;
+    let ktls = due_now(&s, &tls, 0).await;
     let exec = executor(&s, 16);
-    exec.offer(&[k500, kdown]).unwrap();
+    exec.offer(&[k500, kdown, ktls]).unwrap();
+    let rtls = finished(&s, ktls).await;
+    assert_eq!(rtls.status, OccurrenceStatus::Failed);
+    assert!(rtls.error.is_some());
     let r500 = finished(&s, k500).await;
     assert_eq!(r500.status, OccurrenceStatus::Failed);
     assert_eq!(r500.http_status, Some(503));

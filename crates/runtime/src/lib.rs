@@ -63,3 +63,12 @@ impl admin::Readiness for DatabaseReadiness {
         self.0.ping().await.map_err(|e| e.to_string())
     }
 }
+
+/// A reqwest client builder with TLS ready: installs rustls' ring provider for the process
+/// first (reqwest is built without a default provider). Every HTTP client in Chime, tests
+/// included, starts here.
+pub fn http_client() -> reqwest::ClientBuilder {
+    // A second install (another client, another test) is refused harmlessly.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::builder()
+}

@@ -68,6 +68,9 @@ enum Source {
     /// handed off.
     Database {
         sent: HashSet<TaskKey>,
+        /// Whether finding work there was reported (once per shard: a missing shard with
+        /// nothing due, as before the migrator's first step, is not news).
+        warned: bool,
     },
 }
 
@@ -276,20 +279,21 @@ impl Scheduler {
                 return Ok(due);
             }
             metrics::counter!("chime_scheduler_shard_fallbacks_total").increment(1);
-            tracing::warn!(%shard, "shard missing from the hot index; reading the database");
+            tracing::debug!(%shard, "shard missing from the hot index; reading the database");
             *source = Source::Database {
                 sent: HashSet::new(),
+                warned: false,
             };
         }
         if self.index.shard_exists(shard).await? {
             // Re-populated (by the migrator): members already handed off must not go twice.
-            if let Source::Database { sent } = std::mem::replace(source, Source::HotIndex) {
+            if let Source::Database { sent, .. } = std::mem::replace(source, Source::HotIndex) {
                 let sent: Vec<TaskKey> = sent.into_iter().collect();
                 self.index.remove(shard, &sent).await?;
             }
             return self.index.due(shard, up_to, limit).await;
         }
-        let Source::Database { sent } = source else {
+        let Source::Database { sent, warned } = source else {
             return Ok(Vec::new());
         };
         let to = up_to.add_millis(1).min(shard.minute_end());
@@ -302,11 +306,16 @@ impl Scheduler {
                 (limit + sent.len()) as u32,
             )
             .await?;
-        Ok(rows
+        let rows: Vec<_> = rows
             .into_iter()
             .filter(|(k, _)| !sent.contains(k))
             .take(limit)
-            .collect())
+            .collect();
+        if !rows.is_empty() && !*warned {
+            *warned = true;
+            tracing::warn!(%shard, "shard missing from the hot index (Redis lost it?); handing off from the database");
+        }
+        Ok(rows)
     }
 
     async fn forget(
@@ -317,7 +326,7 @@ impl Scheduler {
     ) -> StoreResult<()> {
         match source {
             Source::HotIndex => self.index.remove(shard, keys).await,
-            Source::Database { sent } => {
+            Source::Database { sent, .. } => {
                 sent.extend(keys.iter().copied());
                 Ok(())
             }

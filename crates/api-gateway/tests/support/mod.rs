@@ -105,7 +105,7 @@ async fn start_with(
         http: format!("http://{http_addr}"),
         grpc: format!("http://{grpc_addr}"),
         migrated,
-        client: reqwest::Client::new(),
+        client: chime_runtime::http_client().build().unwrap(),
         db,
         shutdown,
     }
