@@ -9,7 +9,6 @@ use chime_api_gateway::{TimerApi, TimerService};
 use chime_domain::{Clock, SystemClock};
 use chime_runtime::CommonArgs;
 use clap::Parser;
-use tokio::net::TcpListener;
 
 /// Chime API gateway: serves the timer API over REST (CHIME_HTTP_ADDR, default :8080) and
 /// gRPC (CHIME_GRPC_ADDR, default :50051) against CHIME_DATABASE_URL. Run
@@ -24,10 +23,9 @@ struct Cli {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    let Some(config) = cli.common.load_or_dump(&mut std::io::stdout())? else {
+    let Some(config) = cli.common.start()? else {
         return Ok(());
     };
-    chime_runtime::init_tracing(&config.log);
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let db = chime_runtime::open_database(&config, clock.clone()).await?;
     let migrator: Arc<dyn MigrateNotifier> = match &config.gateway.migrator_endpoint {
@@ -47,12 +45,8 @@ async fn main() -> anyhow::Result<()> {
         migrator,
         clock,
     ));
-    let http = TcpListener::bind(config.gateway.http_addr)
-        .await
-        .with_context(|| format!("binding REST to {}", config.gateway.http_addr))?;
-    let grpc = TcpListener::bind(config.gateway.grpc_addr)
-        .await
-        .with_context(|| format!("binding gRPC to {}", config.gateway.grpc_addr))?;
+    let http = chime_runtime::bind(config.gateway.http_addr, "REST").await?;
+    let grpc = chime_runtime::bind(config.gateway.grpc_addr, "gRPC").await?;
     let admin = chime_runtime::admin::bind_admin(config.admin_addr)
         .await
         .context("binding the admin address")?;

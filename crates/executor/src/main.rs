@@ -7,7 +7,6 @@ use chime_domain::{Clock, SystemClock};
 use chime_executor::{CallbackClient, CallbackSettings, Executor, ExecutorSettings};
 use chime_runtime::CommonArgs;
 use clap::Parser;
-use tokio::net::TcpListener;
 
 /// Chime executor: accepts due occurrences over gRPC (CHIME_EXECUTOR_ADDR, default :50061),
 /// claims each in CHIME_DATABASE_URL, performs its HTTP callback and records the outcome. At
@@ -24,10 +23,9 @@ struct Cli {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    let Some(config) = cli.common.load_or_dump(&mut std::io::stdout())? else {
+    let Some(config) = cli.common.start()? else {
         return Ok(());
     };
-    chime_runtime::init_tracing(&config.log);
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let db = chime_runtime::open_database(&config, clock.clone()).await?;
     let callbacks = CallbackClient::new(CallbackSettings::default()).map_err(anyhow::Error::msg)?;
@@ -41,9 +39,7 @@ async fn main() -> anyhow::Result<()> {
             ..Default::default()
         },
     );
-    let grpc = TcpListener::bind(config.executor.addr)
-        .await
-        .with_context(|| format!("binding gRPC to {}", config.executor.addr))?;
+    let grpc = chime_runtime::bind(config.executor.addr, "gRPC").await?;
     let admin = chime_runtime::admin::bind_admin(Some(
         config
             .admin_addr

@@ -8,7 +8,6 @@ use chime_domain::{Clock, SystemClock};
 use chime_migrator::{Materializer, Migrator, StepSettings};
 use chime_runtime::CommonArgs;
 use clap::{Parser, Subcommand};
-use tokio::net::TcpListener;
 
 /// Chime migrator. Without a subcommand: materializes occurrences for the next two steps
 /// (CHIME_MIGRATOR__STEP, default 1h) into CHIME_DATABASE_URL and the Redis hot index
@@ -32,10 +31,9 @@ enum Command {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    let Some(config) = cli.common.load_or_dump(&mut std::io::stdout())? else {
+    let Some(config) = cli.common.start()? else {
         return Ok(());
     };
-    chime_runtime::init_tracing(&config.log);
     match cli.command {
         Some(Command::Migrate) => {
             chime_migrator::migrate(config.database_url()?, config.buckets).await?;
@@ -65,9 +63,7 @@ async fn run(config: chime_runtime::Config) -> anyhow::Result<()> {
         clock,
         settings,
     ));
-    let grpc = TcpListener::bind(config.migrator.addr)
-        .await
-        .with_context(|| format!("binding gRPC to {}", config.migrator.addr))?;
+    let grpc = chime_runtime::bind(config.migrator.addr, "gRPC").await?;
     let admin = chime_runtime::admin::bind_admin(Some(
         config
             .admin_addr

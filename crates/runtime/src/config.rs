@@ -387,6 +387,16 @@ impl CommonArgs {
         Config::load(self.config.as_deref())
     }
 
+    /// What every binary does first: loads the config (printing it and returning `None`
+    /// with `--dump-config`) and sets up tracing from it.
+    pub fn start(&self) -> Result<Option<Config>, ConfigError> {
+        let config = self.load_or_dump(&mut std::io::stdout())?;
+        if let Some(c) = &config {
+            crate::init_tracing(&c.log);
+        }
+        Ok(config)
+    }
+
     /// Loads the config; with `--dump-config`, writes it to `out` and returns `None` (the
     /// binary then exits without starting).
     pub fn load_or_dump(

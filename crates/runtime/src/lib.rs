@@ -72,3 +72,13 @@ pub fn http_client() -> reqwest::ClientBuilder {
     let _ = rustls::crypto::ring::default_provider().install_default();
     reqwest::Client::builder()
 }
+
+/// Binds a listener, naming what it is for in the error.
+pub async fn bind(
+    addr: std::net::SocketAddr,
+    what: &str,
+) -> std::io::Result<tokio::net::TcpListener> {
+    tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| std::io::Error::new(e.kind(), format!("binding {what} to {addr}: {e}")))
+}

@@ -24,10 +24,9 @@ struct Cli {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    let Some(config) = cli.common.load_or_dump(&mut std::io::stdout())? else {
+    let Some(config) = cli.common.start()? else {
         return Ok(());
     };
-    chime_runtime::init_tracing(&config.log);
     let endpoints =
         Endpoints::parse(&config.scheduler.executor_endpoints).map_err(anyhow::Error::msg)?;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);

@@ -129,6 +129,28 @@ async fn wait_for_all(s: &Setup, n: usize) {
     }
 }
 
+/// Runs `replicas` schedulers until every key was handed off, plus `linger` (to catch a
+/// second hand-off), stops them, and checks each key went exactly once, on time.
+async fn run_until_handed_off(
+    s: &Setup,
+    replicas: usize,
+    keys: &[(TaskKey, Bucket)],
+    linger: Duration,
+) {
+    let runs: Vec<_> = (0..replicas).map(|_| start(scheduler(s))).collect();
+    wait_for_all(s, keys.len()).await;
+    if !linger.is_zero() {
+        tokio::time::timeout(linger, std::future::pending::<()>())
+            .await
+            .unwrap_err();
+    }
+    for (stop, run) in runs {
+        stop.cancel();
+        run.await.unwrap();
+    }
+    assert_once_on_time(&s.recorder.got(), keys);
+}
+
 /// Each key exactly once, never before its due instant.
 fn assert_once_on_time(got: &[(TaskKey, Timestamp)], keys: &[(TaskKey, Bucket)]) {
     let mut count: HashMap<TaskKey, usize> = HashMap::new();
@@ -151,11 +173,7 @@ async fn hands_each_member_off_at_its_due_instant_once_and_removes_it() {
     let s = setup().await;
     let keys = keys(40, 300);
     index(&s, &keys).await;
-    let (stop, run) = start(scheduler(&s));
-    wait_for_all(&s, keys.len()).await;
-    stop.cancel();
-    run.await.unwrap();
-    assert_once_on_time(&s.recorder.got(), &keys);
+    run_until_handed_off(&s, 1, &keys, Duration::ZERO).await;
     let far = SystemClock.now().add_millis(600_000);
     for (k, b) in &keys {
         let left = s
@@ -173,14 +191,7 @@ async fn replicas_share_shards_without_handing_off_twice() {
     let s = setup().await;
     let keys = keys(60, 300);
     index(&s, &keys).await;
-    let (stop_a, run_a) = start(scheduler(&s));
-    let (stop_b, run_b) = start(scheduler(&s));
-    wait_for_all(&s, keys.len()).await;
-    stop_a.cancel();
-    stop_b.cancel();
-    run_a.await.unwrap();
-    run_b.await.unwrap();
-    assert_once_on_time(&s.recorder.got(), &keys);
+    run_until_handed_off(&s, 2, &keys, Duration::ZERO).await;
 }
 
 #[tokio::test]
@@ -189,11 +200,7 @@ async fn refused_keys_stay_and_are_offered_again() {
     s.recorder.refuse.store(3, Ordering::SeqCst);
     let keys = keys(10, 200);
     index(&s, &keys).await;
-    let (stop, run) = start(scheduler(&s));
-    wait_for_all(&s, keys.len()).await;
-    stop.cancel();
-    run.await.unwrap();
-    assert_once_on_time(&s.recorder.got(), &keys);
+    run_until_handed_off(&s, 1, &keys, Duration::ZERO).await;
 }
 
 #[tokio::test]
@@ -211,12 +218,7 @@ async fn a_dead_holders_shard_is_resumed_when_its_lease_lapses() {
             .await
             .unwrap();
     }
-    let (stop, run) = start(scheduler(&s));
-    wait_for_all(&s, keys.len()).await;
-    stop.cancel();
-    run.await.unwrap();
-    let got = s.recorder.got();
-    assert_once_on_time(&got, &keys);
+    run_until_handed_off(&s, 1, &keys, Duration::ZERO).await;
 }
 
 #[tokio::test]
@@ -233,15 +235,8 @@ async fn a_shard_redis_lost_is_read_from_the_database() {
         })
         .collect();
     s.db.store.insert_occurrences(&rows).await.unwrap();
-    let (stop, run) = start(scheduler(&s));
-    wait_for_all(&s, keys.len()).await;
-    // Still pending in the database (no executor claimed them), yet handed off only once.
-    tokio::time::timeout(Duration::from_millis(500), std::future::pending::<()>())
-        .await
-        .unwrap_err();
-    stop.cancel();
-    run.await.unwrap();
-    assert_once_on_time(&s.recorder.got(), &keys);
+    // They stay pending in the database (no executor claims them), yet go only once.
+    run_until_handed_off(&s, 1, &keys, Duration::from_millis(500)).await;
 }
 
 #[tokio::test]
