@@ -86,6 +86,8 @@ pub struct ListTimers {
 pub struct ListRuns {
     pub timer_id: TimerId,
     pub status: Option<String>,
+    /// Also list occurrences not due yet (materialized ahead); by default only the history.
+    pub upcoming: bool,
     pub page_size: Option<u32>,
     pub page_token: Option<String>,
 }

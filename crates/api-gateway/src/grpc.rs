@@ -363,6 +363,7 @@ impl GrpcTimerService for GrpcApi {
             .list_runs(ListRuns {
                 timer_id: id(r.timer_id)?,
                 status: non_empty(r.status),
+                upcoming: r.upcoming,
                 page_size: (r.page_size != 0).then_some(r.page_size),
                 page_token: non_empty(r.page_token),
             })

@@ -36,7 +36,16 @@ pub fn admin_routes(api: Arc<dyn TimerApi>) -> Router {
 
 /// The full HTTP app: REST API, OpenAPI, docs, health and metrics.
 pub fn http_app(api: Arc<dyn TimerApi>) -> Router {
-    rest::with_fallbacks(rest::router(api.clone()).merge(admin_routes(api)))
+    http_app_with(api, Router::new())
+}
+
+/// The HTTP app plus `extra` routes (`chime dev` adds its echo endpoint).
+pub fn http_app_with(api: Arc<dyn TimerApi>, extra: Router) -> Router {
+    rest::with_fallbacks(
+        rest::router(api.clone())
+            .merge(admin_routes(api))
+            .merge(extra),
+    )
 }
 
 /// Serves REST on `http`, gRPC on `grpc` (and health/metrics on `admin` when given) until
@@ -46,6 +55,18 @@ pub async fn serve(
     http: TcpListener,
     grpc: TcpListener,
     admin: Option<TcpListener>,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    serve_with(api, http, grpc, admin, Router::new(), shutdown).await
+}
+
+/// [`serve`] with `extra` routes on the REST listener.
+pub async fn serve_with(
+    api: Arc<dyn TimerApi>,
+    http: TcpListener,
+    grpc: TcpListener,
+    admin: Option<TcpListener>,
+    extra: Router,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     // Install the recorder before any request counts something.
@@ -66,7 +87,7 @@ pub async fn serve(
             tonic::transport::server::TcpIncoming::from(grpc),
             shutdown.clone().cancelled_owned(),
         );
-    let http_server = axum::serve(http, http_app(api.clone()))
+    let http_server = axum::serve(http, http_app_with(api.clone(), extra))
         .with_graceful_shutdown(shutdown.clone().cancelled_owned());
     let admin_server =
         chime_runtime::admin::serve_admin(admin, Arc::new(ApiReadiness(api)), shutdown.clone());

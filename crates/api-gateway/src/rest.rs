@@ -416,6 +416,9 @@ pub struct ListTimersParams {
 pub struct ListRunsParams {
     /// pending, running, succeeded, retrying, failed, dead or skipped.
     pub status: Option<String>,
+    /// Also list occurrences materialized ahead and not due yet (default: only those due
+    /// by now).
+    pub upcoming: Option<bool>,
     /// 1 to 1000; default 100.
     pub page_size: Option<u32>,
     pub page_token: Option<String>,
@@ -688,6 +691,7 @@ async fn list_runs(
         .list_runs(ListRuns {
             timer_id: timer_id(&id)?,
             status: q.status,
+            upcoming: q.upcoming.unwrap_or(false),
             page_size: q.page_size,
             page_token: q.page_token,
         })

@@ -242,6 +242,7 @@ impl TimerApi for TimerService {
                 .filter(|s| !s.is_empty())
                 .map(|s| s.parse::<OccurrenceStatus>())
                 .transpose()?,
+            due_by: (!query.upcoming).then(|| self.clock.now()),
         };
         let page = PageRequest {
             size: PageSize::new(query.page_size)?,

@@ -2,6 +2,7 @@
 
 mod support;
 
+use chime_storage::OccurrenceStore;
 use reqwest::Method;
 use serde_json::{Value, json};
 use support::{assert_problem, read, timer_json};
@@ -301,6 +302,35 @@ async fn enable_disable_trigger_and_runs() {
     assert_eq!(runs["runs"][0]["task_key"], key.as_str());
     assert_eq!(runs["runs"][0]["status"], "pending");
     assert_eq!(runs["runs"][0]["timer_version"], 3);
+    // What the migrator wrote ahead is listed only on request.
+    let ahead = chime_domain::TaskKey::new(
+        chime_domain::TimerId::new(id).unwrap(),
+        chime_domain::Timestamp::from_millis(
+            key.split(':').nth(1).unwrap().parse::<i64>().unwrap() + 3_600_000,
+        ),
+    );
+    gw.db
+        .store
+        .insert_occurrences(&[chime_domain::NewOccurrence {
+            key: ahead,
+            timer_version: 3,
+            bucket: chime_domain::Bucket::of(ahead.timer_id, Default::default()),
+        }])
+        .await
+        .unwrap();
+    let (_, _, history) = gw
+        .send(Method::GET, &format!("/v1/timers/{id}/runs"), None)
+        .await;
+    assert_eq!(history["runs"].as_array().unwrap().len(), 1);
+    let (_, _, all) = gw
+        .send(
+            Method::GET,
+            &format!("/v1/timers/{id}/runs?upcoming=true"),
+            None,
+        )
+        .await;
+    assert_eq!(all["runs"].as_array().unwrap().len(), 2);
+    assert_eq!(all["runs"][0]["task_key"], ahead.to_string().as_str());
     let (_, _, none) = gw
         .send(
             Method::GET,

@@ -169,6 +169,7 @@ async fn a_step_materializes_the_horizon_once() {
                 &RunFilter {
                     timer_id: ticking.id,
                     status: None,
+                    due_by: None,
                 },
                 &PageRequest::default(),
             )
@@ -327,6 +328,7 @@ async fn migrate_timer_over_grpc() {
                 &RunFilter {
                     timer_id: t.id,
                     status: None,
+                    due_by: None,
                 },
                 &PageRequest::default(),
             )

@@ -739,6 +739,7 @@ pub mod occurrence_store {
         let filter = RunFilter {
             timer_id: id(11),
             status: None,
+            due_by: None,
         };
         let mut seen = Vec::new();
         let mut token = None;
@@ -752,9 +753,26 @@ pub mod occurrence_store {
         }
         assert_eq!(seen, vec![4000, 3000, 2000, 1000, 0]);
 
+        let history = RunFilter {
+            due_by: Some(Timestamp::from_millis(T0 + 2_000)),
+            ..filter.clone()
+        };
+        let mut seen = Vec::new();
+        let mut token = None;
+        loop {
+            let p = store.list_runs(&history, &page(2, token)).await.unwrap();
+            seen.extend(p.items.iter().map(|o| o.key.run_at.as_millis() - T0));
+            match p.next_page_token {
+                Some(t) => token = Some(t.as_str().to_owned()),
+                None => break,
+            }
+        }
+        assert_eq!(seen, vec![2000, 1000, 0], "due_by is inclusive");
+
         let succeeded = RunFilter {
             timer_id: id(11),
             status: Some(OccurrenceStatus::Succeeded),
+            due_by: None,
         };
         let p = store.list_runs(&succeeded, &page(10, None)).await.unwrap();
         assert_eq!(p.items.len(), 1);

@@ -79,6 +79,20 @@ impl TimerFilter {
 pub struct RunFilter {
     pub timer_id: TimerId,
     pub status: Option<OccurrenceStatus>,
+    /// Only occurrences due at or before this instant (the history, without what is
+    /// materialized ahead); `None` for all.
+    pub due_by: Option<Timestamp>,
+}
+
+impl RunFilter {
+    /// The newest `run_at` to list, exclusive: the page token's cursor, else `due_by`.
+    fn before(&self, cursor: Option<(i64, i64)>) -> i64 {
+        cursor.map_or(
+            self.due_by
+                .map_or(i64::MAX, |t| t.as_millis().saturating_add(1)),
+            |(run_at, _)| run_at,
+        )
+    }
 }
 
 impl RunFilter {

@@ -504,7 +504,7 @@ impl OccurrenceStore for PgStore {
         page: &PageRequest,
     ) -> StoreResult<Page<Occurrence>> {
         let scope = filter.scope();
-        let before = decode_page_token(page, &scope)?.map_or(i64::MAX, |(run_at, _)| run_at);
+        let before = filter.before(decode_page_token(page, &scope)?);
         let rows = sqlx::query(concat!(
             "SELECT ",
             occurrence_cols!(),

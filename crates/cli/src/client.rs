@@ -1,0 +1,474 @@
+//! `chime timers …`: the timer API over gRPC, for people and scripts.
+
+use chime_domain::Timestamp;
+use chime_proto::v1 as pb;
+use chime_proto::v1::timer_service_client::TimerServiceClient;
+use clap::{Args, Subcommand, ValueEnum};
+use serde_json::json;
+use tonic::transport::Channel;
+
+use crate::output::{self, Output};
+
+#[derive(Debug, Subcommand)]
+pub enum TimersCommand {
+    /// Create a timer. Give exactly one schedule: --cron, --every, --at or --after.
+    ///
+    /// Example: chime timers create --app demo --name hello --every 2s
+    ///            --url http://127.0.0.1:8080/v1/echo
+    Create(CreateArgs),
+    /// Show one timer, with its next fire times.
+    Get { id: i64 },
+    /// List timers, in id order.
+    List(ListArgs),
+    /// Change a timer. Only the flags given change; the rest is kept. The change is refused
+    /// if the timer changed since it was read (or since --expected-version).
+    Update(UpdateArgs),
+    /// Delete a timer: it stops firing; its runs stay listed.
+    Delete { id: i64 },
+    /// Resume firing.
+    Enable { id: i64 },
+    /// Stop firing (occurrences already due are skipped).
+    Disable { id: i64 },
+    /// Fire once now, outside the schedule.
+    Trigger { id: i64 },
+    /// A timer's runs, newest first: status, attempt, lateness, HTTP status, error.
+    Runs(RunsArgs),
+}
+
+#[derive(Debug, Clone, Args, Default)]
+pub struct ScheduleArgs {
+    /// Cron expression; 6 fields means a leading seconds field ("*/5 * * * * *").
+    #[arg(long, group = "schedule")]
+    pub cron: Option<String>,
+    /// IANA time zone the cron expression is read in (default UTC).
+    #[arg(long, requires = "cron")]
+    pub time_zone: Option<String>,
+    /// Fixed interval: 30s, 5m, 1h30m.
+    #[arg(long, group = "schedule")]
+    pub every: Option<String>,
+    /// Once, at an RFC 3339 instant: 2026-11-22T10:00:00Z.
+    #[arg(long, group = "schedule")]
+    pub at: Option<String>,
+    /// Once, this long from now: 90s.
+    #[arg(long, group = "schedule")]
+    pub after: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum Misfire {
+    FireOnce,
+    FireAll,
+    Skip,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum Delivery {
+    AtLeastOnce,
+    AtMostOnce,
+}
+
+#[derive(Debug, Clone, Args, Default)]
+pub struct SpecArgs {
+    /// Fire no earlier than this RFC 3339 instant.
+    #[arg(long)]
+    pub start_at: Option<String>,
+    /// Fire no later than this RFC 3339 instant.
+    #[arg(long)]
+    pub end_at: Option<String>,
+    /// HTTP method of the callback (default POST).
+    #[arg(long)]
+    pub method: Option<String>,
+    /// Callback header, repeatable: --header X-Job=invoice.
+    #[arg(long = "header", value_name = "NAME=VALUE", value_parser = header)]
+    pub headers: Vec<(String, String)>,
+    /// Callback request body.
+    #[arg(long)]
+    pub body: Option<String>,
+    /// Callback timeout (default 5s).
+    #[arg(long)]
+    pub timeout: Option<String>,
+    /// Attempts per occurrence, the first included.
+    #[arg(long)]
+    pub max_attempts: Option<u32>,
+    #[arg(long)]
+    pub initial_backoff: Option<String>,
+    #[arg(long)]
+    pub max_backoff: Option<String>,
+    /// What to do with occurrences missed while Chime could not fire them.
+    #[arg(long, value_enum)]
+    pub misfire: Option<Misfire>,
+    #[arg(long, value_enum)]
+    pub delivery: Option<Delivery>,
+}
+
+#[derive(Debug, Args)]
+pub struct CreateArgs {
+    /// Namespace (tenant) the timer belongs to.
+    #[arg(long)]
+    pub app: String,
+    /// Unique within the app.
+    #[arg(long)]
+    pub name: String,
+    #[command(flatten)]
+    pub schedule: ScheduleArgs,
+    /// URL Chime calls at every occurrence.
+    #[arg(long)]
+    pub url: String,
+    #[command(flatten)]
+    pub spec: SpecArgs,
+    /// Create it disabled.
+    #[arg(long)]
+    pub disabled: bool,
+    /// Makes retrying the command safe: the same id returns the timer created first.
+    #[arg(long)]
+    pub request_id: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct UpdateArgs {
+    pub id: i64,
+    #[arg(long)]
+    pub name: Option<String>,
+    #[command(flatten)]
+    pub schedule: ScheduleArgs,
+    #[arg(long)]
+    pub url: Option<String>,
+    #[command(flatten)]
+    pub spec: SpecArgs,
+    /// Refuse the change unless the timer is at this version.
+    #[arg(long)]
+    pub expected_version: Option<i64>,
+}
+
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    #[arg(long)]
+    pub app: Option<String>,
+    /// Only enabled (true) or disabled (false) timers.
+    #[arg(long)]
+    pub enabled: Option<bool>,
+    #[arg(long, default_value_t = 100)]
+    pub page_size: u32,
+    /// The next_page_token a previous page printed.
+    #[arg(long)]
+    pub page_token: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct RunsArgs {
+    pub id: i64,
+    /// pending, running, succeeded, retrying, failed, dead or skipped.
+    #[arg(long)]
+    pub status: Option<String>,
+    /// Also show occurrences materialized ahead and not due yet.
+    #[arg(long)]
+    pub upcoming: bool,
+    #[arg(long, default_value_t = 20)]
+    pub page_size: u32,
+    #[arg(long)]
+    pub page_token: Option<String>,
+}
+
+fn header(s: &str) -> Result<(String, String), String> {
+    s.split_once('=')
+        .map(|(k, v)| (k.trim().to_owned(), v.to_owned()))
+        .filter(|(k, _)| !k.is_empty())
+        .ok_or_else(|| format!("{s:?} is not NAME=VALUE"))
+}
+
+fn timestamp(field: &str, s: &str) -> Result<prost_types::Timestamp, CliError> {
+    let t = Timestamp::parse_rfc3339(s).map_err(|e| CliError::Usage(format!("--{field}: {e}")))?;
+    let ms = t.as_millis();
+    Ok(prost_types::Timestamp {
+        seconds: ms.div_euclid(1000),
+        nanos: (ms.rem_euclid(1000) * 1_000_000) as i32,
+    })
+}
+
+/// Why a command failed; the process exits non-zero with its message.
+#[derive(Debug)]
+pub enum CliError {
+    /// Bad flags the server never saw.
+    Usage(String),
+    /// Chime could not be reached.
+    Unreachable(String),
+    /// Chime refused or failed the request.
+    Server(tonic::Status),
+}
+
+impl CliError {
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Self::Usage(_) => 2,
+            Self::Unreachable(_) => 3,
+            Self::Server(s) if s.code() == tonic::Code::NotFound => 4,
+            Self::Server(_) => 1,
+        }
+    }
+
+    pub fn message(&self) -> String {
+        match self {
+            Self::Usage(m) | Self::Unreachable(m) => m.clone(),
+            Self::Server(status) => {
+                use tonic_types::StatusExt;
+                let mut m = status.message().to_owned();
+                if let Some(bad) = status.get_details_bad_request() {
+                    for v in bad.field_violations {
+                        m.push_str(&format!("\n  {}: {}", v.field, v.description));
+                    }
+                }
+                m
+            }
+        }
+    }
+}
+
+impl From<tonic::Status> for CliError {
+    fn from(s: tonic::Status) -> Self {
+        // A transport failure surfaces as UNAVAILABLE with the connection error as source.
+        if s.code() == tonic::Code::Unavailable && s.message().contains("transport") {
+            return Self::Unreachable(format!("cannot reach Chime: {}", s.message()));
+        }
+        Self::Server(s)
+    }
+}
+
+fn schedule(s: &ScheduleArgs) -> Result<Option<pb::Schedule>, CliError> {
+    use pb::schedule::Kind;
+    let kind = if let Some(expr) = &s.cron {
+        Kind::Cron(pb::CronSchedule {
+            expression: expr.clone(),
+            time_zone: s.time_zone.clone().unwrap_or_default(),
+        })
+    } else if let Some(every) = &s.every {
+        Kind::Every(every.clone())
+    } else if let Some(at) = &s.at {
+        Kind::At(timestamp("at", at)?)
+    } else if let Some(after) = &s.after {
+        Kind::After(after.clone())
+    } else {
+        return Ok(None);
+    };
+    Ok(Some(pb::Schedule {
+        kind: Some(kind),
+        anchor: None,
+    }))
+}
+
+/// Applies the flags given to `callback`.
+fn apply_callback(callback: &mut pb::Callback, url: Option<&str>, spec: &SpecArgs) {
+    if let Some(url) = url {
+        callback.url = url.to_owned();
+    }
+    if let Some(m) = &spec.method {
+        callback.method = m.clone();
+    }
+    for (k, v) in &spec.headers {
+        callback.headers.insert(k.clone(), v.clone());
+    }
+    if let Some(b) = &spec.body {
+        callback.body = Some(b.clone());
+    }
+    if let Some(t) = &spec.timeout {
+        callback.timeout = t.clone();
+    }
+}
+
+fn apply_retry(retry: &mut pb::RetryPolicy, spec: &SpecArgs) {
+    if let Some(n) = spec.max_attempts {
+        retry.max_attempts = n;
+    }
+    if let Some(b) = &spec.initial_backoff {
+        retry.initial_backoff = b.clone();
+    }
+    if let Some(b) = &spec.max_backoff {
+        retry.max_backoff = b.clone();
+    }
+}
+
+fn misfire(m: Misfire) -> i32 {
+    match m {
+        Misfire::FireOnce => pb::MisfirePolicy::FireOnce as i32,
+        Misfire::FireAll => pb::MisfirePolicy::FireAll as i32,
+        Misfire::Skip => pb::MisfirePolicy::Skip as i32,
+    }
+}
+
+fn delivery(d: Delivery) -> i32 {
+    match d {
+        Delivery::AtLeastOnce => pb::DeliveryMode::AtLeastOnce as i32,
+        Delivery::AtMostOnce => pb::DeliveryMode::AtMostOnce as i32,
+    }
+}
+
+pub async fn connect(server: &str) -> Result<TimerServiceClient<Channel>, CliError> {
+    let endpoint = tonic::transport::Endpoint::from_shared(server.to_owned())
+        .map_err(|e| CliError::Usage(format!("--server {server:?}: {e}")))?
+        .connect_timeout(std::time::Duration::from_secs(5))
+        .timeout(std::time::Duration::from_secs(30));
+    endpoint
+        .connect()
+        .await
+        .map(TimerServiceClient::new)
+        .map_err(|e| CliError::Unreachable(format!("cannot reach Chime at {server}: {}", root(&e))))
+}
+
+fn root(e: &dyn std::error::Error) -> String {
+    let mut cause = e;
+    while let Some(next) = cause.source() {
+        cause = next;
+    }
+    cause.to_string()
+}
+
+pub async fn run(
+    client: &mut TimerServiceClient<Channel>,
+    command: TimersCommand,
+    out: Output,
+) -> Result<String, CliError> {
+    Ok(match command {
+        TimersCommand::Create(a) => {
+            let schedule = schedule(&a.schedule)?.ok_or_else(|| {
+                CliError::Usage("give a schedule: --cron, --every, --at or --after".into())
+            })?;
+            let mut callback = pb::Callback::default();
+            apply_callback(&mut callback, Some(&a.url), &a.spec);
+            let mut retry = pb::RetryPolicy::default();
+            apply_retry(&mut retry, &a.spec);
+            let spec = pb::TimerSpec {
+                app: a.app,
+                name: a.name,
+                schedule: Some(schedule),
+                start_at: a
+                    .spec
+                    .start_at
+                    .as_deref()
+                    .map(|s| timestamp("start-at", s))
+                    .transpose()?,
+                end_at: a
+                    .spec
+                    .end_at
+                    .as_deref()
+                    .map(|s| timestamp("end-at", s))
+                    .transpose()?,
+                callback: Some(callback),
+                retry: Some(retry),
+                misfire: a.spec.misfire.map(misfire).unwrap_or_default(),
+                delivery: a.spec.delivery.map(delivery).unwrap_or_default(),
+            };
+            let timer = client
+                .create_timer(pb::CreateTimerRequest {
+                    timer: Some(spec),
+                    enabled: a.disabled.then_some(false),
+                    request_id: a.request_id.unwrap_or_default(),
+                })
+                .await?
+                .into_inner();
+            output::timer(&timer, out)
+        }
+        TimersCommand::Get { id } => {
+            let timer = client
+                .get_timer(pb::GetTimerRequest { id })
+                .await?
+                .into_inner();
+            output::timer(&timer, out)
+        }
+        TimersCommand::List(a) => {
+            let page = client
+                .list_timers(pb::ListTimersRequest {
+                    app: a.app.unwrap_or_default(),
+                    enabled: a.enabled,
+                    page_size: a.page_size,
+                    page_token: a.page_token.unwrap_or_default(),
+                })
+                .await?
+                .into_inner();
+            output::timers(&page.timers, &page.next_page_token, out)
+        }
+        TimersCommand::Update(a) => {
+            let current = client
+                .get_timer(pb::GetTimerRequest { id: a.id })
+                .await?
+                .into_inner();
+            let spec = current.spec.unwrap_or_default();
+            let mut callback = spec.callback.unwrap_or_default();
+            apply_callback(&mut callback, a.url.as_deref(), &a.spec);
+            let mut retry = spec.retry.unwrap_or_default();
+            apply_retry(&mut retry, &a.spec);
+            let timer = client
+                .update_timer(pb::UpdateTimerRequest {
+                    id: a.id,
+                    // What was read is what is changed: a concurrent change fails the update.
+                    expected_version: Some(a.expected_version.unwrap_or(current.version)),
+                    name: a.name,
+                    schedule: schedule(&a.schedule)?,
+                    start_at: a
+                        .spec
+                        .start_at
+                        .as_deref()
+                        .map(|s| timestamp("start-at", s))
+                        .transpose()?,
+                    end_at: a
+                        .spec
+                        .end_at
+                        .as_deref()
+                        .map(|s| timestamp("end-at", s))
+                        .transpose()?,
+                    callback: Some(callback),
+                    retry: Some(retry),
+                    misfire: a.spec.misfire.map(misfire).unwrap_or_default(),
+                    delivery: a.spec.delivery.map(delivery).unwrap_or_default(),
+                })
+                .await?
+                .into_inner();
+            output::timer(&timer, out)
+        }
+        TimersCommand::Delete { id } => {
+            client.delete_timer(pb::DeleteTimerRequest { id }).await?;
+            output::done(
+                &format!("deleted timer {id}"),
+                json!({ "deleted": id }),
+                out,
+            )
+        }
+        TimersCommand::Enable { id } => {
+            let timer = client
+                .enable_timer(pb::EnableTimerRequest { id })
+                .await?
+                .into_inner();
+            output::timer(&timer, out)
+        }
+        TimersCommand::Disable { id } => {
+            let timer = client
+                .disable_timer(pb::DisableTimerRequest { id })
+                .await?
+                .into_inner();
+            output::timer(&timer, out)
+        }
+        TimersCommand::Trigger { id } => {
+            let t = client
+                .trigger_timer(pb::TriggerTimerRequest { id })
+                .await?
+                .into_inner();
+            let run_at = t.run_at.map(output::rfc3339).unwrap_or_default();
+            output::done(
+                &format!("triggered {} (runs at {run_at})", t.task_key),
+                json!({ "task_key": t.task_key, "run_at": run_at }),
+                out,
+            )
+        }
+        TimersCommand::Runs(a) => {
+            let page = client
+                .list_runs(pb::ListRunsRequest {
+                    timer_id: a.id,
+                    status: a.status.unwrap_or_default(),
+                    upcoming: a.upcoming,
+                    page_size: a.page_size,
+                    page_token: a.page_token.unwrap_or_default(),
+                })
+                .await?
+                .into_inner();
+            output::runs(&page.runs, &page.next_page_token, out)
+        }
+    })
+}

@@ -1,0 +1,194 @@
+//! `chime dev`: the gateway, migrator, scheduler and executor in one process, on SQLite (or
+//! any configured database) with the in-memory hot index and leases. The scheduler hands
+//! task keys to the executor through the same [`Handoff`] trait the gRPC client implements.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use async_trait::async_trait;
+use axum::Router;
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::any;
+use chime_api_gateway::TimerService;
+use chime_api_gateway::migrator::MigrateNotifier;
+use chime_domain::{Clock, SystemClock, TaskKey, TimerId, Timestamp};
+use chime_executor::{CallbackClient, CallbackSettings, Executor, ExecutorSettings};
+use chime_migrator::{Materializer, Migrator, StepSettings};
+use chime_runtime::Config;
+use chime_scheduler::{Handoff, Scheduler, SchedulerSettings};
+use chime_storage::Database;
+use chime_storage::memory::{MemoryHotIndex, MemoryLeases};
+use tokio_util::sync::CancellationToken;
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct DevArgs {
+    /// SQLite file keeping timers and their history across restarts.
+    #[arg(long, value_name = "PATH", default_value = "chime-dev.db")]
+    pub db: PathBuf,
+    /// Keep everything in memory: nothing survives a restart.
+    #[arg(long, conflicts_with = "db")]
+    pub memory: bool,
+}
+
+impl DevArgs {
+    /// `--memory`, else CHIME_DATABASE_URL when set, else `--db`.
+    fn database_url(&self, config: &Config) -> String {
+        if self.memory {
+            "sqlite::memory:".into()
+        } else if let Some(url) = &config.database.url {
+            url.clone()
+        } else {
+            format!("sqlite://{}", self.db.display())
+        }
+    }
+}
+
+/// The executor, in-process.
+struct LocalExecutor(Arc<Executor>);
+
+#[async_trait]
+impl Handoff for LocalExecutor {
+    async fn hand_off(&self, keys: &[TaskKey]) -> usize {
+        self.0.offer(keys).map(|o| o.accepted).unwrap_or(0)
+    }
+}
+
+/// The migrator, in-process.
+struct LocalMigrator(Arc<Migrator>);
+
+#[async_trait]
+impl MigrateNotifier for LocalMigrator {
+    async fn migrate_timer(&self, id: TimerId) -> Result<u64, String> {
+        self.0
+            .migrate_timer(id)
+            .await
+            .map(|m| m.written)
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// `/v1/echo`: a callback target for trying Chime out. Logs what arrived and how late.
+async fn echo(headers: HeaderMap) -> (StatusCode, &'static str) {
+    let header = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("-")
+            .to_owned()
+    };
+    let scheduled = header("x-chime-scheduled-at");
+    let lateness_ms = Timestamp::parse_rfc3339(&scheduled)
+        .map(|t| SystemClock.now().as_millis() - t.as_millis())
+        .ok();
+    tracing::info!(
+        timer = %header("x-chime-timer-id"),
+        scheduled_at = %scheduled,
+        attempt = %header("x-chime-attempt"),
+        lateness_ms,
+        "echo: callback received"
+    );
+    (StatusCode::OK, "ok")
+}
+
+pub async fn run(config: Config, args: DevArgs) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let url = args.database_url(&config);
+    let db = Database::open(
+        &url,
+        &chime_runtime::pg_settings(&config),
+        clock.clone(),
+        config.buckets,
+    )
+    .await?;
+    db.migrate().await?;
+    let index = Arc::new(MemoryHotIndex::new(
+        clock.clone(),
+        config.redis.shard_retention.get(),
+    ));
+    let leases = Arc::new(MemoryLeases::new(clock.clone()));
+
+    let migrator = Arc::new(Migrator::new(
+        Materializer::new(
+            db.timers.clone(),
+            db.occurrences.clone(),
+            index.clone(),
+            clock.clone(),
+        ),
+        leases.clone(),
+        clock.clone(),
+        StepSettings::new(config.migrator.step.get(), config.buckets),
+    ));
+    let executor = Executor::start(
+        db.timers.clone(),
+        db.occurrences.clone(),
+        clock.clone(),
+        CallbackClient::new(CallbackSettings::default()).map_err(anyhow::Error::msg)?,
+        ExecutorSettings {
+            max_in_flight: config.executor.max_in_flight,
+            ..Default::default()
+        },
+    );
+    let scheduler = Scheduler::new(
+        index,
+        leases,
+        db.occurrences.clone(),
+        Arc::new(LocalExecutor(executor.clone())),
+        clock.clone(),
+        SchedulerSettings::new(
+            config.buckets,
+            config.scheduler.lease_ttl.get(),
+            config.scheduler.lookahead.get(),
+        ),
+    );
+    let api = Arc::new(TimerService::new(
+        db.timers.clone(),
+        db.occurrences.clone(),
+        Arc::new(LocalMigrator(migrator.clone())),
+        clock,
+    ));
+    let http = chime_runtime::bind(config.gateway.http_addr, "REST").await?;
+    let grpc = chime_runtime::bind(config.gateway.grpc_addr, "gRPC").await?;
+    let admin = chime_runtime::admin::bind_admin(config.admin_addr).await?;
+
+    let shutdown = chime_runtime::shutdown_token();
+    let servers_stop = CancellationToken::new();
+    let grace = config.shutdown_grace.get();
+    let extra = Router::new().route("/v1/echo", any(echo));
+    let gateway =
+        chime_api_gateway::serve_with(api, http, grpc, admin, extra, servers_stop.clone());
+    tracing::info!(
+        database = %mask(&url),
+        rest = %config.gateway.http_addr,
+        grpc = %config.gateway.grpc_addr,
+        echo = %format!("http://127.0.0.1:{}/v1/echo", config.gateway.http_addr.port()),
+        startup_ms = started.elapsed().as_millis() as u64,
+        "chime dev ready"
+    );
+    // Stop taking work (scheduler, migrator), drain the executor, then stop the servers
+    // (last, since callbacks to the echo endpoint need them).
+    let work = async {
+        tokio::join!(
+            scheduler.run(shutdown.clone(), grace),
+            migrator.run(shutdown.clone())
+        );
+        let left = executor.drain(grace).await;
+        if left > 0 {
+            tracing::warn!(left, "grace period over with callbacks unfinished");
+        }
+        servers_stop.cancel();
+    };
+    let (served, ()) = tokio::join!(gateway, work);
+    db.close().await;
+    tracing::info!("chime dev stopped");
+    served.map_err(|e| e.context("serving the API"))?;
+    Ok(())
+}
+
+fn mask(url: &str) -> String {
+    match url.split_once('@') {
+        Some((_, host)) => format!("…@{host}"),
+        None => url.to_owned(),
+    }
+}

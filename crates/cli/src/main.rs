@@ -1,0 +1,107 @@
+//! `chime`: Chime in one process for development (`chime dev`), and the command-line client
+//! of a running Chime (`chime timers …`).
+
+mod client;
+mod dev;
+mod output;
+
+use std::process::ExitCode;
+
+use chime_runtime::CommonArgs;
+use clap::{Parser, Subcommand};
+
+use client::TimersCommand;
+use output::Output;
+
+/// Chime, the distributed timer service: its development server and its client.
+///
+/// Start here:
+///   chime dev                      every service in one process on SQLite; REST :8080,
+///                                  gRPC :50051, an echo endpoint at /v1/echo
+///   chime timers create --app demo --name hello --every 2s \
+///     --url http://127.0.0.1:8080/v1/echo
+///   chime timers list
+///   chime timers runs 1
+///
+/// The client talks gRPC to --server (CHIME_SERVER, default http://127.0.0.1:50051): a
+/// `chime dev`, or the chime-gateway of a deployment. Exit codes: 0 success, 1 the server
+/// refused or failed the request, 2 bad usage, 3 the server cannot be reached, 4 not found.
+#[derive(Parser)]
+#[command(name = "chime", version, verbatim_doc_comment)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run every Chime service in this one process, on SQLite and in-memory stores: no
+    /// PostgreSQL, no Redis. Timers and their history survive restarts (in ./chime-dev.db
+    /// unless --memory). Takes the same CHIME_* settings as the services.
+    Dev {
+        #[command(flatten)]
+        dev: dev::DevArgs,
+        #[command(flatten)]
+        common: CommonArgs,
+    },
+    /// Manage timers on a running Chime.
+    Timers {
+        /// Chime's gRPC address.
+        #[arg(
+            long,
+            global = true,
+            env = "CHIME_SERVER",
+            default_value = "http://127.0.0.1:50051"
+        )]
+        server: String,
+        /// table for people, json for scripts.
+        #[arg(long, global = true, value_enum, default_value = "table")]
+        output: Output,
+        #[command(subcommand)]
+        command: Box<TimersCommand>,
+    },
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    match Cli::parse().command {
+        Command::Dev { dev, common } => {
+            let config = match common.start() {
+                Ok(Some(c)) => c,
+                Ok(None) => return ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            match dev::run(config, dev).await {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: {e:#}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Command::Timers {
+            server,
+            output,
+            command,
+        } => {
+            let result = async {
+                let mut c = client::connect(&server).await?;
+                client::run(&mut c, *command, output).await
+            }
+            .await;
+            match result {
+                Ok(text) => {
+                    println!("{text}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("error: {}", e.message());
+                    ExitCode::from(e.exit_code())
+                }
+            }
+        }
+    }
+}

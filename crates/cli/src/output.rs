@@ -1,0 +1,212 @@
+//! Rendering answers as a table for people or JSON for scripts (`--output`).
+
+use chime_proto::v1 as pb;
+use clap::ValueEnum;
+use serde_json::{Value, json};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Output {
+    Table,
+    Json,
+}
+
+pub fn rfc3339(t: prost_types::Timestamp) -> String {
+    let ms = t.seconds * 1000 + i64::from(t.nanos) / 1_000_000;
+    chime_domain::Timestamp::from_millis(ms).to_rfc3339()
+}
+
+fn ts(t: &Option<prost_types::Timestamp>) -> Value {
+    t.map_or(Value::Null, |t| Value::String(rfc3339(t)))
+}
+
+fn schedule_text(s: &Option<pb::Schedule>) -> String {
+    use pb::schedule::Kind;
+    match s.as_ref().and_then(|s| s.kind.as_ref()) {
+        Some(Kind::Cron(c)) if c.time_zone.is_empty() || c.time_zone == "UTC" => {
+            format!("cron {}", c.expression)
+        }
+        Some(Kind::Cron(c)) => format!("cron {} ({})", c.expression, c.time_zone),
+        Some(Kind::Every(e)) => format!("every {e}"),
+        Some(Kind::At(t)) => format!("at {}", rfc3339(*t)),
+        Some(Kind::After(a)) => format!("after {a}"),
+        None => "-".into(),
+    }
+}
+
+fn timer_json(t: &pb::Timer) -> Value {
+    let spec = t.spec.clone().unwrap_or_default();
+    let cb = spec.callback.unwrap_or_default();
+    let retry = spec.retry.unwrap_or_default();
+    json!({
+        "id": t.id,
+        "app": spec.app,
+        "name": spec.name,
+        "schedule": schedule_text(&spec.schedule),
+        "start_at": ts(&spec.start_at),
+        "end_at": ts(&spec.end_at),
+        "callback": {
+            "url": cb.url, "method": cb.method, "headers": cb.headers,
+            "body": cb.body, "timeout": cb.timeout,
+        },
+        "retry": {
+            "max_attempts": retry.max_attempts,
+            "initial_backoff": retry.initial_backoff,
+            "max_backoff": retry.max_backoff,
+        },
+        "enabled": t.enabled,
+        "version": t.version,
+        "created_at": ts(&t.created_at),
+        "updated_at": ts(&t.updated_at),
+        "next_runs": t.next_runs.iter().map(|n| json!({"at": ts(&n.at), "local": n.local})).collect::<Vec<_>>(),
+    })
+}
+
+fn run_json(r: &pb::Run) -> Value {
+    json!({
+        "task_key": r.task_key,
+        "timer_version": r.timer_version,
+        "status": r.status,
+        "attempt": r.attempt,
+        "run_at": ts(&r.run_at),
+        "next_attempt_at": ts(&r.next_attempt_at),
+        "fired_at": ts(&r.fired_at),
+        "lateness_ms": r.lateness_ms,
+        "http_status": r.http_status,
+        "error": (!r.error.is_empty()).then_some(&r.error),
+        "output": (!r.output.is_empty()).then_some(&r.output),
+    })
+}
+
+fn pretty(v: &Value) -> String {
+    serde_json::to_string_pretty(v).unwrap_or_default()
+}
+
+/// Left-aligned columns, two spaces apart.
+fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        cells
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect::<Vec<_>>()
+            .join("  ")
+            .trim_end()
+            .to_owned()
+    };
+    let mut out = vec![line(header.to_vec())];
+    out.extend(
+        rows.iter()
+            .map(|r| line(r.iter().map(String::as_str).collect())),
+    );
+    out.join("\n")
+}
+
+fn next_page(token: &str) -> String {
+    if token.is_empty() {
+        String::new()
+    } else {
+        format!("\nmore: --page-token {token}")
+    }
+}
+
+pub fn timer(t: &pb::Timer, out: Output) -> String {
+    let v = timer_json(t);
+    if out == Output::Json {
+        return pretty(&v);
+    }
+    let mut lines = vec![
+        format!("id:        {}", t.id),
+        format!(
+            "app/name:  {}/{}",
+            v["app"].as_str().unwrap_or(""),
+            v["name"].as_str().unwrap_or("")
+        ),
+        format!("schedule:  {}", v["schedule"].as_str().unwrap_or("")),
+        format!(
+            "callback:  {} {}",
+            v["callback"]["method"].as_str().unwrap_or(""),
+            v["callback"]["url"].as_str().unwrap_or("")
+        ),
+        format!("enabled:   {}", t.enabled),
+        format!("version:   {}", t.version),
+    ];
+    for (i, n) in t.next_runs.iter().enumerate() {
+        let at = n.at.map(rfc3339).unwrap_or_default();
+        let label = if i == 0 { "next runs:" } else { "" };
+        lines.push(format!("{label:<10} {at}  {}", n.local));
+    }
+    lines.join("\n")
+}
+
+pub fn timers(ts: &[pb::Timer], token: &str, out: Output) -> String {
+    if out == Output::Json {
+        return pretty(&json!({
+            "timers": ts.iter().map(timer_json).collect::<Vec<_>>(),
+            "next_page_token": (!token.is_empty()).then_some(token),
+        }));
+    }
+    let rows: Vec<Vec<String>> = ts
+        .iter()
+        .map(|t| {
+            let spec = t.spec.clone().unwrap_or_default();
+            vec![
+                t.id.to_string(),
+                spec.app,
+                spec.name,
+                schedule_text(&spec.schedule),
+                if t.enabled { "yes" } else { "no" }.into(),
+                t.version.to_string(),
+                t.next_runs
+                    .first()
+                    .and_then(|n| n.at)
+                    .map(rfc3339)
+                    .unwrap_or_else(|| "-".into()),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "ID", "APP", "NAME", "SCHEDULE", "ENABLED", "VERSION", "NEXT RUN",
+        ],
+        &rows,
+    ) + &next_page(token)
+}
+
+pub fn runs(rs: &[pb::Run], token: &str, out: Output) -> String {
+    if out == Output::Json {
+        return pretty(&json!({
+            "runs": rs.iter().map(run_json).collect::<Vec<_>>(),
+            "next_page_token": (!token.is_empty()).then_some(token),
+        }));
+    }
+    let rows: Vec<Vec<String>> = rs
+        .iter()
+        .map(|r| {
+            vec![
+                r.run_at.map(rfc3339).unwrap_or_default(),
+                r.status.clone(),
+                r.attempt.to_string(),
+                r.lateness_ms.map_or("-".into(), |l| format!("{l} ms")),
+                r.http_status.map_or("-".into(), |s| s.to_string()),
+                r.error.clone(),
+            ]
+        })
+        .collect();
+    table(
+        &["RUN AT", "STATUS", "ATTEMPT", "LATENESS", "HTTP", "ERROR"],
+        &rows,
+    ) + &next_page(token)
+}
+
+pub fn done(text: &str, v: Value, out: Output) -> String {
+    match out {
+        Output::Table => text.to_owned(),
+        Output::Json => pretty(&v),
+    }
+}
