@@ -1,6 +1,8 @@
-//! The whole firing pipeline as separate processes: one gateway, one migrator, two
-//! schedulers and two executors over real PostgreSQL and Redis, calling back a loopback sink.
-//! Everything is judged from the sink's own record.
+//! The whole firing pipeline, judged from a loopback sink's own record, in both modes:
+//! distributed (one gateway, one migrator, two schedulers and two executors as separate
+//! processes over real PostgreSQL and Redis) and `chime dev` (one process, SQLite in memory,
+//! in-memory hot index). The scenario and its assertions are the same; only the distributed
+//! run has a second executor to stop mid-run.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -16,13 +18,38 @@ use serde_json::{Value, json};
 
 const RUN: Duration = Duration::from_secs(20);
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Distributed,
+    Dev,
+}
+
+/// The processes of one run, stopped in this order at the end.
 struct Cluster {
-    gateway: Service,
-    migrator: Service,
-    schedulers: Vec<Service>,
-    executors: Vec<Service>,
+    services: Vec<Service>,
+    /// Executors (index into `services`) and their admin URLs; empty in dev mode.
+    executors: Vec<(usize, String)>,
     rest: String,
-    executor_admin: Vec<String>,
+}
+
+async fn start_dev() -> Cluster {
+    let dir = log_dir("pipeline-dev");
+    eprintln!("process logs: {}", dir.display());
+    let (http, grpc) = (free_port(), free_port());
+    let env = vec![
+        ("CHIME_HTTP_ADDR", format!("127.0.0.1:{http}")),
+        ("CHIME_GRPC_ADDR", format!("127.0.0.1:{grpc}")),
+        ("CHIME_SHUTDOWN_GRACE", "10s".to_owned()),
+        ("CHIME_LOG", "info".to_owned()),
+    ];
+    let mut dev = Service::start("chime-dev", "chime", &["dev", "--memory"], &env, &dir);
+    let rest = format!("http://127.0.0.1:{http}");
+    dev.wait_ready(&format!("{rest}/readyz")).await;
+    Cluster {
+        services: vec![dev],
+        executors: Vec::new(),
+        rest,
+    }
 }
 
 async fn start_cluster(db: &testkit::PgFixture, prefix: &str) -> Cluster {
@@ -109,13 +136,20 @@ async fn start_cluster(db: &testkit::PgFixture, prefix: &str) -> Cluster {
     }
     let rest = format!("http://127.0.0.1:{http}");
     gateway.wait_ready(&format!("{rest}/readyz")).await;
+    // Stop order: schedulers (no new work), executors (drain), migrator, gateway.
+    let mut services = schedulers;
+    let first_executor = services.len();
+    services.extend(executors);
+    services.push(migrator);
+    services.push(gateway);
     Cluster {
-        gateway,
-        migrator,
-        schedulers,
-        executors,
+        executors: executor_admin
+            .into_iter()
+            .enumerate()
+            .map(|(i, admin)| (first_executor + i, admin))
+            .collect(),
+        services,
         rest,
-        executor_admin,
     }
 }
 
@@ -210,8 +244,17 @@ fn percentile(sorted: &[i64], p: f64) -> i64 {
 async fn timers_fire_once_on_time_across_processes() {
     let db = testkit::pg_unmigrated().await;
     let redis = testkit::redis().await;
+    let cluster = start_cluster(&db, redis.backend.prefix()).await;
+    scenario(Mode::Distributed, cluster).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timers_fire_once_on_time_in_chime_dev() {
+    scenario(Mode::Dev, start_dev().await).await;
+}
+
+async fn scenario(mode: Mode, mut cluster: Cluster) {
     let sink = Sink::start().await.unwrap();
-    let mut cluster = start_cluster(&db, redis.backend.prefix()).await;
     let client = chime_runtime::http_client().build().unwrap();
     let rest = cluster.rest.clone();
     let callback = json!({ "url": sink.url("/hook"), "method": "POST",
@@ -297,7 +340,7 @@ async fn timers_fire_once_on_time_across_processes() {
 
     // 9 s in: both executors have worked; stop one of them mid-run.
     tokio::time::sleep_until(tokio::time::Instant::now() + Duration::from_secs(3)).await;
-    for admin in &cluster.executor_admin {
+    for (_, admin) in &cluster.executors {
         let metrics = client
             .get(format!("{admin}/metrics"))
             .send()
@@ -314,7 +357,9 @@ async fn timers_fire_once_on_time_across_processes() {
             .unwrap_or(0.0);
         assert!(accepted > 0.0, "executor at {admin} received no work");
     }
-    cluster.executors[1].stop().await;
+    if let Some((second, _)) = cluster.executors.get(1) {
+        cluster.services[*second].stop().await;
+    }
     let stopped_at = now();
 
     // Let the rest of the run play out, then wait for every fire time due by its end.
@@ -387,10 +432,11 @@ async fn timers_fire_once_on_time_across_processes() {
         *lateness.last().unwrap(),
     );
     eprintln!(
-        "e2e lateness over {} callbacks: p50 {p50} ms, p99 {p99} ms, max {max} ms \
-         (executor 1 stopped at +{} ms)",
+        "e2e {mode:?} lateness over {} callbacks: p50 {p50} ms, p99 {p99} ms, max {max} ms \
+         (stopped an executor at +{} ms: {})",
         lateness.len(),
-        stopped_at - started
+        stopped_at - started,
+        mode == Mode::Distributed,
     );
     assert!(lateness[0] >= 0, "a callback arrived before its due time");
     assert!(p99 <= 100, "p99 lateness {p99} ms > 100 ms");
@@ -424,10 +470,9 @@ async fn timers_fire_once_on_time_across_processes() {
         }
     }
 
-    for s in &mut cluster.schedulers {
-        s.stop().await;
+    for s in &mut cluster.services {
+        if s.running() {
+            s.stop().await;
+        }
     }
-    cluster.executors[0].stop().await;
-    cluster.migrator.stop().await;
-    cluster.gateway.stop().await;
 }

@@ -118,6 +118,10 @@ impl Service {
         }
     }
 
+    pub fn running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
     /// Sends SIGTERM.
     pub fn terminate(&self) {
         let sent = Command::new("kill")
