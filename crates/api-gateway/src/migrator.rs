@@ -3,15 +3,18 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use chime_domain::TimerId;
+use chime_domain::{TimerId, Timestamp};
 use chime_proto::v1::MigrateTimerRequest;
 use chime_proto::v1::migrator_service_client::MigratorServiceClient;
 use tonic::transport::{Channel, Endpoint};
 
 #[async_trait]
 pub trait MigrateNotifier: Send + Sync + 'static {
-    /// Returns how many occurrences were materialized, or why the call failed.
-    async fn migrate_timer(&self, id: TimerId) -> Result<u64, String>;
+    /// Materializes the timer's near future, and indexes the occurrence a trigger inserted
+    /// at `triggered` if given. Returns how many occurrences were materialized, or why the
+    /// call failed.
+    async fn migrate_timer(&self, id: TimerId, triggered: Option<Timestamp>)
+    -> Result<u64, String>;
 }
 
 /// No migrator configured: the periodic step is the only materializer.
@@ -19,7 +22,11 @@ pub struct NoMigrator;
 
 #[async_trait]
 impl MigrateNotifier for NoMigrator {
-    async fn migrate_timer(&self, _id: TimerId) -> Result<u64, String> {
+    async fn migrate_timer(
+        &self,
+        _id: TimerId,
+        _triggered: Option<Timestamp>,
+    ) -> Result<u64, String> {
         Ok(0)
     }
 }
@@ -45,10 +52,17 @@ impl GrpcMigrator {
 
 #[async_trait]
 impl MigrateNotifier for GrpcMigrator {
-    async fn migrate_timer(&self, id: TimerId) -> Result<u64, String> {
+    async fn migrate_timer(
+        &self,
+        id: TimerId,
+        triggered: Option<Timestamp>,
+    ) -> Result<u64, String> {
         let mut client = self.client.clone();
         client
-            .migrate_timer(MigrateTimerRequest { timer_id: id.get() })
+            .migrate_timer(MigrateTimerRequest {
+                timer_id: id.get(),
+                triggered_run_at_ms: triggered.map(Timestamp::as_millis),
+            })
             .await
             .map(|r| r.into_inner().materialized)
             .map_err(|s| format!("{}: {}", s.code(), s.message()))

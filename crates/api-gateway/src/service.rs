@@ -57,8 +57,8 @@ impl TimerService {
 
     /// Materializes the timer's near future now. Never fails the request: the migrator's
     /// periodic step catches up if it cannot be reached.
-    async fn materialize(&self, id: TimerId) {
-        if let Err(e) = self.migrator.migrate_timer(id).await {
+    async fn materialize(&self, id: TimerId, triggered: Option<Timestamp>) {
+        if let Err(e) = self.migrator.migrate_timer(id, triggered).await {
             metrics::counter!("chime_gateway_migrate_timer_failures_total").increment(1);
             tracing::warn!(timer_id = %id, error = %e, "migrator unreachable; the periodic step will catch up");
         }
@@ -129,7 +129,7 @@ impl TimerApi for TimerService {
         };
         metrics::counter!("chime_gateway_timers_created_total").increment(created.len() as u64);
         for t in created.iter().filter(|t| t.enabled) {
-            self.materialize(t.id).await;
+            self.materialize(t.id, None).await;
         }
         Ok(created.into_iter().map(|t| self.view(t)).collect())
     }
@@ -181,7 +181,7 @@ impl TimerApi for TimerService {
             .update_timer(id, patch.expected_version, spec)
             .await?;
         if updated.enabled {
-            self.materialize(id).await;
+            self.materialize(id, None).await;
         }
         Ok(self.view(updated))
     }
@@ -193,7 +193,7 @@ impl TimerApi for TimerService {
     async fn set_timer_enabled(&self, id: TimerId, enabled: bool) -> ApiResult<TimerView> {
         let timer = self.timers.set_timer_enabled(id, enabled).await?;
         if enabled {
-            self.materialize(id).await;
+            self.materialize(id, None).await;
         }
         Ok(self.view(timer))
     }
@@ -220,7 +220,7 @@ impl TimerApi for TimerService {
                 }])
                 .await?;
             if inserted == 1 {
-                self.materialize(id).await;
+                self.materialize(id, Some(at)).await;
                 return Ok(Triggered { key });
             }
             at = at.add_millis(1);

@@ -59,9 +59,13 @@ struct LocalMigrator(Arc<Migrator>);
 
 #[async_trait]
 impl MigrateNotifier for LocalMigrator {
-    async fn migrate_timer(&self, id: TimerId) -> Result<u64, String> {
+    async fn migrate_timer(
+        &self,
+        id: TimerId,
+        triggered: Option<Timestamp>,
+    ) -> Result<u64, String> {
         self.0
-            .migrate_timer(id)
+            .migrate_timer(id, triggered)
             .await
             .map(|m| m.written)
             .map_err(|e| e.to_string())

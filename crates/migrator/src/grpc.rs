@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use chime_domain::TimerId;
+use chime_domain::{TimerId, Timestamp};
 use chime_proto::v1::migrator_service_server::{MigratorService, MigratorServiceServer};
 use chime_proto::v1::{MigrateTimerRequest, MigrateTimerResponse};
 use chime_runtime::admin::Readiness;
@@ -21,9 +21,14 @@ impl MigratorService for MigratorGrpc {
         &self,
         request: Request<MigrateTimerRequest>,
     ) -> Result<Response<MigrateTimerResponse>, Status> {
-        let id = TimerId::new(request.into_inner().timer_id)
-            .map_err(|e| Status::invalid_argument(e.to_string()))?;
-        let done = self.0.migrate_timer(id).await.map_err(status_of)?;
+        let r = request.into_inner();
+        let id = TimerId::new(r.timer_id).map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let triggered = r.triggered_run_at_ms.map(Timestamp::from_millis);
+        let done = self
+            .0
+            .migrate_timer(id, triggered)
+            .await
+            .map_err(status_of)?;
         Ok(Response::new(MigrateTimerResponse {
             materialized: done.written,
         }))

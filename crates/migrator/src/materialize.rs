@@ -125,6 +125,19 @@ impl Materializer {
         Ok(done)
     }
 
+    /// Indexes an occurrence inserted outside the schedule (a trigger); 0 if the timer is
+    /// disabled or gone.
+    pub async fn index_triggered(&self, id: TimerId, at: Timestamp) -> StoreResult<u64> {
+        let timer = self.timers.get_timer(id).await?;
+        if !timer.enabled {
+            return Ok(0);
+        }
+        self.index
+            .add(&[HotEntry::new(TaskKey::new(id, at), at, timer.bucket)])
+            .await?;
+        Ok(1)
+    }
+
     fn window(&self, horizon: Duration) -> (Timestamp, Timestamp) {
         let now = self.clock.now();
         (now, now.saturating_add(horizon))

@@ -76,9 +76,18 @@ impl Migrator {
         self.settings
     }
 
-    /// Materializes one timer's horizon now (the gateway's `MigrateTimer`).
-    pub async fn migrate_timer(&self, id: TimerId) -> StoreResult<Materialized> {
-        self.materializer.timer(id, self.settings.horizon()).await
+    /// Materializes one timer's horizon now (the gateway's `MigrateTimer`), and indexes the
+    /// occurrence a trigger inserted at `triggered`.
+    pub async fn migrate_timer(
+        &self,
+        id: TimerId,
+        triggered: Option<Timestamp>,
+    ) -> StoreResult<Materialized> {
+        let mut done = self.materializer.timer(id, self.settings.horizon()).await?;
+        if let Some(at) = triggered {
+            done.indexed += self.materializer.index_triggered(id, at).await?;
+        }
+        Ok(done)
     }
 
     /// Materializes every bucket whose current step no replica has done yet. A bucket is

@@ -313,15 +313,27 @@ async fn migrate_timer_over_grpc() {
     let mut client = MigratorServiceClient::connect(format!("http://{addr}"))
         .await
         .unwrap();
+    // A trigger's occurrence, off the schedule: inserted by the gateway, indexed on request.
+    let triggered = TaskKey::new(t.id, s.clock.now().add_millis(5_000));
+    s.db.store
+        .insert_occurrences(&[chime_domain::NewOccurrence {
+            key: triggered,
+            timer_version: t.version,
+            bucket: t.bucket,
+        }])
+        .await
+        .unwrap();
     // The step ran at start too, so the on-demand call may find the rows written already.
     let done = client
         .migrate_timer(MigrateTimerRequest {
             timer_id: t.id.get(),
+            triggered_run_at_ms: Some(triggered.run_at.as_millis()),
         })
         .await
         .unwrap()
         .into_inner();
     assert!(done.materialized <= 3);
+    assert_eq!(indexed(&s, &t).await, vec![5_000, 20_000, 40_000]);
     let runs =
         s.db.store
             .list_runs(
@@ -334,16 +346,24 @@ async fn migrate_timer_over_grpc() {
             )
             .await
             .unwrap();
-    assert_eq!(runs.items.len(), 2, "+20s and +40s within the 60s horizon");
+    assert_eq!(
+        runs.items.len(),
+        3,
+        "the trigger, +20s and +40s within the 60s horizon"
+    );
     let missing = client
         .migrate_timer(MigrateTimerRequest {
             timer_id: 987_654_321,
+            triggered_run_at_ms: None,
         })
         .await
         .unwrap_err();
     assert_eq!(missing.code(), tonic::Code::NotFound);
     let bad = client
-        .migrate_timer(MigrateTimerRequest { timer_id: -1 })
+        .migrate_timer(MigrateTimerRequest {
+            timer_id: -1,
+            triggered_run_at_ms: None,
+        })
         .await
         .unwrap_err();
     assert_eq!(bad.code(), tonic::Code::InvalidArgument);
