@@ -105,6 +105,30 @@ impl RunFilter {
     }
 }
 
+/// Which dead letters to list: occurrences whose attempts are exhausted.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DeadFilter {
+    pub app: Option<AppName>,
+    pub timer_id: Option<TimerId>,
+}
+
+impl DeadFilter {
+    fn scope(&self) -> String {
+        format!(
+            "dead|{}|{}",
+            self.app.as_ref().map(AppName::as_str).unwrap_or(""),
+            self.timer_id.map(|t| t.get()).unwrap_or(0)
+        )
+    }
+}
+
+/// What to redrive: one dead occurrence, or all of a timer's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Redrive {
+    One(TaskKey),
+    Timer(TimerId),
+}
+
 /// An idempotency key of a create request, scoped to the timer's app.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IdempotencyKey {
@@ -194,6 +218,21 @@ pub trait OccurrenceStore: Send + Sync + 'static {
         now: Timestamp,
         limit: u32,
     ) -> StoreResult<Vec<Occurrence>>;
+
+    /// Marks claimable (pending or retrying) occurrences `skipped` with a reason, e.g. by the
+    /// misfire policy. Returns how many changed.
+    async fn skip_occurrences(&self, keys: &[TaskKey], reason: &str) -> StoreResult<u64>;
+
+    /// Dead occurrences, by timer id then run time.
+    async fn list_dead(
+        &self,
+        filter: &DeadFilter,
+        page: &PageRequest,
+    ) -> StoreResult<Page<Occurrence>>;
+
+    /// Re-queues dead occurrences with a fresh attempt budget: `pending`, attempt 0, due at
+    /// `now`. Returns how many.
+    async fn redrive(&self, what: Redrive, now: Timestamp) -> StoreResult<u64>;
 
     /// Claimable occurrences of one bucket due in `[from, to)`, by due time: the fallback
     /// when a hot-index shard is missing.

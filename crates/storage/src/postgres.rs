@@ -15,8 +15,8 @@ use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use crate::migrate::{SchemaStatus, applied_versions_or_none, compare, postgres_migrator};
 use crate::rows::{self, spec_json, timer_not_found};
 use crate::{
-    CreateTimer, OccurrenceStore, PageRequest, RunFilter, StoreError, StoreResult, TimerFilter,
-    TimerStore, decode_page_token, into_page,
+    CreateTimer, DeadFilter, OccurrenceStore, PageRequest, Redrive, RunFilter, StoreError,
+    StoreResult, TimerFilter, TimerStore, decode_page_token, into_page,
 };
 
 macro_rules! timer_cols {
@@ -521,6 +521,73 @@ impl OccurrenceStore for PgStore {
         Ok(into_page(items, page.size, &scope, |o| {
             (o.key.run_at.as_millis(), 0)
         }))
+    }
+
+    async fn skip_occurrences(&self, keys: &[TaskKey], reason: &str) -> StoreResult<u64> {
+        if keys.is_empty() {
+            return Ok(0);
+        }
+        let (ids, run_ats) = split_keys(keys);
+        let done = sqlx::query(
+            "UPDATE occurrences o SET status = 'skipped', error = $3, lease_until = NULL \
+             FROM UNNEST($1::bigint[], $2::bigint[]) AS k(timer_id, run_at) \
+             WHERE o.timer_id = k.timer_id AND o.run_at = k.run_at \
+               AND o.status IN ('pending', 'retrying')",
+        )
+        .bind(ids)
+        .bind(run_ats)
+        .bind(reason)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected())
+    }
+
+    async fn list_dead(
+        &self,
+        filter: &DeadFilter,
+        page: &PageRequest,
+    ) -> StoreResult<Page<Occurrence>> {
+        let scope = filter.scope();
+        let (after_id, after_run) = decode_page_token(page, &scope)?.unwrap_or((0, i64::MIN));
+        let rows = sqlx::query(concat!(
+            "SELECT ",
+            occurrence_cols!(),
+            " FROM occurrences WHERE status = 'dead' \
+               AND ($1::bigint IS NULL OR timer_id = $1) \
+               AND ($2::text IS NULL OR timer_id IN \
+                    (SELECT id FROM timers WHERE app = $2)) \
+               AND (timer_id, run_at) > ($3, $4) \
+             ORDER BY timer_id, run_at LIMIT $5"
+        ))
+        .bind(filter.timer_id.map(|t| t.get()))
+        .bind(filter.app.as_ref().map(chime_domain::AppName::as_str))
+        .bind(after_id)
+        .bind(after_run)
+        .bind(i64::from(page.size.get()) + 1)
+        .fetch_all(&self.pool)
+        .await?;
+        let items = rows::occurrences(&rows)?;
+        Ok(into_page(items, page.size, &scope, |o| {
+            (o.key.timer_id.get(), o.key.run_at.as_millis())
+        }))
+    }
+
+    async fn redrive(&self, what: Redrive, now: Timestamp) -> StoreResult<u64> {
+        let (timer, run_at) = match what {
+            Redrive::One(k) => (k.timer_id.get(), Some(k.run_at.as_millis())),
+            Redrive::Timer(id) => (id.get(), None),
+        };
+        let done = sqlx::query(
+            "UPDATE occurrences SET status = 'pending', attempt = 0, next_attempt_at = $3, \
+               lease_until = NULL, error = NULL \
+             WHERE status = 'dead' AND timer_id = $1 AND ($2::bigint IS NULL OR run_at = $2)",
+        )
+        .bind(timer)
+        .bind(run_at)
+        .bind(now.as_millis())
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected())
     }
 
     async fn find_overdue(

@@ -20,8 +20,8 @@ use sqlx::sqlite::{
 use crate::migrate::{SchemaStatus, applied_versions_or_none, compare, sqlite_migrator};
 use crate::rows::{self, spec_json, timer_not_found};
 use crate::{
-    CreateTimer, OccurrenceStore, PageRequest, RunFilter, StoreError, StoreResult, TimerFilter,
-    TimerStore, decode_page_token, into_page,
+    CreateTimer, DeadFilter, OccurrenceStore, PageRequest, Redrive, RunFilter, StoreError,
+    StoreResult, TimerFilter, TimerStore, decode_page_token, into_page,
 };
 
 macro_rules! timer_cols {
@@ -446,6 +446,69 @@ impl OccurrenceStore for SqliteStore {
         Ok(into_page(items, page.size, &scope, |o| {
             (o.key.run_at.as_millis(), 0)
         }))
+    }
+
+    async fn skip_occurrences(&self, keys: &[TaskKey], reason: &str) -> StoreResult<u64> {
+        if keys.is_empty() {
+            return Ok(0);
+        }
+        let done = sqlx::query(
+            "UPDATE occurrences SET status = 'skipped', error = ?2, lease_until = NULL \
+             WHERE (timer_id, run_at) IN (SELECT value ->> 0, value ->> 1 FROM json_each(?1)) \
+               AND status IN ('pending', 'retrying')",
+        )
+        .bind(keys_json(keys))
+        .bind(reason)
+        .execute(&self.writer)
+        .await?;
+        Ok(done.rows_affected())
+    }
+
+    async fn list_dead(
+        &self,
+        filter: &DeadFilter,
+        page: &PageRequest,
+    ) -> StoreResult<Page<Occurrence>> {
+        let scope = filter.scope();
+        let (after_id, after_run) = decode_page_token(page, &scope)?.unwrap_or((0, i64::MIN));
+        let rows = sqlx::query(concat!(
+            "SELECT ",
+            occurrence_cols!(),
+            " FROM occurrences WHERE status = 'dead' \
+               AND (?1 IS NULL OR timer_id = ?1) \
+               AND (?2 IS NULL OR timer_id IN (SELECT id FROM timers WHERE app = ?2)) \
+               AND (timer_id, run_at) > (?3, ?4) \
+             ORDER BY timer_id, run_at LIMIT ?5"
+        ))
+        .bind(filter.timer_id.map(|t| t.get()))
+        .bind(filter.app.as_ref().map(chime_domain::AppName::as_str))
+        .bind(after_id)
+        .bind(after_run)
+        .bind(i64::from(page.size.get()) + 1)
+        .fetch_all(&self.reader)
+        .await?;
+        let items = rows::occurrences(&rows)?;
+        Ok(into_page(items, page.size, &scope, |o| {
+            (o.key.timer_id.get(), o.key.run_at.as_millis())
+        }))
+    }
+
+    async fn redrive(&self, what: Redrive, now: Timestamp) -> StoreResult<u64> {
+        let (timer, run_at) = match what {
+            Redrive::One(k) => (k.timer_id.get(), Some(k.run_at.as_millis())),
+            Redrive::Timer(id) => (id.get(), None),
+        };
+        let done = sqlx::query(
+            "UPDATE occurrences SET status = 'pending', attempt = 0, next_attempt_at = ?3, \
+               lease_until = NULL, error = NULL \
+             WHERE status = 'dead' AND timer_id = ?1 AND (?2 IS NULL OR run_at = ?2)",
+        )
+        .bind(timer)
+        .bind(run_at)
+        .bind(now.as_millis())
+        .execute(&self.writer)
+        .await?;
+        Ok(done.rows_affected())
     }
 
     async fn find_overdue(
