@@ -127,6 +127,7 @@ pub async fn run(config: Config, args: DevArgs) -> anyhow::Result<()> {
     let executor = Executor::start(
         db.timers.clone(),
         db.occurrences.clone(),
+        Some(index.clone()),
         clock.clone(),
         CallbackClient::new(CallbackSettings::default()).map_err(anyhow::Error::msg)?,
         ExecutorSettings {

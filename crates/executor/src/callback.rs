@@ -22,6 +22,33 @@ impl Default for CallbackSettings {
     }
 }
 
+/// What one callback attempt came to, before the retry policy is applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attempt {
+    /// `succeeded`, or `failed` with the HTTP status and error.
+    pub outcome: Outcome,
+    /// Whether trying again may help: connect errors, timeouts, 5xx, 408 and 429.
+    pub retryable: bool,
+    /// The callee's `Retry-After` (seconds or an HTTP date), on 429 and 503.
+    pub retry_after: Option<Duration>,
+}
+
+/// Whether an HTTP status is worth retrying.
+pub fn retryable_status(status: u16) -> bool {
+    status == 408 || status == 429 || (500..=599).contains(&status)
+}
+
+/// `Retry-After` as seconds or an HTTP date (RFC 9110 §10.2.3), relative to `now_ms`.
+pub fn parse_retry_after(value: &str, now_ms: i64) -> Option<Duration> {
+    let value = value.trim();
+    if let Ok(secs) = value.parse::<u64>() {
+        return Some(Duration::from_secs(secs));
+    }
+    let at = chrono::DateTime::parse_from_rfc2822(value).ok()?;
+    let ms = at.timestamp_millis() - now_ms;
+    Some(Duration::from_millis(u64::try_from(ms).unwrap_or(0)))
+}
+
 /// An HTTP client with a keep-alive pool, shared by every callback of an executor.
 #[derive(Clone)]
 pub struct CallbackClient {
@@ -49,7 +76,7 @@ impl CallbackClient {
         timer: &Timer,
         occurrence: ClaimedOccurrence,
         clock: &dyn Clock,
-    ) -> Outcome {
+    ) -> Attempt {
         let cb = &timer.spec.callback;
         let key = occurrence.key;
         let method = reqwest::Method::from_bytes(cb.method.as_str().as_bytes())
@@ -78,20 +105,39 @@ impl CallbackClient {
             error: None,
             next_attempt_at: None,
         };
+        let mut retryable = false;
+        let mut retry_after = None;
         match request.send().await {
             Ok(response) => {
                 let status = response.status();
                 outcome.http_status = Some(status.as_u16());
+                if matches!(status.as_u16(), 429 | 503) {
+                    retry_after = response
+                        .headers()
+                        .get(reqwest::header::RETRY_AFTER)
+                        .and_then(|v| v.to_str().ok())
+                        .and_then(|v| parse_retry_after(v, clock.now().as_millis()));
+                }
                 outcome.output = self.read_capped(response).await;
                 if status.is_success() {
                     outcome.status = OccurrenceStatus::Succeeded;
                 } else {
+                    retryable = retryable_status(status.as_u16());
                     outcome.error = Some(format!("callback answered HTTP {}", status.as_u16()));
                 }
             }
-            Err(e) => outcome.error = Some(describe(&e, cb.timeout.get())),
+            Err(e) => {
+                // Transport failures (refused, reset, timed out, TLS) may pass; a request
+                // that cannot even be built will not.
+                retryable = !e.is_builder();
+                outcome.error = Some(describe(&e, cb.timeout.get()));
+            }
         }
-        outcome
+        Attempt {
+            outcome,
+            retryable,
+            retry_after,
+        }
     }
 
     /// The response body up to the cap, lossily as UTF-8; `None` when empty.
@@ -143,4 +189,36 @@ fn root_cause(e: &dyn std::error::Error) -> String {
         cause = next;
     }
     cause.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retryable_statuses_are_408_429_and_5xx() {
+        for s in [408, 429, 500, 502, 503, 599] {
+            assert!(retryable_status(s), "{s}");
+        }
+        for s in [200, 301, 400, 401, 403, 404, 409, 422] {
+            assert!(!retryable_status(s), "{s}");
+        }
+    }
+
+    #[test]
+    fn retry_after_is_seconds_or_an_http_date() {
+        assert_eq!(parse_retry_after("7", 0), Some(Duration::from_secs(7)));
+        // Sun, 06 Nov 1994 08:49:37 GMT = 784111777 s.
+        let now = 784_111_777_000 - 3_000;
+        assert_eq!(
+            parse_retry_after("Sun, 06 Nov 1994 08:49:37 GMT", now),
+            Some(Duration::from_secs(3))
+        );
+        assert_eq!(
+            parse_retry_after("Sun, 06 Nov 1994 08:49:37 GMT", now + 10_000),
+            Some(Duration::ZERO),
+            "a date in the past means now"
+        );
+        assert_eq!(parse_retry_after("soon", 0), None);
+    }
 }

@@ -21,8 +21,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use chime_domain::{Claim, ClaimedOccurrence, Clock, OccurrenceStatus, Outcome, TaskKey, Timer};
-use chime_storage::{OccurrenceStore, StoreResult, TimerStore};
+use chime_domain::{
+    Bucket, Claim, ClaimedOccurrence, Clock, DeliveryMode, OccurrenceStatus, Outcome, TaskKey,
+    Timer,
+};
+use chime_storage::{HotEntry, HotIndex, OccurrenceStore, StoreResult, TimerStore};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio_util::task::TaskTracker;
 
@@ -70,12 +73,16 @@ struct Job {
 
 struct Done {
     outcome: Outcome,
+    /// Where a retry is indexed.
+    bucket: Bucket,
     _permit: OwnedSemaphorePermit,
 }
 
 struct Inner {
     timers: Arc<dyn TimerStore>,
     occurrences: Arc<dyn OccurrenceStore>,
+    /// Where retries are scheduled; without one, the sweeper finds them when due.
+    index: Option<Arc<dyn HotIndex>>,
     clock: Arc<dyn Clock>,
     callbacks: CallbackClient,
     settings: ExecutorSettings,
@@ -95,6 +102,7 @@ impl Executor {
     pub fn start(
         timers: Arc<dyn TimerStore>,
         occurrences: Arc<dyn OccurrenceStore>,
+        index: Option<Arc<dyn HotIndex>>,
         clock: Arc<dyn Clock>,
         callbacks: CallbackClient,
         settings: ExecutorSettings,
@@ -105,6 +113,7 @@ impl Executor {
         let inner = Arc::new(Inner {
             timers,
             occurrences,
+            index,
             clock,
             callbacks,
             settings,
@@ -241,6 +250,7 @@ impl Inner {
                 };
                 let _ = self.done.send(Done {
                     outcome,
+                    bucket: occurrence.bucket,
                     _permit: job.permit,
                 });
                 continue;
@@ -250,18 +260,58 @@ impl Inner {
             };
             let inner = self.clone();
             self.tracker.spawn(async move {
-                let outcome = inner
+                let attempt = inner
                     .callbacks
                     .fire(&timer, occurrence, inner.clock.as_ref())
                     .await;
+                let outcome = settle(&timer, attempt, inner.clock.now(), rand::random());
                 let _ = inner.done.send(Done {
                     outcome,
+                    bucket: occurrence.bucket,
                     _permit: job.permit,
                 });
             });
         }
         Ok(())
     }
+}
+
+/// The longest a callee's `Retry-After` may postpone a retry.
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
+
+/// Applies the timer's delivery mode and retry policy to an attempt: a retryable failure
+/// with attempts left becomes `retrying` at the backoff (or the callee's `Retry-After`), one
+/// without becomes `dead`; a non-retryable failure, or any failure of an `at_most_once`
+/// timer, is `failed`.
+pub fn settle(
+    timer: &Timer,
+    attempt: callback::Attempt,
+    now: chime_domain::Timestamp,
+    random: f64,
+) -> Outcome {
+    let mut outcome = attempt.outcome;
+    if outcome.status == OccurrenceStatus::Succeeded {
+        return outcome;
+    }
+    if timer.spec.delivery == DeliveryMode::AtMostOnce {
+        outcome.status = OccurrenceStatus::Failed;
+        return outcome;
+    }
+    if !attempt.retryable {
+        outcome.status = OccurrenceStatus::Failed;
+        return outcome;
+    }
+    match timer.spec.retry.backoff_after(outcome.attempt, random) {
+        Some(backoff) => {
+            let wait = attempt
+                .retry_after
+                .map_or(backoff, |r| r.min(MAX_RETRY_AFTER));
+            outcome.status = OccurrenceStatus::Retrying;
+            outcome.next_attempt_at = Some(now.saturating_add(wait));
+        }
+        None => outcome.status = OccurrenceStatus::Dead,
+    }
+    outcome
 }
 
 /// Why an occurrence must not fire, if it must not.
@@ -299,6 +349,21 @@ async fn outcome_loop(inner: Arc<Inner>, mut done: mpsc::UnboundedReceiver<Done>
                 }
             }
         }
+        // Retries go back to the hot index, due at their next attempt. If that fails the
+        // sweeper finds them in the database once due.
+        if let Some(index) = &inner.index {
+            let retries: Vec<HotEntry> = batch
+                .iter()
+                .filter_map(|d| {
+                    let at = d.outcome.next_attempt_at?;
+                    (d.outcome.status == OccurrenceStatus::Retrying)
+                        .then(|| HotEntry::new(d.outcome.key, at, d.bucket))
+                })
+                .collect();
+            if let Err(e) = index.add(&retries).await {
+                tracing::warn!(error = %e, retries = retries.len(), "cannot index retries; the sweeper will find them");
+            }
+        }
         for o in &outcomes {
             metrics::counter!("chime_executor_outcomes_total", "status" => o.status.as_str())
                 .increment(1);
@@ -307,5 +372,102 @@ async fn outcome_loop(inner: Arc<Inner>, mut done: mpsc::UnboundedReceiver<Done>
             }
         }
         batch.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chime_domain::{
+        AppName, CallbackInput, DeliveryMode, RetryPolicyInput, ScheduleInput, TimerId, TimerName,
+        TimerSpec, Timestamp,
+    };
+
+    fn timer(delivery: DeliveryMode) -> Timer {
+        let now = Timestamp::from_millis(0);
+        Timer {
+            id: TimerId::new(1).unwrap(),
+            spec: TimerSpec {
+                app: AppName::parse("a").unwrap(),
+                name: TimerName::parse("t").unwrap(),
+                schedule: ScheduleInput {
+                    every: Some("1m".into()),
+                    ..Default::default()
+                }
+                .resolve(now, None, None)
+                .unwrap(),
+                callback: CallbackInput {
+                    url: "http://x/".into(),
+                    ..Default::default()
+                }
+                .parse()
+                .unwrap(),
+                retry: RetryPolicyInput {
+                    max_attempts: Some(3),
+                    jitter: Some(false),
+                    ..Default::default()
+                }
+                .parse()
+                .unwrap(),
+                misfire: Default::default(),
+                delivery,
+            },
+            enabled: true,
+            version: 1,
+            bucket: Bucket::from_stored(0),
+            created_at: now,
+            updated_at: now,
+            deleted_at: None,
+        }
+    }
+
+    fn failed(attempt: u32, retryable: bool, retry_after: Option<Duration>) -> callback::Attempt {
+        callback::Attempt {
+            outcome: Outcome {
+                key: TaskKey::new(TimerId::new(1).unwrap(), Timestamp::from_millis(0)),
+                attempt,
+                status: OccurrenceStatus::Failed,
+                fired_at: Some(Timestamp::from_millis(0)),
+                http_status: Some(429),
+                output: None,
+                error: Some("callback answered HTTP 429".into()),
+                next_attempt_at: None,
+            },
+            retryable,
+            retry_after,
+        }
+    }
+
+    #[test]
+    fn the_policy_decides_retrying_dead_or_failed() {
+        let t = timer(DeliveryMode::AtLeastOnce);
+        let now = Timestamp::from_millis(1_000);
+        let first = settle(&t, failed(1, true, None), now, 0.5);
+        assert_eq!(first.status, OccurrenceStatus::Retrying);
+        assert_eq!(first.next_attempt_at, Some(Timestamp::from_millis(2_000)));
+        let second = settle(&t, failed(2, true, None), now, 0.5);
+        assert_eq!(
+            second.next_attempt_at,
+            Some(Timestamp::from_millis(3_000)),
+            "×2"
+        );
+        let honoured = settle(&t, failed(1, true, Some(Duration::from_secs(30))), now, 0.5);
+        assert_eq!(
+            honoured.next_attempt_at,
+            Some(Timestamp::from_millis(31_000))
+        );
+        assert_eq!(
+            settle(&t, failed(3, true, None), now, 0.5).status,
+            OccurrenceStatus::Dead
+        );
+        assert_eq!(
+            settle(&t, failed(1, false, None), now, 0.5).status,
+            OccurrenceStatus::Failed
+        );
+        let amo = timer(DeliveryMode::AtMostOnce);
+        assert_eq!(
+            settle(&amo, failed(1, true, None), now, 0.5).status,
+            OccurrenceStatus::Failed
+        );
     }
 }

@@ -29,9 +29,25 @@ async fn main() -> anyhow::Result<()> {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let db = chime_runtime::open_database(&config, clock.clone()).await?;
     let callbacks = CallbackClient::new(CallbackSettings::default()).map_err(anyhow::Error::msg)?;
+    // Retries are scheduled in the hot index; without Redis the sweeper finds them when due.
+    let redis = match config.redis.url {
+        Some(_) => Some(
+            chime_runtime::open_redis(&config)
+                .await
+                .context("connecting to Redis")?,
+        ),
+        None => {
+            tracing::warn!("no CHIME_REDIS_URL: retries wait for the scheduler's sweeper");
+            None
+        }
+    };
+    let index = redis
+        .as_ref()
+        .map(|r| Arc::new(r.hot_index()) as Arc<dyn chime_storage::HotIndex>);
     let executor = Executor::start(
         db.timers.clone(),
         db.occurrences.clone(),
+        index,
         clock,
         callbacks,
         ExecutorSettings {
@@ -57,6 +73,9 @@ async fn main() -> anyhow::Result<()> {
         config.shutdown_grace.get(),
     )
     .await;
+    if let Some(r) = redis {
+        r.quit().await;
+    }
     db.close().await;
     served
 }

@@ -30,6 +30,7 @@ fn executor(s: &Setup, max_in_flight: usize) -> Arc<Executor> {
     Executor::start(
         s.db.store(),
         s.db.store(),
+        None,
         Arc::new(SystemClock),
         CallbackClient::new(CallbackSettings::default()).unwrap(),
         ExecutorSettings {
@@ -199,38 +200,96 @@ async fn skips_disabled_changed_and_deleted_timers_without_calling_back() {
     assert_eq!(s.sink.count(), 0);
 }
 
+/// Waits until `key` left pending and running: an outcome, final or a retry.
+async fn settled(s: &Setup, key: TaskKey) -> Occurrence {
+    let store = s.db.store.clone();
+    wait_for("an outcome", || {
+        let store = store.clone();
+        async move {
+            store.get_occurrence(key).await.unwrap().is_some_and(|o| {
+                !matches!(
+                    o.status,
+                    OccurrenceStatus::Pending | OccurrenceStatus::Running
+                )
+            })
+        }
+    })
+    .await;
+    store.get_occurrence(key).await.unwrap().unwrap()
+}
+
+/// `t` with another retry policy or delivery mode (a new version).
+async fn with_policy(s: &Setup, t: Timer, max_attempts: u32, at_most_once: bool) -> Timer {
+    let mut spec = t.spec.clone();
+    spec.retry = chime_domain::RetryPolicyInput {
+        max_attempts: Some(max_attempts),
+        jitter: Some(false),
+        ..Default::default()
+    }
+    .parse()
+    .unwrap();
+    if at_most_once {
+        spec.delivery = chime_domain::DeliveryMode::AtMostOnce;
+    }
+    s.db.store.update_timer(t.id, None, spec).await.unwrap()
+}
+
 #[tokio::test]
-async fn non_2xx_and_unreachable_callbacks_are_recorded_failures() {
+async fn failures_are_retried_failed_or_dead_by_kind_and_policy() {
     let s = setup().await;
     let refused = {
         // A port nobody listens on: bind, note it, release it.
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap()
     };
-    let e500 = timer(&s, "e500", s.sink.url("/status/503"), &[]).await;
+    let e503 = timer(&s, "e503", s.sink.url("/status/503"), &[]).await;
+    let e400 = timer(&s, "e400", s.sink.url("/status/400"), &[]).await;
     let down = timer(&s, "down", format!("http://{refused}/"), &[]).await;
-    // https to a plain-HTTP server: the TLS handshake fails, and that is an outcome too.
+    // https to a plain-HTTP server: the TLS handshake fails, a transport failure.
     let tls = timer(&s, "tls", format!("https://{}/", s.sink.addr()), &[]).await;
-    let k500 = due_now(&s, &e500, 0).await;
-    let kdown = due_now(&s, &down, 0).await;
-    let ktls = due_now(&s, &tls, 0).await;
+    let last = timer(&s, "last", s.sink.url("/status/500"), &[]).await;
+    let last = with_policy(&s, last, 1, false).await;
+    let amo = timer(&s, "amo", s.sink.url("/status/500"), &[]).await;
+    let amo = with_policy(&s, amo, 3, true).await;
+    let keys = [
+        due_now(&s, &e503, 0).await,
+        due_now(&s, &e400, 0).await,
+        due_now(&s, &down, 0).await,
+        due_now(&s, &tls, 0).await,
+        due_now(&s, &last, 0).await,
+        due_now(&s, &amo, 0).await,
+    ];
     let exec = executor(&s, 16);
-    exec.offer(&[k500, kdown, ktls]).unwrap();
-    let rtls = finished(&s, ktls).await;
-    assert_eq!(rtls.status, OccurrenceStatus::Failed);
-    assert!(rtls.error.is_some());
-    let r500 = finished(&s, k500).await;
-    assert_eq!(r500.status, OccurrenceStatus::Failed);
-    assert_eq!(r500.http_status, Some(503));
-    assert_eq!(r500.error.as_deref(), Some("callback answered HTTP 503"));
-    let rdown = finished(&s, kdown).await;
-    assert_eq!(rdown.status, OccurrenceStatus::Failed);
-    assert_eq!(rdown.http_status, None);
+    exec.offer(&keys).unwrap();
+    let [r503, r400, rdown, rtls, rlast, ramo] = [
+        settled(&s, keys[0]).await,
+        settled(&s, keys[1]).await,
+        settled(&s, keys[2]).await,
+        settled(&s, keys[3]).await,
+        settled(&s, keys[4]).await,
+        settled(&s, keys[5]).await,
+    ];
+    // 5xx, refused, TLS: retried after the first backoff (1 s, jitter keeps ≥ half).
+    for r in [&r503, &rdown, &rtls] {
+        assert_eq!(r.status, OccurrenceStatus::Retrying, "{r:?}");
+        let wait = r.next_attempt_at.unwrap().as_millis() - r.fired_at.unwrap().as_millis();
+        assert!((400..=1_100).contains(&wait), "{wait} ms");
+        assert_eq!(r.attempt, 1);
+    }
+    assert_eq!(r503.http_status, Some(503));
+    assert_eq!(r503.error.as_deref(), Some("callback answered HTTP 503"));
     assert!(
         rdown.error.as_deref().unwrap().contains("connect"),
         "{:?}",
         rdown.error
     );
+    // 400: not retryable.
+    assert_eq!(r400.status, OccurrenceStatus::Failed);
+    assert_eq!(r400.http_status, Some(400));
+    // The last attempt: dead.
+    assert_eq!(rlast.status, OccurrenceStatus::Dead);
+    // at_most_once: never retried.
+    assert_eq!(ramo.status, OccurrenceStatus::Failed);
 }
 
 #[tokio::test]
