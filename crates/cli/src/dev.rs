@@ -136,16 +136,13 @@ pub async fn run(config: Config, args: DevArgs) -> anyhow::Result<()> {
         },
     );
     let scheduler = Scheduler::new(
+        db.timers.clone(),
         index,
         leases,
         db.occurrences.clone(),
         Arc::new(LocalExecutor(executor.clone())),
         clock.clone(),
-        SchedulerSettings::new(
-            config.buckets,
-            config.scheduler.lease_ttl.get(),
-            config.scheduler.lookahead.get(),
-        ),
+        SchedulerSettings::from_config(&config),
     );
     let api = Arc::new(TimerService::new(
         db.timers.clone(),

@@ -178,6 +178,12 @@ pub struct SchedulerConfig {
     pub lease_ttl: Seconds,
     /// How far ahead of due the holder reads a shard.
     pub lookahead: Seconds,
+    /// How often the sweeper looks for occurrences the hot path missed.
+    pub sweep_interval: Seconds,
+    /// How overdue a pending occurrence must be before the sweeper takes it over.
+    pub sweep_after: Seconds,
+    /// Occurrences overdue by more than this fall under their timer's misfire policy.
+    pub misfire_threshold: Seconds,
 }
 
 impl Default for SchedulerConfig {
@@ -186,6 +192,9 @@ impl Default for SchedulerConfig {
             executor_endpoints: Vec::new(),
             lease_ttl: Seconds::secs(5),
             lookahead: Seconds::secs(2),
+            sweep_interval: Seconds::secs(1),
+            sweep_after: Seconds::secs(2),
+            misfire_threshold: Seconds::secs(10),
         }
     }
 }
@@ -332,6 +341,12 @@ impl Config {
         }
         if self.scheduler.lease_ttl.get() < Duration::from_secs(1) {
             return bad("scheduler.lease_ttl must be at least 1s");
+        }
+        if self.scheduler.sweep_interval.get() < Duration::from_millis(100) {
+            return bad("scheduler.sweep_interval must be at least 100ms");
+        }
+        if self.scheduler.misfire_threshold.get() < self.scheduler.sweep_after.get() {
+            return bad("scheduler.misfire_threshold must not be below scheduler.sweep_after");
         }
         Ok(())
     }

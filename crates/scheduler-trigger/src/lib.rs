@@ -8,17 +8,19 @@
 //! shard. A shard missing from Redis (lost data) is read from the database instead.
 
 pub mod handoff;
+mod sweeper;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use chime_domain::{BucketCount, Clock, ShardKey, TaskKey, Timestamp};
-use chime_storage::{HotIndex, LeaseToken, Leases, OccurrenceStore, StoreResult};
+use chime_storage::{HotIndex, LeaseToken, Leases, OccurrenceStore, StoreResult, TimerStore};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 pub use handoff::{Endpoints, GrpcExecutors, Handoff};
+pub use sweeper::Swept;
 
 #[derive(Debug, Clone, Copy)]
 pub struct SchedulerSettings {
@@ -35,9 +37,27 @@ pub struct SchedulerSettings {
     pub read_limit: usize,
     /// Keys per hand-off.
     pub batch: usize,
+    /// How often the sweeper looks for occurrences the hot path missed.
+    pub sweep_interval: Duration,
+    /// How overdue a pending occurrence must be before the sweeper takes it.
+    pub sweep_after: Duration,
+    /// Occurrences overdue by more than this (after an outage) fall under their timer's
+    /// misfire policy instead of firing as usual.
+    pub misfire_threshold: Duration,
 }
 
 impl SchedulerSettings {
+    /// The `[scheduler]` section and `buckets` of the config.
+    pub fn from_config(config: &chime_runtime::Config) -> Self {
+        let c = &config.scheduler;
+        Self {
+            sweep_interval: c.sweep_interval.get(),
+            sweep_after: c.sweep_after.get(),
+            misfire_threshold: c.misfire_threshold.get(),
+            ..Self::new(config.buckets, c.lease_ttl.get(), c.lookahead.get())
+        }
+    }
+
     pub fn new(buckets: BucketCount, lease_ttl: Duration, lookahead: Duration) -> Self {
         Self {
             buckets,
@@ -47,11 +67,15 @@ impl SchedulerSettings {
             tick: Duration::from_secs(1),
             read_limit: 2_000,
             batch: 500,
+            sweep_interval: Duration::from_secs(1),
+            sweep_after: Duration::from_secs(2),
+            misfire_threshold: Duration::from_secs(10),
         }
     }
 }
 
 pub struct Scheduler {
+    timers: Arc<dyn TimerStore>,
     index: Arc<dyn HotIndex>,
     leases: Arc<dyn Leases>,
     occurrences: Arc<dyn OccurrenceStore>,
@@ -80,6 +104,7 @@ fn lease_name(shard: ShardKey) -> String {
 
 impl Scheduler {
     pub fn new(
+        timers: Arc<dyn TimerStore>,
         index: Arc<dyn HotIndex>,
         leases: Arc<dyn Leases>,
         occurrences: Arc<dyn OccurrenceStore>,
@@ -88,6 +113,7 @@ impl Scheduler {
         settings: SchedulerSettings,
     ) -> Arc<Self> {
         Arc::new(Self {
+            timers,
             index,
             leases,
             occurrences,
@@ -121,6 +147,7 @@ impl Scheduler {
     /// lease) within `grace`.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken, grace: Duration) {
         let workers_stop = shutdown.child_token();
+        let sweeper = tokio::spawn(self.clone().sweep_loop(workers_stop.clone()));
         let mut held: HashMap<ShardKey, JoinHandle<bool>> = HashMap::new();
         let mut finished: HashSet<ShardKey> = HashSet::new();
         let mut tick = tokio::time::interval(self.settings.tick);
@@ -168,6 +195,7 @@ impl Scheduler {
             metrics::gauge!("chime_scheduler_shards_held").set(held.len() as f64);
         }
         workers_stop.cancel();
+        let _ = sweeper.await;
         let all = futures::future::join_all(held.into_values());
         if tokio::time::timeout(grace, all).await.is_err() {
             tracing::warn!("shard workers did not stop within the grace period");
@@ -233,9 +261,21 @@ impl Scheduler {
                     .take(s.batch)
                     .take_while(|(_, d)| *d <= now)
                     .count();
-                let keys: Vec<TaskKey> = rest[..n].iter().map(|(k, _)| *k).collect();
+                // Members overdue beyond the misfire threshold (this shard was not worked
+                // for a while) are the sweeper's: it applies the timers' misfire policies.
+                let misfired_before = now.saturating_sub(s.misfire_threshold);
+                let (late, due): (Vec<(TaskKey, Timestamp)>, Vec<(TaskKey, Timestamp)>) =
+                    rest[..n].iter().partition(|(_, d)| *d < misfired_before);
+                if !late.is_empty() {
+                    let late: Vec<TaskKey> = late.iter().map(|(k, _)| *k).collect();
+                    tracing::info!(%shard, misfired = late.len(), "leaving misfired members to the sweeper");
+                    if let Err(e) = self.forget(shard, &late, &mut source).await {
+                        tracing::warn!(%shard, error = %e, "cannot remove misfired members");
+                    }
+                }
+                let keys: Vec<TaskKey> = due.iter().map(|(k, _)| *k).collect();
                 let accepted = self.handoff.hand_off(&keys).await;
-                for (_, d) in &rest[..accepted] {
+                for (_, d) in &due[..accepted] {
                     metrics::histogram!("chime_scheduler_handoff_lateness_seconds")
                         .record((now.as_millis() - d.as_millis()) as f64 / 1000.0);
                 }
@@ -243,11 +283,12 @@ impl Scheduler {
                 if let Err(e) = self.forget(shard, &keys[..accepted], &mut source).await {
                     tracing::warn!(%shard, error = %e, "cannot remove handed-off members");
                 }
-                if accepted < n {
+                if accepted < keys.len() {
                     // Never dropped: the rest stay in the shard and are offered again.
+                    let refused = keys.len() - accepted;
                     metrics::counter!("chime_scheduler_handoff_deferred_total")
-                        .increment((n - accepted) as u64);
-                    tracing::warn!(%shard, refused = n - accepted, "executors refused keys; retrying");
+                        .increment(refused as u64);
+                    tracing::warn!(%shard, refused, "executors refused keys; retrying");
                     self.pause_until(self.clock.now().saturating_add(s.poll), &stop)
                         .await;
                     break;

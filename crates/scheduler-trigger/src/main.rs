@@ -38,16 +38,13 @@ async fn main() -> anyhow::Result<()> {
     let executors = GrpcExecutors::new(endpoints).await;
     executors.keep_resolving(Duration::from_secs(5), shutdown.clone());
     let scheduler = Scheduler::new(
+        db.timers.clone(),
         Arc::new(redis.hot_index()),
         Arc::new(redis.leases()),
         db.occurrences.clone(),
         executors,
         clock,
-        SchedulerSettings::new(
-            config.buckets,
-            config.scheduler.lease_ttl.get(),
-            config.scheduler.lookahead.get(),
-        ),
+        SchedulerSettings::from_config(&config),
     );
     let admin = chime_runtime::admin::bind_admin(Some(
         config

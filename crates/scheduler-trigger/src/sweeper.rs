@@ -1,0 +1,192 @@
+//! The sweeper: the safety net behind the hot path. One replica at a time (leased) looks in
+//! the database for occurrences that should have been handed off and were not (pending or
+//! retrying, overdue by more than `sweep_after`) and for claims whose lease ran out (the
+//! executor died), and hands them to executors again, applying each timer's misfire policy
+//! to what is overdue beyond `misfire_threshold`.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use chime_domain::{
+    DeliveryMode, MisfirePolicy, Occurrence, OccurrenceStatus, Outcome, TaskKey, Timer, TimerId,
+};
+use chime_storage::StoreResult;
+use tokio_util::sync::CancellationToken;
+
+use crate::Scheduler;
+
+const LEASE: &str = "sweeper";
+/// Overdue occurrences looked at per sweep.
+const SWEEP_LIMIT: u32 = 2_000;
+
+/// What one sweep did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Swept {
+    /// Handed to executors again.
+    pub handed_off: usize,
+    /// Marked `skipped` by the misfire policy.
+    pub skipped: u64,
+    /// `at_most_once` occurrences whose executor died mid-delivery: `failed`, not retried.
+    pub abandoned: u64,
+}
+
+/// Where each overdue occurrence goes.
+#[derive(Default)]
+struct Plan {
+    hand_off: Vec<TaskKey>,
+    skip: Vec<TaskKey>,
+    abandon: Vec<Outcome>,
+}
+
+impl Scheduler {
+    /// Sweeps every `sweep_interval` while holding the sweeper lease, until `stop`.
+    pub(crate) async fn sweep_loop(self: Arc<Self>, stop: CancellationToken) {
+        let mut held = false;
+        let mut tick = tokio::time::interval(self.settings.sweep_interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => break,
+                _ = tick.tick() => {}
+            }
+            let ttl = self.settings.lease_ttl;
+            let leased = if held {
+                self.leases.renew(LEASE, &self.token, ttl).await
+            } else {
+                self.leases.acquire(LEASE, &self.token, ttl).await
+            };
+            held = matches!(leased, Ok(true));
+            if !held {
+                continue;
+            }
+            match self.sweep().await {
+                Ok(s) if s != Swept::default() => {
+                    tracing::info!(
+                        handed_off = s.handed_off,
+                        skipped = s.skipped,
+                        abandoned = s.abandoned,
+                        "sweeper recovered overdue occurrences"
+                    );
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "sweep failed"),
+            }
+        }
+        if held {
+            let _ = self.leases.release(LEASE, &self.token).await;
+        }
+    }
+
+    /// One sweep.
+    pub async fn sweep(&self) -> StoreResult<Swept> {
+        let now = self.clock.now();
+        let overdue = self
+            .occurrences
+            .find_overdue(
+                now.saturating_sub(self.settings.sweep_after),
+                now,
+                SWEEP_LIMIT,
+            )
+            .await?;
+        if overdue.is_empty() {
+            return Ok(Swept::default());
+        }
+        let mut ids: Vec<TimerId> = overdue.iter().map(|o| o.key.timer_id).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        let timers: HashMap<TimerId, Timer> = self
+            .timers
+            .get_timers(&ids)
+            .await?
+            .into_iter()
+            .map(|t| (t.id, t))
+            .collect();
+        let plan = self.plan(&overdue, &timers, now);
+        let mut swept = Swept {
+            skipped: self
+                .occurrences
+                .skip_occurrences(&plan.skip, "misfired: overdue beyond the misfire threshold")
+                .await?,
+            abandoned: self.occurrences.record_outcomes(&plan.abandon).await?,
+            ..Swept::default()
+        };
+        for batch in plan.hand_off.chunks(self.settings.batch) {
+            let accepted = self.handoff.hand_off(batch).await;
+            swept.handed_off += accepted;
+            if accepted < batch.len() {
+                // The rest stay overdue in the database: the next sweep offers them again.
+                break;
+            }
+        }
+        metrics::counter!("chime_sweeper_handed_off_total").increment(swept.handed_off as u64);
+        metrics::counter!("chime_sweeper_skipped_total").increment(swept.skipped);
+        metrics::counter!("chime_sweeper_abandoned_total").increment(swept.abandoned);
+        Ok(swept)
+    }
+
+    fn plan(
+        &self,
+        overdue: &[Occurrence],
+        timers: &HashMap<TimerId, Timer>,
+        now: chime_domain::Timestamp,
+    ) -> Plan {
+        let threshold =
+            i64::try_from(self.settings.misfire_threshold.as_millis()).unwrap_or(i64::MAX);
+        let mut plan = Plan::default();
+        let mut misfired: HashMap<TimerId, Vec<&Occurrence>> = HashMap::new();
+        for o in overdue {
+            let timer = timers.get(&o.key.timer_id);
+            if o.status == OccurrenceStatus::Running {
+                // Its claim lease ran out: the executor died or lost the database.
+                if timer.is_some_and(|t| t.spec.delivery == DeliveryMode::AtMostOnce) {
+                    plan.abandon.push(Outcome {
+                        key: o.key,
+                        attempt: o.attempt,
+                        status: OccurrenceStatus::Failed,
+                        fired_at: None,
+                        http_status: None,
+                        output: None,
+                        error: Some(
+                            "the executor was lost during an at_most_once delivery; not retried"
+                                .into(),
+                        ),
+                        next_attempt_at: None,
+                    });
+                } else {
+                    plan.hand_off.push(o.key);
+                }
+                continue;
+            }
+            let late = now.as_millis() - o.due_at().as_millis();
+            match timer {
+                // Gone, disabled or changed timers are handed off too: the executor records
+                // why it skips them.
+                Some(t) if late > threshold && t.fires_version(o.timer_version) => {
+                    misfired.entry(t.id).or_default().push(o);
+                }
+                _ => plan.hand_off.push(o.key),
+            }
+        }
+        for (id, mut occurrences) in misfired {
+            let Some(timer) = timers.get(&id) else {
+                continue;
+            };
+            occurrences.sort_by_key(|o| o.key.run_at);
+            let keys = occurrences.iter().map(|o| o.key);
+            match (timer.spec.misfire, timer.spec.schedule.is_one_shot()) {
+                (MisfirePolicy::Skip, _) => plan.skip.extend(keys),
+                (MisfirePolicy::FireAll, _) | (MisfirePolicy::FireOnce, true) => {
+                    plan.hand_off.extend(keys)
+                }
+                (MisfirePolicy::FireOnce, false) => {
+                    let mut keys: Vec<TaskKey> = keys.collect();
+                    if let Some(latest) = keys.pop() {
+                        plan.hand_off.push(latest);
+                    }
+                    plan.skip.extend(keys);
+                }
+            }
+        }
+        plan
+    }
+}
