@@ -85,6 +85,9 @@ pub struct Scheduler {
     token: LeaseToken,
 }
 
+/// A hot-index member: a task key and when it is due.
+type Member = (TaskKey, Timestamp);
+
 /// Where a held shard's members are read from.
 enum Source {
     HotIndex,
@@ -264,7 +267,7 @@ impl Scheduler {
                 // Members overdue beyond the misfire threshold (this shard was not worked
                 // for a while) are the sweeper's: it applies the timers' misfire policies.
                 let misfired_before = now.saturating_sub(s.misfire_threshold);
-                let (late, due): (Vec<(TaskKey, Timestamp)>, Vec<(TaskKey, Timestamp)>) =
+                let (late, due): (Vec<Member>, Vec<Member>) =
                     rest[..n].iter().partition(|(_, d)| *d < misfired_before);
                 if !late.is_empty() {
                     let late: Vec<TaskKey> = late.iter().map(|(k, _)| *k).collect();
