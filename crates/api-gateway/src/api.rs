@@ -92,6 +92,23 @@ pub struct ListRuns {
     pub page_token: Option<String>,
 }
 
+/// Which dead letters to list.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ListDeadLetters {
+    pub app: Option<String>,
+    pub timer_id: Option<TimerId>,
+    pub page_size: Option<u32>,
+    pub page_token: Option<String>,
+}
+
+/// What to redrive, as a request names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RedriveTarget {
+    /// A task key `{timer_id}:{run_at_ms}`, unparsed.
+    Run(String),
+    Timer(TimerId),
+}
+
 /// A timer with what a reader needs to understand it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TimerView {
@@ -121,6 +138,9 @@ pub trait TimerApi: Send + Sync + 'static {
     /// One extra occurrence, due now.
     async fn trigger_timer(&self, id: TimerId) -> ApiResult<Triggered>;
     async fn list_runs(&self, query: ListRuns) -> ApiResult<Page<Occurrence>>;
+    async fn list_dead_letters(&self, query: ListDeadLetters) -> ApiResult<Page<Occurrence>>;
+    /// Re-queues dead occurrences; returns how many.
+    async fn redrive(&self, what: RedriveTarget) -> ApiResult<u64>;
     /// Whether the service can serve (its database answers).
     async fn ready(&self) -> ApiResult<()>;
 }

@@ -14,7 +14,8 @@ use tonic::{Request, Response, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 
 use crate::api::{
-    CreateRequest, ListRuns, ListTimers, TimerApi, TimerInput, TimerPatch, TimerView,
+    CreateRequest, ListDeadLetters, ListRuns, ListTimers, RedriveTarget, TimerApi, TimerInput,
+    TimerPatch, TimerView,
 };
 use crate::error::ApiError;
 
@@ -375,5 +376,50 @@ impl GrpcTimerService for GrpcApi {
                 .map(|t| t.as_str().to_owned())
                 .unwrap_or_default(),
         }))
+    }
+
+    async fn list_dead_letters(
+        &self,
+        req: Request<pb::ListDeadLettersRequest>,
+    ) -> Result<Response<pb::ListDeadLettersResponse>, Status> {
+        let r = req.into_inner();
+        let page = self
+            .0
+            .list_dead_letters(ListDeadLetters {
+                app: non_empty(r.app),
+                timer_id: (r.timer_id != 0).then(|| id(r.timer_id)).transpose()?,
+                page_size: (r.page_size != 0).then_some(r.page_size),
+                page_token: non_empty(r.page_token),
+            })
+            .await?;
+        Ok(Response::new(pb::ListDeadLettersResponse {
+            runs: page.items.into_iter().map(run_out).collect(),
+            next_page_token: page
+                .next_page_token
+                .map(|t| t.as_str().to_owned())
+                .unwrap_or_default(),
+        }))
+    }
+
+    async fn redrive_run(
+        &self,
+        req: Request<pb::RedriveRunRequest>,
+    ) -> Result<Response<pb::RedriveResponse>, Status> {
+        let redriven = self
+            .0
+            .redrive(RedriveTarget::Run(req.into_inner().task_key))
+            .await?;
+        Ok(Response::new(pb::RedriveResponse { redriven }))
+    }
+
+    async fn redrive_timer(
+        &self,
+        req: Request<pb::RedriveTimerRequest>,
+    ) -> Result<Response<pb::RedriveResponse>, Status> {
+        let redriven = self
+            .0
+            .redrive(RedriveTarget::Timer(id(req.into_inner().timer_id)?))
+            .await?;
+        Ok(Response::new(pb::RedriveResponse { redriven }))
     }
 }

@@ -16,7 +16,8 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, OpenApi, ToSchema};
 
 use crate::api::{
-    CreateRequest, ListRuns, ListTimers, TimerApi, TimerInput, TimerPatch, TimerView,
+    CreateRequest, ListDeadLetters, ListRuns, ListTimers, RedriveTarget, TimerApi, TimerInput,
+    TimerPatch, TimerView,
 };
 use crate::error::{ApiError, ErrorCode};
 
@@ -702,14 +703,95 @@ async fn list_runs(
     }))
 }
 
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ListDeadLettersParams {
+    /// Only this app's timers.
+    pub app: Option<String>,
+    /// Only this timer.
+    pub timer_id: Option<i64>,
+    /// 1 to 1000; default 100.
+    pub page_size: Option<u32>,
+    pub page_token: Option<String>,
+}
+
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct Redriven {
+    /// Occurrences re-queued with a fresh attempt budget; the sweeper hands them to
+    /// executors within seconds.
+    pub redriven: u64,
+}
+
+/// Dead letters: occurrences whose attempts are exhausted, by timer then run time.
+#[utoipa::path(get, path = "/v1/dead-letters", tag = "dead letters",
+    params(ListDeadLettersParams),
+    responses(
+        (status = 200, description = "A page of dead runs", body = RunList),
+        (status = 400, description = "Invalid filter or page token", body = Problem, content_type = "application/problem+json"),
+        ServerErrors,
+    ))]
+async fn list_dead_letters(
+    State(api): State<Api>,
+    QueryParams(q): QueryParams<ListDeadLettersParams>,
+) -> Result<Json<RunList>, ApiError> {
+    let page = api
+        .list_dead_letters(ListDeadLetters {
+            app: q.app,
+            timer_id: q.timer_id.map(TimerId::new).transpose()?,
+            page_size: q.page_size,
+            page_token: q.page_token,
+        })
+        .await?;
+    Ok(Json(RunList {
+        runs: page.items.into_iter().map(Into::into).collect(),
+        next_page_token: page.next_page_token.map(|t| t.as_str().to_owned()),
+    }))
+}
+
+/// Re-queue one dead run with a fresh attempt budget.
+#[utoipa::path(post, path = "/v1/dead-letters/{task_key}/redrive", tag = "dead letters",
+    params(("task_key" = String, Path, description = "`{timer_id}:{run_at_ms}`")),
+    responses(
+        (status = 200, description = "Re-queued", body = Redriven),
+        (status = 400, description = "Malformed task key", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such run", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The run is not dead", body = Problem, content_type = "application/problem+json"),
+        ServerErrors,
+    ))]
+async fn redrive_run(
+    State(api): State<Api>,
+    Path(task_key): Path<String>,
+) -> Result<Json<Redriven>, ApiError> {
+    let redriven = api.redrive(RedriveTarget::Run(task_key)).await?;
+    Ok(Json(Redriven { redriven }))
+}
+
+/// Re-queue every dead run of a timer with a fresh attempt budget.
+#[utoipa::path(post, path = "/v1/timers/{id}/redrive", tag = "dead letters",
+    params(("id" = i64, Path, description = "Timer id")),
+    responses(
+        (status = 200, description = "Re-queued", body = Redriven),
+        IdErrors,
+        ServerErrors,
+    ))]
+async fn redrive_timer(
+    State(api): State<Api>,
+    Path(id): Path<String>,
+) -> Result<Json<Redriven>, ApiError> {
+    let redriven = api.redrive(RedriveTarget::Timer(timer_id(&id)?)).await?;
+    Ok(Json(Redriven { redriven }))
+}
+
 #[derive(OpenApi)]
 #[openapi(
     info(title = "Chime timer API", description = "Create and manage timers. Errors are RFC 9457 problem+json."),
     paths(create_timer, batch_create_timers, list_timers, get_timer, update_timer, delete_timer,
-          enable_timer, disable_timer, trigger_timer, list_runs),
+          enable_timer, disable_timer, trigger_timer, list_runs, list_dead_letters, redrive_run,
+          redrive_timer),
     components(schemas(Problem, TimerInput, TimerPatch, TimerBody, TimerList, BatchCreateBody,
-                       BatchCreated, RunList, Triggered)),
-    tags((name = "timers", description = "Timer management"))
+                       BatchCreated, RunList, Triggered, Redriven)),
+    tags((name = "timers", description = "Timer management"),
+         (name = "dead letters", description = "Runs whose attempts are exhausted, and their redrive"))
 )]
 pub struct ApiDoc;
 
@@ -726,6 +808,9 @@ pub fn router(api: Api) -> Router {
         .route("/v1/timers/{id}/disable", post(disable_timer))
         .route("/v1/timers/{id}/trigger", post(trigger_timer))
         .route("/v1/timers/{id}/runs", get(list_runs))
+        .route("/v1/timers/{id}/redrive", post(redrive_timer))
+        .route("/v1/dead-letters", get(list_dead_letters))
+        .route("/v1/dead-letters/{task_key}/redrive", post(redrive_run))
         .with_state(api);
     routes
         .merge(utoipa_swagger_ui::SwaggerUi::new("/docs").url("/openapi.json", ApiDoc::openapi()))

@@ -9,12 +9,13 @@ use chime_domain::{
     RetryPolicyInput, Schedule, TaskKey, TimerId, TimerName, TimerSpec, Timestamp, ValidationError,
 };
 use chime_storage::{
-    CreateTimer, IdempotencyKey, OccurrenceStore, PageRequest, RunFilter, TimerFilter, TimerStore,
+    CreateTimer, DeadFilter, IdempotencyKey, OccurrenceStore, PageRequest, Redrive, RunFilter,
+    TimerFilter, TimerStore,
 };
 
 use crate::api::{
-    CreateRequest, ListRuns, ListTimers, MAX_BATCH, TimerApi, TimerInput, TimerPatch, TimerView,
-    Triggered,
+    CreateRequest, ListDeadLetters, ListRuns, ListTimers, MAX_BATCH, RedriveTarget, TimerApi,
+    TimerInput, TimerPatch, TimerView, Triggered,
 };
 use crate::error::{ApiError, ApiResult, ErrorCode};
 use crate::migrator::MigrateNotifier;
@@ -249,6 +250,51 @@ impl TimerApi for TimerService {
             token: query.page_token,
         };
         Ok(self.occurrences.list_runs(&filter, &page).await?)
+    }
+
+    async fn list_dead_letters(&self, query: ListDeadLetters) -> ApiResult<Page<Occurrence>> {
+        let filter = DeadFilter {
+            app: query
+                .app
+                .filter(|a| !a.is_empty())
+                .map(AppName::parse)
+                .transpose()?,
+            timer_id: query.timer_id,
+        };
+        let page = PageRequest {
+            size: PageSize::new(query.page_size)?,
+            token: query.page_token,
+        };
+        Ok(self.occurrences.list_dead(&filter, &page).await?)
+    }
+
+    async fn redrive(&self, what: RedriveTarget) -> ApiResult<u64> {
+        let now = self.clock.now();
+        match what {
+            RedriveTarget::Run(raw) => {
+                let key: TaskKey = raw.parse()?;
+                let Some(run) = self.occurrences.get_occurrence(key).await? else {
+                    return Err(ApiError::new(
+                        ErrorCode::NotFound,
+                        "NOT_FOUND",
+                        format!("run {key} not found"),
+                    ));
+                };
+                if run.status != OccurrenceStatus::Dead {
+                    return Err(ApiError::new(
+                        ErrorCode::FailedPrecondition,
+                        "NOT_DEAD",
+                        format!("run {key} is {}, not dead", run.status),
+                    ));
+                }
+                Ok(self.occurrences.redrive(Redrive::One(key), now).await?)
+            }
+            RedriveTarget::Timer(id) => {
+                // Unknown or deleted timers answer 404.
+                self.timers.get_timer(id).await?;
+                Ok(self.occurrences.redrive(Redrive::Timer(id), now).await?)
+            }
+        }
     }
 
     async fn ready(&self) -> ApiResult<()> {

@@ -406,3 +406,48 @@ async fn health_and_reflection_v1_and_v1alpha() {
         );
     }
 }
+
+#[tokio::test]
+async fn dead_letter_methods() {
+    let gw = support::start().await;
+    let mut c = client(&gw).await;
+    let t = c
+        .create_timer(create("billing", "dl", ""))
+        .await
+        .unwrap()
+        .into_inner();
+    let none = c
+        .list_dead_letters(pb::ListDeadLettersRequest {
+            app: "billing".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(none.runs.is_empty() && none.next_page_token.is_empty());
+    let redriven = c
+        .redrive_timer(pb::RedriveTimerRequest { timer_id: t.id })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(redriven.redriven, 0);
+    let bad = c
+        .redrive_run(pb::RedriveRunRequest {
+            task_key: "nope".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(bad.code(), Code::InvalidArgument);
+    let missing = c
+        .redrive_run(pb::RedriveRunRequest {
+            task_key: format!("{}:1", t.id),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(missing.code(), Code::NotFound);
+    let unknown = c
+        .redrive_timer(pb::RedriveTimerRequest { timer_id: 987_654 })
+        .await
+        .unwrap_err();
+    assert_eq!(unknown.code(), Code::NotFound);
+}
