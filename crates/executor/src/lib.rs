@@ -47,7 +47,7 @@ impl Default for ExecutorSettings {
         Self {
             max_in_flight: 1024,
             batch: 512,
-            lease_margin: Duration::from_secs(15),
+            lease_margin: Duration::from_secs(5),
         }
     }
 }

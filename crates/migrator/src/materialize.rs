@@ -64,9 +64,11 @@ impl Materializer {
         }
     }
 
-    /// Materializes `[now, now + horizon)` for every enabled timer of `bucket`, and marks
-    /// every shard of the bucket in that window present, so a scheduler can tell a shard
-    /// with nothing due from one Redis lost.
+    /// Materializes every enabled timer of `bucket` up to `now + horizon`, and marks every
+    /// shard of the bucket in that window present, so a scheduler can tell a shard with
+    /// nothing due from one Redis lost. Rows start up to [`CATCH_UP`] back (never before the
+    /// timer's last change): a step that ran late (its replica died mid-bucket) leaves no
+    /// gap; those already due are left to the sweeper rather than indexed.
     pub async fn bucket(&self, bucket: Bucket, horizon: Duration) -> StoreResult<Materialized> {
         let filter = TimerFilter {
             app: None,
@@ -81,12 +83,12 @@ impl Materializer {
         let mut pending = Vec::new();
         loop {
             let listed = self.timers.list_timers(&filter, &page).await?;
-            let (from, to) = self.window(horizon);
+            let (now, to) = self.window(horizon);
             for timer in &listed.items {
                 total.timers += 1;
-                pending.extend(occurrences_of(timer, from, to));
+                pending.extend(occurrences_of(timer, catch_up_from(timer, now), to));
                 if pending.len() >= self.batch {
-                    total += self.write(std::mem::take(&mut pending), from).await?;
+                    total += self.write(std::mem::take(&mut pending), now).await?;
                 }
             }
             match listed.next_page_token {
@@ -117,7 +119,7 @@ impl Materializer {
             return Ok(Materialized::default());
         }
         let (now, to) = self.window(horizon);
-        let from = timer.updated_at.max(now.saturating_sub(CATCH_UP)).min(now);
+        let from = catch_up_from(&timer, now);
         let mut done = self
             .write(occurrences_of(&timer, from, to).collect(), from)
             .await?;
@@ -166,6 +168,11 @@ impl Materializer {
         }
         Ok(done)
     }
+}
+
+/// Where a timer's rows start: [`CATCH_UP`] back, but not before its last change.
+fn catch_up_from(timer: &Timer, now: Timestamp) -> Timestamp {
+    timer.updated_at.max(now.saturating_sub(CATCH_UP)).min(now)
 }
 
 fn occurrences_of(

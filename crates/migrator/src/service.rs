@@ -15,8 +15,8 @@ pub struct StepSettings {
     /// How often occurrences are materialized; each step covers the next `2 × step`.
     pub step: Duration,
     pub buckets: BucketCount,
-    /// The lease a replica holds on a bucket while it works on it, renewed meanwhile; a
-    /// replica that dies mid-bucket frees it within this long.
+    /// The lease a replica holds on a bucket while it works on it, renewed every third of
+    /// it; a replica that dies mid-bucket frees it within this long.
     pub work_lease: Duration,
 }
 
@@ -25,7 +25,7 @@ impl StepSettings {
         Self {
             step,
             buckets,
-            work_lease: Duration::from_secs(10),
+            work_lease: Duration::from_secs(3),
         }
     }
 
