@@ -53,103 +53,32 @@ async fn start_dev() -> Cluster {
 }
 
 async fn start_cluster(db: &testkit::PgFixture, prefix: &str) -> Cluster {
-    let dir = log_dir("pipeline");
-    eprintln!("process logs: {}", dir.display());
-    let common = |admin: u16| -> Vec<(&'static str, String)> {
-        vec![
-            ("CHIME_DATABASE_URL", db.url()),
-            ("CHIME_REDIS_URL", testkit::redis_url()),
-            ("CHIME_REDIS_PREFIX", prefix.to_owned()),
-            ("CHIME_ADMIN_ADDR", format!("127.0.0.1:{admin}")),
-            ("CHIME_SHUTDOWN_GRACE", "10s".into()),
-            ("CHIME_LOG", "info".into()),
-        ]
-    };
-    let migrate = std::process::Command::new(chime_e2e::bin("chime-migrator"))
-        .arg("migrate")
-        .env_clear()
-        .env("CHIME_DATABASE_URL", db.url())
-        .output()
-        .unwrap();
-    assert!(
-        migrate.status.success(),
-        "{}",
-        String::from_utf8_lossy(&migrate.stderr)
-    );
-
-    let (migrator_port, migrator_admin) = (free_port(), free_port());
-    let mut env = common(migrator_admin);
-    env.push(("CHIME_MIGRATOR_ADDR", format!("127.0.0.1:{migrator_port}")));
-    env.push(("CHIME_MIGRATOR__STEP", "10s".into()));
-    let mut migrator = Service::start("migrator", "chime-migrator", &[], &env, &dir);
-
-    let mut executors = Vec::new();
-    let mut executor_urls = Vec::new();
-    let mut executor_admin = Vec::new();
-    for i in 0..2 {
-        let (port, admin) = (free_port(), free_port());
-        let mut env = common(admin);
-        env.push(("CHIME_EXECUTOR_ADDR", format!("127.0.0.1:{port}")));
-        executors.push(Service::start(
-            &format!("executor-{i}"),
-            "chime-executor",
-            &[],
-            &env,
-            &dir,
-        ));
-        executor_urls.push(format!("http://127.0.0.1:{port}"));
-        executor_admin.push(format!("http://127.0.0.1:{admin}"));
-    }
-    let mut schedulers = Vec::new();
-    let mut scheduler_admin = Vec::new();
-    for i in 0..2 {
-        let admin = free_port();
-        let mut env = common(admin);
-        env.push(("CHIME_EXECUTOR_ENDPOINTS", executor_urls.join(",")));
-        schedulers.push(Service::start(
-            &format!("scheduler-{i}"),
-            "chime-scheduler",
-            &[],
-            &env,
-            &dir,
-        ));
-        scheduler_admin.push(format!("http://127.0.0.1:{admin}"));
-    }
-    let (http, grpc, gateway_admin) = (free_port(), free_port(), free_port());
-    let mut env = common(gateway_admin);
-    env.push(("CHIME_HTTP_ADDR", format!("127.0.0.1:{http}")));
-    env.push(("CHIME_GRPC_ADDR", format!("127.0.0.1:{grpc}")));
-    env.push((
-        "CHIME_MIGRATOR_ENDPOINT",
-        format!("http://127.0.0.1:{migrator_port}"),
-    ));
-    let mut gateway = Service::start("gateway", "chime-gateway", &[], &env, &dir);
-
-    migrator
-        .wait_ready(&format!("http://127.0.0.1:{migrator_admin}/readyz"))
-        .await;
-    for (e, admin) in executors.iter_mut().zip(&executor_admin) {
-        e.wait_ready(&format!("{admin}/readyz")).await;
-    }
-    for (s, admin) in schedulers.iter_mut().zip(&scheduler_admin) {
-        s.wait_ready(&format!("{admin}/readyz")).await;
-    }
-    let rest = format!("http://127.0.0.1:{http}");
-    gateway.wait_ready(&format!("{rest}/readyz")).await;
+    let c = chime_e2e::cluster::Cluster::start(chime_e2e::cluster::Spec {
+        test: "pipeline",
+        database_url: db.url(),
+        redis_url: testkit::redis_url(),
+        redis_prefix: prefix.to_owned(),
+        schedulers: 2,
+        executors: 2,
+        env: Vec::new(),
+    })
+    .await;
     // Stop order: schedulers (no new work), executors (drain), migrator, gateway.
-    let mut services = schedulers;
-    let first_executor = services.len();
-    services.extend(executors);
-    services.push(migrator);
-    services.push(gateway);
+    let mut services = Vec::new();
+    let mut executors = Vec::new();
+    for s in c.schedulers {
+        services.push(s.service);
+    }
+    for e in c.executors {
+        executors.push((services.len(), e.admin));
+        services.push(e.service);
+    }
+    services.push(c.migrator.service);
+    services.push(c.gateway.service);
     Cluster {
-        executors: executor_admin
-            .into_iter()
-            .enumerate()
-            .map(|(i, admin)| (first_executor + i, admin))
-            .collect(),
         services,
-        rest,
+        executors,
+        rest: c.rest,
     }
 }
 

@@ -4,6 +4,9 @@
 // Setup failures end the test with a message, by design.
 #![allow(clippy::expect_used, clippy::panic, clippy::unwrap_used)]
 
+pub mod cluster;
+pub mod servers;
+
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -120,6 +123,12 @@ impl Service {
 
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// SIGKILL: the process dies without any chance to clean up.
+    pub fn kill9(&mut self) {
+        self.child.kill().expect("kill -9");
+        let _ = self.child.wait();
     }
 
     pub fn running(&mut self) -> bool {

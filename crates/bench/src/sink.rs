@@ -2,8 +2,9 @@
 //! request with its arrival time (by the system clock, the same clock Chime schedules by),
 //! so tests and benchmarks judge delivery from the receiver's side.
 //!
-//! Paths steer the answer: `/status/{code}` answers that status, `/delay/{ms}` waits first;
-//! anything else answers 200 `ok`.
+//! Paths steer the answer: `/status/{code}` answers that status, `/delay/{ms}` waits first,
+//! `/flaky/{n}` answers 500 to the first `n` requests of each `Idempotency-Key` and 200 after,
+//! `/switch` answers 500 until [`Sink::set_healthy`]; anything else answers 200 `ok`.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -38,9 +39,15 @@ impl Received {
 
 type Log = Arc<Mutex<Vec<Received>>>;
 
+#[derive(Clone, Default)]
+struct Shared {
+    log: Log,
+    healthy: Arc<std::sync::atomic::AtomicBool>,
+}
+
 pub struct Sink {
     addr: SocketAddr,
-    log: Log,
+    state: Shared,
     stop: CancellationToken,
 }
 
@@ -49,20 +56,22 @@ impl Sink {
     pub async fn start() -> std::io::Result<Self> {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
-        let log: Log = Arc::default();
+        let state = Shared::default();
         let stop = CancellationToken::new();
         let app = Router::new()
             .route("/status/{code}", any(status))
             .route("/delay/{ms}", any(delay))
+            .route("/flaky/{n}", any(flaky))
+            .route("/switch", any(switch))
             .fallback(any(ok))
-            .with_state(log.clone());
+            .with_state(state.clone());
         let shutdown = stop.clone().cancelled_owned();
         tokio::spawn(async move {
             let _ = axum::serve(listener, app)
                 .with_graceful_shutdown(shutdown)
                 .await;
         });
-        Ok(Self { addr, log, stop })
+        Ok(Self { addr, state, stop })
     }
 
     pub fn addr(&self) -> SocketAddr {
@@ -76,11 +85,18 @@ impl Sink {
 
     /// Everything received so far, in arrival order.
     pub fn received(&self) -> Vec<Received> {
-        self.log.lock().map(|l| l.clone()).unwrap_or_default()
+        self.state.log.lock().map(|l| l.clone()).unwrap_or_default()
     }
 
     pub fn count(&self) -> usize {
-        self.log.lock().map(|l| l.len()).unwrap_or_default()
+        self.state.log.lock().map(|l| l.len()).unwrap_or_default()
+    }
+
+    /// Whether `/switch` answers 200 (else 500).
+    pub fn set_healthy(&self, healthy: bool) {
+        self.state
+            .healthy
+            .store(healthy, std::sync::atomic::Ordering::SeqCst);
     }
 }
 
@@ -119,7 +135,7 @@ fn record(log: &Log, method: Method, uri: &Uri, headers: &HeaderMap, body: Bytes
 }
 
 async fn ok(
-    State(log): State<Log>,
+    State(Shared { log, .. }): State<Shared>,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
@@ -130,7 +146,7 @@ async fn ok(
 }
 
 async fn status(
-    State(log): State<Log>,
+    State(Shared { log, .. }): State<Shared>,
     Path(code): Path<u16>,
     method: Method,
     uri: Uri,
@@ -142,7 +158,7 @@ async fn status(
 }
 
 async fn delay(
-    State(log): State<Log>,
+    State(Shared { log, .. }): State<Shared>,
     Path(ms): Path<u64>,
     method: Method,
     uri: Uri,
@@ -153,4 +169,46 @@ async fn delay(
     tokio::time::sleep(Duration::from_millis(ms)).await;
     record(&log, method, &uri, &headers, body, at);
     "ok"
+}
+
+async fn flaky(
+    State(Shared { log, .. }): State<Shared>,
+    Path(n): Path<usize>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> StatusCode {
+    let key = headers
+        .get("idempotency-key")
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+    record(&log, method, &uri, &headers, body, now_ms());
+    let seen = log
+        .lock()
+        .map(|l| {
+            l.iter()
+                .filter(|r| r.headers.get("idempotency-key") == key.as_ref())
+                .count()
+        })
+        .unwrap_or(0);
+    if seen > n {
+        StatusCode::OK
+    } else {
+        StatusCode::INTERNAL_SERVER_ERROR
+    }
+}
+
+async fn switch(
+    State(Shared { log, healthy }): State<Shared>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> StatusCode {
+    record(&log, method, &uri, &headers, body, now_ms());
+    if healthy.load(std::sync::atomic::Ordering::SeqCst) {
+        StatusCode::OK
+    } else {
+        StatusCode::INTERNAL_SERVER_ERROR
+    }
 }

@@ -1,0 +1,552 @@
+//! Fault injection: real processes over real PostgreSQL and Redis, a loopback sink, and one
+//! failure per test. "Lost" is always the expected set minus what the sink received; never
+//! what Chime's database says.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::Duration;
+
+use chime_bench::sink::{Received, Sink};
+use chime_domain::{Clock, SystemClock, Timestamp};
+use chime_e2e::cluster::{Cluster, Spec};
+use chime_e2e::servers::{PrivatePostgres, PrivateRedis};
+use chime_storage::testkit;
+use futures::StreamExt;
+use serde_json::{Value, json};
+
+fn now() -> i64 {
+    SystemClock.now().as_millis()
+}
+
+fn ms(rfc3339: &str) -> i64 {
+    Timestamp::parse_rfc3339(rfc3339).unwrap().as_millis()
+}
+
+fn client() -> reqwest::Client {
+    chime_runtime::http_client().build().unwrap()
+}
+
+/// The machine's PostgreSQL (a fresh schema) and Redis (a fresh prefix).
+struct Shared {
+    db: testkit::PgFixture,
+    redis: testkit::RedisFixture,
+}
+
+async fn shared() -> Shared {
+    Shared {
+        db: testkit::pg_unmigrated().await,
+        redis: testkit::redis().await,
+    }
+}
+
+async fn cluster(
+    test: &'static str,
+    database_url: String,
+    redis_url: String,
+    prefix: &str,
+    schedulers: usize,
+    executors: usize,
+    env: Vec<(&'static str, String)>,
+) -> Cluster {
+    Cluster::start(Spec {
+        test,
+        database_url,
+        redis_url,
+        redis_prefix: prefix.to_owned(),
+        schedulers,
+        executors,
+        env,
+    })
+    .await
+}
+
+/// Creates one-shot timers calling `url`, due at each of `at` (unix ms), 100 per batch, four
+/// batches at a time. Returns the expected task keys.
+async fn one_shots(rest: &str, url: &str, at: &[i64]) -> HashSet<String> {
+    let c = client();
+    let batches: Vec<Vec<(usize, i64)>> = at
+        .iter()
+        .copied()
+        .enumerate()
+        .collect::<Vec<_>>()
+        .chunks(100)
+        .map(<[_]>::to_vec)
+        .collect();
+    let created: Vec<Vec<String>> = futures::stream::iter(batches)
+        .map(|batch| {
+            let (c, rest) = (c.clone(), rest.to_owned());
+            let requests: Vec<Value> = batch
+                .iter()
+                .map(|(i, due)| {
+                    json!({ "timer": { "app": "faults", "name": format!("once-{i}"),
+                        "schedule": { "at": Timestamp::from_millis(*due).to_rfc3339() },
+                        "callback": { "url": url } } })
+                })
+                .collect();
+            async move {
+                let r = c
+                    .post(format!("{rest}/v1/timers:batchCreate"))
+                    .json(&json!({ "requests": requests }))
+                    .send()
+                    .await
+                    .unwrap();
+                assert_eq!(r.status(), 201);
+                let body: Value = r.json().await.unwrap();
+                body["timers"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|t| {
+                        format!(
+                            "{}:{}",
+                            t["id"].as_i64().unwrap(),
+                            ms(t["schedule"]["at"].as_str().unwrap())
+                        )
+                    })
+                    .collect()
+            }
+        })
+        .buffer_unordered(4)
+        .collect()
+        .await;
+    created.into_iter().flatten().collect()
+}
+
+async fn create(rest: &str, body: Value) -> Value {
+    let r = client()
+        .post(format!("{rest}/v1/timers"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    r.json().await.unwrap()
+}
+
+/// Deliveries per Idempotency-Key.
+fn deliveries(sink: &Sink) -> HashMap<String, Vec<Received>> {
+    let mut by_key: HashMap<String, Vec<Received>> = HashMap::new();
+    for r in sink.received() {
+        let key = r.header("idempotency-key").unwrap().to_owned();
+        by_key.entry(key).or_default().push(r);
+    }
+    by_key
+}
+
+/// Waits until every expected key was delivered, or fails naming how many were lost.
+async fn wait_delivered(sink: &Sink, expected: &HashSet<String>, within: Duration) {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let got = deliveries(sink);
+        let lost = expected.iter().filter(|k| !got.contains_key(*k)).count();
+        if lost == 0 {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{lost} of {} occurrences lost",
+            expected.len()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Duplicates (second and later deliveries of a key); each necessarily shares the key.
+fn duplicates(sink: &Sink) -> usize {
+    deliveries(sink).values().map(|v| v.len() - 1).sum()
+}
+
+fn due_over(from_ms: i64, span_ms: i64, n: usize) -> Vec<i64> {
+    (0..n)
+        .map(|i| from_ms + span_ms * i as i64 / n as i64)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_a_scheduler_while_5000_one_shots_fire() {
+    let s = shared().await;
+    let sink = Sink::start().await.unwrap();
+    let mut c = cluster(
+        "kill-scheduler",
+        s.db.url(),
+        testkit::redis_url(),
+        s.redis.backend.prefix(),
+        2,
+        2,
+        Vec::new(),
+    )
+    .await;
+    let start = now() + 15_000;
+    let expected = one_shots(&c.rest, &sink.url("/hook"), &due_over(start, 20_000, 5_000)).await;
+    assert!(now() < start, "creating 5,000 timers took too long");
+    tokio::time::sleep_until(
+        tokio::time::Instant::now() + Duration::from_millis((start + 8_000 - now()) as u64),
+    )
+    .await;
+    c.schedulers[0].service.kill9();
+    let killed_at = now();
+    wait_delivered(&sink, &expected, Duration::from_secs(40)).await;
+
+    let dupes = duplicates(&sink);
+    assert!(dupes * 1000 <= expected.len(), "{dupes} duplicates");
+    // The dead scheduler's shards resumed within 5 s: nothing due after the kill was later.
+    let worst = sink
+        .received()
+        .iter()
+        .filter_map(|r| {
+            let at = ms(r.header("x-chime-scheduled-at")?);
+            (at >= killed_at).then_some(r.at_ms - at)
+        })
+        .max()
+        .unwrap();
+    eprintln!(
+        "kill -9 scheduler: 0 lost, {dupes} duplicates, worst lateness after the kill {worst} ms"
+    );
+    assert!(worst < 5_000, "shards resumed after {worst} ms");
+    c.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_an_executor_mid_run() {
+    let s = shared().await;
+    let sink = Sink::start().await.unwrap();
+    let mut c = cluster(
+        "kill-executor",
+        s.db.url(),
+        testkit::redis_url(),
+        s.redis.backend.prefix(),
+        1,
+        2,
+        Vec::new(),
+    )
+    .await;
+    // Slow callbacks keep work in flight at the executor when it dies.
+    let start = now() + 4_000;
+    let expected = one_shots(
+        &c.rest,
+        &sink.url("/delay/300"),
+        &due_over(start, 10_000, 1_000),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis((start + 5_000 - now()) as u64)).await;
+    c.executors[1].service.kill9();
+    wait_delivered(&sink, &expected, Duration::from_secs(45)).await;
+    eprintln!("kill -9 executor: 0 lost, {} duplicates", duplicates(&sink));
+    c.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flushall_on_redis_mid_run() {
+    let db = testkit::pg_unmigrated().await;
+    let redis = PrivateRedis::start();
+    let sink = Sink::start().await.unwrap();
+    let mut c = cluster("flushall", db.url(), redis.url(), "chime", 2, 1, Vec::new()).await;
+    let start = now() + 4_000;
+    let expected = one_shots(&c.rest, &sink.url("/hook"), &due_over(start, 12_000, 1_000)).await;
+    tokio::time::sleep(Duration::from_millis((start + 5_000 - now()) as u64)).await;
+    redis.flushall();
+    wait_delivered(&sink, &expected, Duration::from_secs(40)).await;
+    eprintln!("FLUSHALL: 0 lost, {} duplicates", duplicates(&sink));
+    c.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_restarted_mid_run() {
+    let pg = PrivatePostgres::start();
+    let s = shared().await;
+    let sink = Sink::start().await.unwrap();
+    let mut c = cluster(
+        "pg-restart",
+        pg.url(),
+        testkit::redis_url(),
+        s.redis.backend.prefix(),
+        1,
+        2,
+        Vec::new(),
+    )
+    .await;
+    let start = now() + 4_000;
+    let expected = one_shots(&c.rest, &sink.url("/hook"), &due_over(start, 12_000, 600)).await;
+    tokio::time::sleep(Duration::from_millis((start + 4_000 - now()) as u64)).await;
+    pg.stop();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    pg.start_again();
+    wait_delivered(&sink, &expected, Duration::from_secs(40)).await;
+    // The services reconnected by themselves: the gateway answers again.
+    let r = client()
+        .get(format!("{}/v1/timers?page_size=1", c.rest))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    eprintln!(
+        "PostgreSQL restart: 0 lost, {} duplicates",
+        duplicates(&sink)
+    );
+    c.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_the_migrator_mid_step_then_restart() {
+    let s = shared().await;
+    let sink = Sink::start().await.unwrap();
+    // No MigrateTimer: only the migrator's periodic steps materialize, so killing it mid-step
+    // matters. 300 every-second timers are 300 × 60 rows a step.
+    let mut c = cluster(
+        "kill-migrator",
+        s.db.url(),
+        testkit::redis_url(),
+        s.redis.backend.prefix(),
+        1,
+        1,
+        vec![("CHIME_MIGRATOR__STEP", "30s".into())],
+    )
+    .await;
+    c.migrator.service.kill9();
+    let c2 = client();
+    let mut ids = Vec::new();
+    for chunk in 0..3 {
+        let requests: Vec<Value> = (0..100)
+            .map(|i| {
+                json!({ "timer": { "app": "faults", "name": format!("tick-{chunk}-{i}"),
+                    "schedule": { "every": "1s" }, "callback": { "url": sink.url("/hook") } } })
+            })
+            .collect();
+        let r = c2
+            .post(format!("{}/v1/timers:batchCreate", c.rest))
+            .json(&json!({ "requests": requests }))
+            .send()
+            .await
+            .unwrap();
+        let body: Value = r.json().await.unwrap();
+        for t in body["timers"].as_array().unwrap() {
+            ids.push((
+                t["id"].as_i64().unwrap(),
+                ms(t["schedule"]["at"].as_str().unwrap()),
+            ));
+        }
+    }
+    // Start the migrator, kill it while its first step runs, start it again.
+    c.migrator.restart().await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    c.migrator.service.kill9();
+    c.migrator.restart().await;
+    let restarted = now();
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    let end = now() - 3_000;
+
+    // Every tick from the restart on arrived, exactly once.
+    let got = deliveries(&sink);
+    let mut lost = 0;
+    for (id, first) in &ids {
+        let mut t = *first;
+        while t <= end {
+            if t >= restarted && !got.contains_key(&format!("{id}:{t}")) {
+                lost += 1;
+            }
+            t += 1_000;
+        }
+    }
+    let dupes = duplicates(&sink);
+    eprintln!("kill -9 migrator mid-step: {lost} lost, {dupes} duplicates");
+    assert_eq!(lost, 0);
+    assert_eq!(dupes, 0);
+    // And no occurrence row twice: the runs of a timer are unique by run time.
+    let runs: Value = client()
+        .get(format!(
+            "{}/v1/timers/{}/runs?page_size=1000&upcoming=true",
+            c.rest, ids[0].0
+        ))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let times: Vec<&str> = runs["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["run_at"].as_str().unwrap())
+        .collect();
+    let unique: HashSet<&&str> = times.iter().collect();
+    assert_eq!(unique.len(), times.len());
+    c.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retries_dead_letters_and_redrive() {
+    let s = shared().await;
+    let sink = Sink::start().await.unwrap();
+    let mut c = cluster(
+        "retries",
+        s.db.url(),
+        testkit::redis_url(),
+        s.redis.backend.prefix(),
+        1,
+        1,
+        Vec::new(),
+    )
+    .await;
+    let retry = json!({ "max_attempts": 3, "initial_backoff": "1s", "jitter": false });
+    let flaky = create(&c.rest, json!({ "app": "faults", "name": "flaky",
+        "schedule": { "after": "2s" }, "callback": { "url": sink.url("/flaky/2") }, "retry": retry })).await;
+    let down = create(&c.rest, json!({ "app": "faults", "name": "down",
+        "schedule": { "after": "2s" }, "callback": { "url": sink.url("/switch") }, "retry": retry })).await;
+    let bad = create(&c.rest, json!({ "app": "faults", "name": "bad",
+        "schedule": { "after": "2s" }, "callback": { "url": sink.url("/status/400") }, "retry": retry })).await;
+    let key = |t: &Value| format!("{}:{}", t["id"], ms(t["schedule"]["at"].as_str().unwrap()));
+    let runs = |t: &Value| {
+        let url = format!("{}/v1/timers/{}/runs", c.rest, t["id"]);
+        async move {
+            let v: Value = client()
+                .get(url)
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            v["runs"][0].clone()
+        }
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let (a, b) = (runs(&flaky).await, runs(&down).await);
+        if a["status"] == "succeeded" && b["status"] == "dead" {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "flaky {a}, down {b}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // 500, 500, 200: succeeded on attempt 3, ~1 s then ~2 s apart, same key each time.
+    let got = deliveries(&sink);
+    let tries: Vec<&Received> = got[&key(&flaky)].iter().collect();
+    let attempts: Vec<&str> = tries
+        .iter()
+        .map(|r| r.header("x-chime-attempt").unwrap())
+        .collect();
+    assert_eq!(attempts, ["1", "2", "3"]);
+    let gaps: Vec<i64> = tries.windows(2).map(|w| w[1].at_ms - w[0].at_ms).collect();
+    assert!(
+        (900..1_400).contains(&gaps[0]) && (1_900..2_400).contains(&gaps[1]),
+        "{gaps:?}"
+    );
+    assert_eq!(runs(&flaky).await["attempt"], 3);
+
+    // Always 500: dead after 3 attempts, in the dead letters.
+    assert_eq!(got[&key(&down)].len(), 3);
+    let dead: Value = client()
+        .get(format!("{}/v1/dead-letters?app=faults", c.rest))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let dead_keys: Vec<&str> = dead["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["task_key"].as_str().unwrap())
+        .collect();
+    assert_eq!(dead_keys, [key(&down).as_str()]);
+    // The sink recovers; a redrive delivers.
+    sink.set_healthy(true);
+    let r = client()
+        .post(format!("{}/v1/dead-letters/{}/redrive", c.rest, key(&down)))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    while runs(&down).await["status"] != "succeeded" {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "redrive never delivered"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(deliveries(&sink)[&key(&down)].len(), 4);
+
+    // 400: one attempt, failed, never retried.
+    let b = runs(&bad).await;
+    assert_eq!(
+        (b["status"].as_str(), b["attempt"].as_u64()),
+        (Some("failed"), Some(1))
+    );
+    assert_eq!(deliveries(&sink)[&key(&bad)].len(), 1);
+    c.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn misfire_policies_after_three_minutes_without_schedulers() {
+    const OUTAGE: Duration = Duration::from_secs(180);
+    let s = shared().await;
+    let sink = Sink::start().await.unwrap();
+    let mut c = cluster(
+        "misfire",
+        s.db.url(),
+        testkit::redis_url(),
+        s.redis.backend.prefix(),
+        1,
+        1,
+        vec![
+            ("CHIME_SCHEDULER__MISFIRE_THRESHOLD", "2s".into()),
+            ("CHIME_MIGRATOR__STEP", "5m".into()),
+        ],
+    )
+    .await;
+    let mut timers = BTreeMap::new();
+    for policy in ["fire_once", "fire_all", "skip"] {
+        let t = create(
+            &c.rest,
+            json!({ "app": "faults", "name": policy, "misfire": policy,
+            "schedule": { "every": "1s" }, "callback": { "url": sink.url("/hook") } }),
+        )
+        .await;
+        timers.insert(policy, t["id"].as_i64().unwrap());
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    c.schedulers[0].service.stop().await;
+    let down = now();
+    tokio::time::sleep(OUTAGE).await;
+    let up = now();
+    c.schedulers[0].restart().await;
+    tokio::time::sleep(Duration::from_secs(8)).await;
+
+    // What the outage left behind fired late (normal firing is milliseconds late): count
+    // the late deliveries per policy.
+    let mut late: BTreeMap<i64, Vec<i64>> = BTreeMap::new();
+    for r in sink.received() {
+        let id: i64 = r.header("x-chime-timer-id").unwrap().parse().unwrap();
+        let at = ms(r.header("x-chime-scheduled-at").unwrap());
+        if r.at_ms - at > 2_500 {
+            late.entry(id).or_default().push(at);
+        }
+    }
+    let late_of = |p: &str| late.get(&timers[p]).cloned().unwrap_or_default();
+    let gap = ((up - down) / 1_000) as usize;
+    eprintln!(
+        "misfire after {} s without schedulers: fire_once fired {}, fire_all {} (gap ~{gap}), skip {}",
+        OUTAGE.as_secs(),
+        late_of("fire_once").len(),
+        late_of("fire_all").len(),
+        late_of("skip").len()
+    );
+    let once = late_of("fire_once");
+    assert_eq!(once.len(), 1, "{once:?}");
+    assert!((down..=up).contains(&once[0]), "the latest of the gap");
+    assert!(
+        late_of("fire_all").len() + 5 >= gap,
+        "fire_all fired {}",
+        late_of("fire_all").len()
+    );
+    assert!(late_of("skip").is_empty());
+    c.stop().await;
+}

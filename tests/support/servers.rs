@@ -1,0 +1,166 @@
+//! Private PostgreSQL and Redis servers for the tests that stop, restart or flush them: the
+//! machine's shared servers must not be disturbed.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use crate::free_port;
+
+fn wait_for_port(port: u16, what: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(std::time::Instant::now() < deadline, "{what} did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A `redis-server` of its own, persisting nothing.
+pub struct PrivateRedis {
+    child: Child,
+    pub port: u16,
+}
+
+impl PrivateRedis {
+    pub fn start() -> Self {
+        let port = free_port();
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server (apt-get install redis-server)");
+        wait_for_port(port, "redis-server");
+        Self { child, port }
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// `FLUSHALL`: Redis loses every key.
+    pub fn flushall(&self) {
+        let out = Command::new("redis-cli")
+            .args(["-p", &self.port.to_string(), "FLUSHALL"])
+            .output()
+            .expect("redis-cli");
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "OK");
+    }
+}
+
+impl Drop for PrivateRedis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A PostgreSQL cluster of its own (initdb in a scratch directory), which a test may stop
+/// and start again.
+pub struct PrivatePostgres {
+    dir: PathBuf,
+    pub port: u16,
+}
+
+fn pg_bin(name: &str) -> PathBuf {
+    let mut found: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path().join("bin").join(name))
+        .filter(|p| p.exists())
+        .collect();
+    found.sort();
+    found
+        .pop()
+        .unwrap_or_else(|| panic!("no {name} (apt-get install postgresql)"))
+}
+
+/// PostgreSQL refuses to run as root: use its own account then.
+fn as_pg(program: &Path) -> Command {
+    let root = Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false);
+    if root {
+        let mut c = Command::new("runuser");
+        c.args(["-u", "postgres", "--"]).arg(program);
+        c
+    } else {
+        Command::new(program)
+    }
+}
+
+impl PrivatePostgres {
+    pub fn start() -> Self {
+        let dir = std::env::temp_dir().join(chime_storage::testkit::unique("chime-pg"));
+        std::fs::create_dir_all(&dir).expect("scratch dir");
+        let _ = Command::new("chmod").arg("777").arg(&dir).status();
+        let init = as_pg(&pg_bin("initdb"))
+            .arg("-D")
+            .arg(dir.join("data"))
+            .args(["-U", "postgres", "-A", "trust", "--no-sync"])
+            .output()
+            .expect("initdb");
+        assert!(
+            init.status.success(),
+            "{}",
+            String::from_utf8_lossy(&init.stderr)
+        );
+        let pg = Self {
+            dir,
+            port: free_port(),
+        };
+        pg.start_again();
+        pg
+    }
+
+    pub fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+
+    fn pg_ctl(&self, args: &[&str]) -> std::process::Output {
+        as_pg(&pg_bin("pg_ctl"))
+            .arg("-D")
+            .arg(self.dir.join("data"))
+            .args(args)
+            .output()
+            .expect("pg_ctl")
+    }
+
+    /// Starts the server (again), on the same port and data.
+    pub fn start_again(&self) {
+        let options = format!(
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200",
+            self.port,
+            self.dir.display()
+        );
+        let log = self.dir.join("server.log");
+        let out = self.pg_ctl(&["-l", &log.to_string_lossy(), "-w", "-o", &options, "start"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        wait_for_port(self.port, "postgres");
+    }
+
+    /// Stops the server at once, dropping every connection.
+    pub fn stop(&self) {
+        let out = self.pg_ctl(&["-m", "immediate", "-w", "stop"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+impl Drop for PrivatePostgres {
+    fn drop(&mut self) {
+        let _ = self.pg_ctl(&["-m", "immediate", "stop"]);
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
