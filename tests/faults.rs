@@ -153,8 +153,25 @@ async fn wait_delivered(sink: &Sink, expected: &HashSet<String>, within: Duratio
 }
 
 /// Duplicates (second and later deliveries of a key); each necessarily shares the key.
+/// Prints a few, with their attempt numbers and arrival times, to tell retries from
+/// double hand-offs.
 fn duplicates(sink: &Sink) -> usize {
-    deliveries(sink).values().map(|v| v.len() - 1).sum()
+    let all = deliveries(sink);
+    let twice: Vec<_> = all.iter().filter(|(_, v)| v.len() > 1).collect();
+    for (key, v) in twice.iter().take(5) {
+        let seen: Vec<String> = v
+            .iter()
+            .map(|r| {
+                format!(
+                    "attempt {} at {}",
+                    r.header("x-chime-attempt").unwrap_or("?"),
+                    r.at_ms
+                )
+            })
+            .collect();
+        eprintln!("duplicate {key}: {}", seen.join(", "));
+    }
+    all.values().map(|v| v.len() - 1).sum()
 }
 
 fn due_over(from_ms: i64, span_ms: i64, n: usize) -> Vec<i64> {

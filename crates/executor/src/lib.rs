@@ -227,10 +227,11 @@ impl Inner {
         };
         let keys: Vec<TaskKey> = jobs.iter().map(|j| j.key).collect();
         let claimed = self.occurrences.claim(&keys, claim).await?;
-        let claimed: HashMap<TaskKey, ClaimedOccurrence> =
+        let mut claimed: HashMap<TaskKey, ClaimedOccurrence> =
             claimed.into_iter().map(|c| (c.key, c)).collect();
         for job in jobs.drain(..) {
-            let Some(occurrence) = claimed.get(&job.key).copied() else {
+            // `remove`: a key offered twice (two hand-offs of it in one batch) fires once.
+            let Some(occurrence) = claimed.remove(&job.key) else {
                 // Taken by another executor, finished already, or gone: nothing to do.
                 metrics::counter!("chime_executor_not_claimed_total").increment(1);
                 continue;

@@ -316,8 +316,9 @@ async fn two_executors_offered_the_same_key_call_back_once() {
     for i in 0..50 {
         keys.push(due_now(&s, &t, -i * 10_000).await);
     }
-    let (a, b) = (executor(&s, 100), executor(&s, 100));
-    a.offer(&keys).unwrap();
+    let (a, b) = (executor(&s, 200), executor(&s, 100));
+    // Twice to the same executor as well (both land in one claim batch), and to another.
+    a.offer(&[keys.clone(), keys.clone()].concat()).unwrap();
     b.offer(&keys).unwrap();
     wait_for("both to finish", || async {
         a.in_flight() == 0 && b.in_flight() == 0
