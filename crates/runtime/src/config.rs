@@ -190,7 +190,7 @@ impl Default for SchedulerConfig {
     fn default() -> Self {
         Self {
             executor_endpoints: Vec::new(),
-            lease_ttl: Seconds::secs(5),
+            lease_ttl: Seconds::secs(3),
             lookahead: Seconds::secs(2),
             sweep_interval: Seconds::secs(1),
             sweep_after: Seconds::secs(2),
