@@ -8,10 +8,12 @@ TEST_SERVICES := scripts/with-test-services.sh
 # measure firing lateness and need the binaries built.
 ifeq ($(shell command -v cargo-nextest 2>/dev/null),)
 TEST_CMD := $(CARGO) test --workspace --all-targets --exclude chime-e2e
-E2E_CMD := $(CARGO) test -p chime-e2e
+E2E_CMD := $(CARGO) test --workspace --test pipeline --test faults
 else
 TEST_CMD := $(CARGO) nextest run --workspace --all-targets --exclude chime-e2e
-E2E_CMD := $(CARGO) nextest run -p chime-e2e --no-capture
+# --workspace keeps the feature set of the build above (nothing recompiles); --no-capture
+# runs one test at a time and shows the measured figures.
+E2E_CMD := $(CARGO) nextest run --workspace --all-targets -E 'package(chime-e2e)' --no-capture
 endif
 
 .PHONY: help run test lint fmt bench bench-api api-fuzz e2e quickstart-check k8s-check

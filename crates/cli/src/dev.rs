@@ -122,7 +122,7 @@ pub async fn run(config: Config, args: DevArgs) -> anyhow::Result<()> {
         ),
         leases.clone(),
         clock.clone(),
-        StepSettings::new(config.migrator.step.get(), config.buckets),
+        StepSettings::new(dev_step(&config), config.buckets),
     ));
     let executor = Executor::start(
         db.timers.clone(),
@@ -186,6 +186,17 @@ pub async fn run(config: Config, args: DevArgs) -> anyhow::Result<()> {
     tracing::info!("chime dev stopped");
     served.map_err(|e| e.context("serving the API"))?;
     Ok(())
+}
+
+/// The migrator step: a minute in dev mode unless configured, so an every-second timer
+/// writes two minutes of rows to SQLite rather than the services' two hours.
+fn dev_step(config: &Config) -> std::time::Duration {
+    let step = config.migrator.step.get();
+    if step == chime_runtime::MigratorConfig::default().step.get() {
+        std::time::Duration::from_secs(60)
+    } else {
+        step
+    }
 }
 
 fn mask(url: &str) -> String {
