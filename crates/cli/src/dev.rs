@@ -122,7 +122,10 @@ pub async fn run(config: Config, args: DevArgs) -> anyhow::Result<()> {
         ),
         leases.clone(),
         clock.clone(),
-        StepSettings::new(dev_step(&config), config.buckets),
+        StepSettings {
+            work_lease: config.migrator.work_lease.get(),
+            ..StepSettings::new(dev_step(&config), config.buckets)
+        },
     ));
     let executor = Executor::start(
         db.timers.clone(),
@@ -132,6 +135,7 @@ pub async fn run(config: Config, args: DevArgs) -> anyhow::Result<()> {
         CallbackClient::new(CallbackSettings::default()).map_err(anyhow::Error::msg)?,
         ExecutorSettings {
             max_in_flight: config.executor.max_in_flight,
+            lease_margin: config.executor.claim_lease_margin.get(),
             ..Default::default()
         },
     );

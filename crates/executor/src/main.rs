@@ -52,6 +52,7 @@ async fn main() -> anyhow::Result<()> {
         callbacks,
         ExecutorSettings {
             max_in_flight: config.executor.max_in_flight,
+            lease_margin: config.executor.claim_lease_margin.get(),
             ..Default::default()
         },
     );

@@ -157,6 +157,9 @@ pub struct MigratorConfig {
     pub addr: SocketAddr,
     /// How often occurrences are materialized; each step covers the next two steps.
     pub step: Seconds,
+    /// The lease on a bucket while a replica materializes it; a dead replica's bucket is
+    /// redone this long after.
+    pub work_lease: Seconds,
 }
 
 impl Default for MigratorConfig {
@@ -164,6 +167,7 @@ impl Default for MigratorConfig {
         Self {
             addr: SocketAddr::from(([0, 0, 0, 0], 50071)),
             step: Seconds::secs(3600),
+            work_lease: Seconds::secs(3),
         }
     }
 }
@@ -205,6 +209,9 @@ pub struct ExecutorConfig {
     pub addr: SocketAddr,
     /// Callbacks in flight at once before the executor answers "full".
     pub max_in_flight: usize,
+    /// Added to the longest callback timeout of a batch to form its claim lease: past it,
+    /// the sweeper may hand the occurrence to another executor.
+    pub claim_lease_margin: Seconds,
 }
 
 impl Default for ExecutorConfig {
@@ -212,6 +219,7 @@ impl Default for ExecutorConfig {
         Self {
             addr: SocketAddr::from(([0, 0, 0, 0], 50061)),
             max_in_flight: 1024,
+            claim_lease_margin: Seconds::secs(5),
         }
     }
 }
@@ -338,6 +346,9 @@ impl Config {
         }
         if self.migrator.step.get() < Duration::from_secs(1) {
             return bad("migrator.step must be at least 1s");
+        }
+        if self.migrator.work_lease.get() < Duration::from_secs(1) {
+            return bad("migrator.work_lease must be at least 1s");
         }
         if self.scheduler.lease_ttl.get() < Duration::from_secs(1) {
             return bad("scheduler.lease_ttl must be at least 1s");
