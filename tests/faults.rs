@@ -40,6 +40,27 @@ async fn shared() -> Shared {
     }
 }
 
+impl Shared {
+    async fn cluster(
+        &self,
+        test: &'static str,
+        schedulers: usize,
+        executors: usize,
+        env: Vec<(&'static str, String)>,
+    ) -> Cluster {
+        cluster(
+            test,
+            self.db.url(),
+            testkit::redis_url(),
+            self.redis.backend.prefix(),
+            schedulers,
+            executors,
+            env,
+        )
+        .await
+    }
+}
+
 async fn cluster(
     test: &'static str,
     database_url: String,
@@ -184,16 +205,7 @@ fn due_over(from_ms: i64, span_ms: i64, n: usize) -> Vec<i64> {
 async fn kill_9_a_scheduler_while_5000_one_shots_fire() {
     let s = shared().await;
     let sink = Sink::start().await.unwrap();
-    let mut c = cluster(
-        "kill-scheduler",
-        s.db.url(),
-        testkit::redis_url(),
-        s.redis.backend.prefix(),
-        2,
-        2,
-        Vec::new(),
-    )
-    .await;
+    let mut c = s.cluster("kill-scheduler", 2, 2, Vec::new()).await;
     let start = now() + 15_000;
     let expected = one_shots(&c.rest, &sink.url("/hook"), &due_over(start, 20_000, 5_000)).await;
     assert!(now() < start, "creating 5,000 timers took too long");
@@ -228,16 +240,7 @@ async fn kill_9_a_scheduler_while_5000_one_shots_fire() {
 async fn kill_9_an_executor_mid_run() {
     let s = shared().await;
     let sink = Sink::start().await.unwrap();
-    let mut c = cluster(
-        "kill-executor",
-        s.db.url(),
-        testkit::redis_url(),
-        s.redis.backend.prefix(),
-        1,
-        2,
-        Vec::new(),
-    )
-    .await;
+    let mut c = s.cluster("kill-executor", 1, 2, Vec::new()).await;
     // Slow callbacks keep work in flight at the executor when it dies.
     let start = now() + 4_000;
     let expected = one_shots(
@@ -310,16 +313,14 @@ async fn kill_9_the_migrator_mid_step_then_restart() {
     let sink = Sink::start().await.unwrap();
     // Steps every 5 s writing 10 s ahead: after the first 10 s only the periodic steps keep
     // the 300 every-second timers going (300 × 40 rows a step, with the catch-up).
-    let mut c = cluster(
-        "kill-migrator",
-        s.db.url(),
-        testkit::redis_url(),
-        s.redis.backend.prefix(),
-        1,
-        1,
-        vec![("CHIME_MIGRATOR__STEP", "5s".into())],
-    )
-    .await;
+    let mut c = s
+        .cluster(
+            "kill-migrator",
+            1,
+            1,
+            vec![("CHIME_MIGRATOR__STEP", "5s".into())],
+        )
+        .await;
     let c2 = client();
     let mut ids = Vec::new();
     for chunk in 0..3 {
@@ -402,16 +403,7 @@ async fn kill_9_the_migrator_mid_step_then_restart() {
 async fn retries_dead_letters_and_redrive() {
     let s = shared().await;
     let sink = Sink::start().await.unwrap();
-    let mut c = cluster(
-        "retries",
-        s.db.url(),
-        testkit::redis_url(),
-        s.redis.backend.prefix(),
-        1,
-        1,
-        Vec::new(),
-    )
-    .await;
+    let mut c = s.cluster("retries", 1, 1, Vec::new()).await;
     let retry = json!({ "max_attempts": 3, "initial_backoff": "1s", "jitter": false });
     let flaky = create(&c.rest, json!({ "app": "faults", "name": "flaky",
         "schedule": { "after": "2s" }, "callback": { "url": sink.url("/flaky/2") }, "retry": retry })).await;
@@ -512,21 +504,19 @@ async fn misfire_policies_after_three_minutes_without_schedulers() {
     const OUTAGE: Duration = Duration::from_secs(180);
     let s = shared().await;
     let sink = Sink::start().await.unwrap();
-    let mut c = cluster(
-        "misfire",
-        s.db.url(),
-        testkit::redis_url(),
-        s.redis.backend.prefix(),
-        1,
-        1,
-        vec![
-            // Tight, so that few fire times near the restart count as merely late.
-            ("CHIME_SCHEDULER__SWEEP_AFTER", "500ms".into()),
-            ("CHIME_SCHEDULER__MISFIRE_THRESHOLD", "500ms".into()),
-            ("CHIME_MIGRATOR__STEP", "5m".into()),
-        ],
-    )
-    .await;
+    let mut c = s
+        .cluster(
+            "misfire",
+            1,
+            1,
+            vec![
+                // Tight, so that few fire times near the restart count as merely late.
+                ("CHIME_SCHEDULER__SWEEP_AFTER", "500ms".into()),
+                ("CHIME_SCHEDULER__MISFIRE_THRESHOLD", "500ms".into()),
+                ("CHIME_MIGRATOR__STEP", "5m".into()),
+            ],
+        )
+        .await;
     let mut timers = BTreeMap::new();
     for policy in ["fire_once", "fire_all", "skip"] {
         let t = create(

@@ -233,6 +233,21 @@ impl From<tonic::Status> for CliError {
     }
 }
 
+type Bounds = (
+    Option<prost_types::Timestamp>,
+    Option<prost_types::Timestamp>,
+);
+
+/// `--start-at` and `--end-at`.
+fn bounds(spec: &SpecArgs) -> Result<Bounds, CliError> {
+    let parse =
+        |flag: &str, v: &Option<String>| v.as_deref().map(|s| timestamp(flag, s)).transpose();
+    Ok((
+        parse("start-at", &spec.start_at)?,
+        parse("end-at", &spec.end_at)?,
+    ))
+}
+
 fn schedule(s: &ScheduleArgs) -> Result<Option<pb::Schedule>, CliError> {
     use pb::schedule::Kind;
     let kind = if let Some(expr) = &s.cron {
@@ -339,18 +354,8 @@ pub async fn run(
                 app: a.app,
                 name: a.name,
                 schedule: Some(schedule),
-                start_at: a
-                    .spec
-                    .start_at
-                    .as_deref()
-                    .map(|s| timestamp("start-at", s))
-                    .transpose()?,
-                end_at: a
-                    .spec
-                    .end_at
-                    .as_deref()
-                    .map(|s| timestamp("end-at", s))
-                    .transpose()?,
+                start_at: bounds(&a.spec)?.0,
+                end_at: bounds(&a.spec)?.1,
                 callback: Some(callback),
                 retry: Some(retry),
                 misfire: a.spec.misfire.map(misfire).unwrap_or_default(),
@@ -402,18 +407,8 @@ pub async fn run(
                     expected_version: Some(a.expected_version.unwrap_or(current.version)),
                     name: a.name,
                     schedule: schedule(&a.schedule)?,
-                    start_at: a
-                        .spec
-                        .start_at
-                        .as_deref()
-                        .map(|s| timestamp("start-at", s))
-                        .transpose()?,
-                    end_at: a
-                        .spec
-                        .end_at
-                        .as_deref()
-                        .map(|s| timestamp("end-at", s))
-                        .transpose()?,
+                    start_at: bounds(&a.spec)?.0,
+                    end_at: bounds(&a.spec)?.1,
                     callback: Some(callback),
                     retry: Some(retry),
                     misfire: a.spec.misfire.map(misfire).unwrap_or_default(),
