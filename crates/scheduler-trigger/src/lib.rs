@@ -15,7 +15,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chime_domain::{BucketCount, Clock, ShardKey, TaskKey, Timestamp};
-use chime_storage::{HotIndex, LeaseToken, Leases, OccurrenceStore, StoreResult, TimerStore};
+use chime_storage::{
+    HotEntry, HotIndex, LeaseToken, Leases, OccurrenceStore, StoreResult, TimerStore,
+};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -277,17 +279,24 @@ impl Scheduler {
                     }
                 }
                 let keys: Vec<TaskKey> = due.iter().map(|(k, _)| *k).collect();
+                // Removed before the hand-off, not after: an executor may fail a callback
+                // and put its retry back into this shard before a later removal would run,
+                // which would then delete the retry. If this process dies in between, the
+                // occurrences are still pending in the database, for the sweeper.
+                if let Err(e) = self.forget(shard, &keys, &mut source).await {
+                    tracing::warn!(%shard, error = %e, "cannot remove members before handing them off");
+                }
                 let accepted = self.handoff.hand_off(&keys).await;
                 for (_, d) in &due[..accepted] {
                     metrics::histogram!("chime_scheduler_handoff_lateness_seconds")
                         .record((now.as_millis() - d.as_millis()) as f64 / 1000.0);
                 }
                 metrics::counter!("chime_scheduler_handed_off_total").increment(accepted as u64);
-                if let Err(e) = self.forget(shard, &keys[..accepted], &mut source).await {
-                    tracing::warn!(%shard, error = %e, "cannot remove handed-off members");
-                }
                 if accepted < keys.len() {
-                    // Never dropped: the rest stay in the shard and are offered again.
+                    // Never dropped: the refused go back into the shard and are offered again.
+                    if let Err(e) = self.restore(shard, &due[accepted..], &mut source).await {
+                        tracing::warn!(%shard, error = %e, "cannot put refused members back; the sweeper will find them");
+                    }
                     let refused = keys.len() - accepted;
                     metrics::counter!("chime_scheduler_handoff_deferred_total")
                         .increment(refused as u64);
@@ -372,6 +381,30 @@ impl Scheduler {
             Source::HotIndex => self.index.remove(shard, keys).await,
             Source::Database { sent, .. } => {
                 sent.extend(keys.iter().copied());
+                Ok(())
+            }
+        }
+    }
+
+    /// Puts members a hand-off refused back where [`Self::forget`] took them from.
+    async fn restore(
+        &self,
+        shard: ShardKey,
+        members: &[Member],
+        source: &mut Source,
+    ) -> StoreResult<()> {
+        match source {
+            Source::HotIndex => {
+                let entries: Vec<HotEntry> = members
+                    .iter()
+                    .map(|(k, due)| HotEntry::new(*k, *due, shard.bucket))
+                    .collect();
+                self.index.add(&entries).await
+            }
+            Source::Database { sent, .. } => {
+                for (k, _) in members {
+                    sent.remove(k);
+                }
                 Ok(())
             }
         }

@@ -544,3 +544,78 @@ async fn shard_workers_leave_misfired_members_to_the_sweeper() {
     let got: Vec<TaskKey> = s.recorder.got().iter().map(|(k, _)| *k).collect();
     assert_eq!(got, vec![fresh[0].0]);
 }
+
+/// Accepts keys and, like an executor whose callback failed at once, puts each back into the
+/// hot index as a retry 400 ms later, before the hand-off even returns.
+struct FailsOnceRecorder {
+    index: Arc<dyn chime_storage::HotIndex>,
+    got: Mutex<Vec<(TaskKey, Timestamp)>>,
+}
+
+#[async_trait]
+impl Handoff for FailsOnceRecorder {
+    async fn hand_off(&self, keys: &[TaskKey]) -> usize {
+        let now = SystemClock.now();
+        let mut got = self.got.lock().unwrap().clone();
+        let retries: Vec<HotEntry> = keys
+            .iter()
+            .filter(|k| !got.iter().any(|(g, _)| g == *k))
+            .map(|k| {
+                HotEntry::new(
+                    *k,
+                    now.add_millis(400),
+                    Bucket::of(k.timer_id, BucketCount::new(BUCKETS).unwrap()),
+                )
+            })
+            .collect();
+        self.index.add(&retries).await.unwrap();
+        got.extend(keys.iter().map(|k| (*k, now)));
+        *self.got.lock().unwrap() = got;
+        keys.len()
+    }
+}
+
+#[tokio::test]
+async fn a_retry_indexed_during_the_hand_off_is_not_removed() {
+    let s = setup().await;
+    let keys = keys(5, 300);
+    index(&s, &keys).await;
+    let recorder = Arc::new(FailsOnceRecorder {
+        index: s.redis.hot_index(),
+        got: Mutex::new(Vec::new()),
+    });
+    let sched = Scheduler::new(
+        s.db.store(),
+        s.redis.hot_index(),
+        s.redis.leases(),
+        s.db.store(),
+        recorder.clone(),
+        Arc::new(SystemClock),
+        settings(),
+    );
+    let (stop, run) = start(sched);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while recorder.got.lock().unwrap().len() < 2 * keys.len() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "retries lost: {:?}",
+            recorder.got.lock().unwrap()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    stop.cancel();
+    run.await.unwrap();
+    let got = recorder.got.lock().unwrap().clone();
+    for (k, _) in &keys {
+        let times: Vec<i64> = got
+            .iter()
+            .filter(|(g, _)| g == k)
+            .map(|(_, t)| t.as_millis())
+            .collect();
+        assert_eq!(times.len(), 2, "{k}: first attempt and its retry");
+        assert!(
+            times[1] - times[0] >= 400,
+            "the retry waited for its due time"
+        );
+    }
+}
