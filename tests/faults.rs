@@ -27,6 +27,17 @@ fn client() -> reqwest::Client {
     chime_runtime::http_client().build().unwrap()
 }
 
+async fn get_json(url: String) -> Value {
+    client()
+        .get(url)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
 /// The machine's PostgreSQL (a fresh schema) and Redis (a fresh prefix).
 struct Shared {
     db: testkit::PgFixture,
@@ -377,17 +388,11 @@ async fn kill_9_the_migrator_mid_step_then_restart() {
     assert_eq!(lost, 0);
     assert_eq!(dupes, 0);
     // And no occurrence row twice: a timer's runs are unique by run time.
-    let runs: Value = client()
-        .get(format!(
-            "{}/v1/timers/{}/runs?page_size=1000&upcoming=true",
-            c.rest, ids[0].0
-        ))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let runs = get_json(format!(
+        "{}/v1/timers/{}/runs?page_size=1000&upcoming=true",
+        c.rest, ids[0].0
+    ))
+    .await;
     let times: Vec<&str> = runs["runs"]
         .as_array()
         .unwrap()
@@ -414,17 +419,7 @@ async fn retries_dead_letters_and_redrive() {
     let key = |t: &Value| format!("{}:{}", t["id"], ms(t["schedule"]["at"].as_str().unwrap()));
     let runs = |t: &Value| {
         let url = format!("{}/v1/timers/{}/runs", c.rest, t["id"]);
-        async move {
-            let v: Value = client()
-                .get(url)
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
-            v["runs"][0].clone()
-        }
+        async move { get_json(url).await["runs"][0].clone() }
     };
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     loop {
@@ -456,14 +451,7 @@ async fn retries_dead_letters_and_redrive() {
 
     // Always 500: dead after 3 attempts, in the dead letters.
     assert_eq!(got[&key(&down)].len(), 3);
-    let dead: Value = client()
-        .get(format!("{}/v1/dead-letters?app=faults", c.rest))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let dead = get_json(format!("{}/v1/dead-letters?app=faults", c.rest)).await;
     let dead_keys: Vec<&str> = dead["runs"]
         .as_array()
         .unwrap()

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use chime_domain::{
-    CallbackInput, DeliveryMode, MisfirePolicy, Occurrence, RetryPolicyInput, ScheduleInput,
+    CallbackInput, DeliveryMode, MisfirePolicy, Occurrence, Page, RetryPolicyInput, ScheduleInput,
     ScheduleKind, TimerId, Timestamp, format_duration,
 };
 use chime_proto::v1 as pb;
@@ -217,6 +217,16 @@ fn timer_out(v: TimerView) -> pb::Timer {
     }
 }
 
+/// A page of runs as the gRPC responses carry it: the runs and the next token ("" at the end).
+fn runs_page(page: Page<Occurrence>) -> (Vec<pb::Run>, String) {
+    (
+        page.items.into_iter().map(run_out).collect(),
+        page.next_page_token
+            .map(|t| t.as_str().to_owned())
+            .unwrap_or_default(),
+    )
+}
+
 fn run_out(o: Occurrence) -> pb::Run {
     pb::Run {
         task_key: o.key.to_string(),
@@ -369,12 +379,10 @@ impl GrpcTimerService for GrpcApi {
                 page_token: non_empty(r.page_token),
             })
             .await?;
+        let (runs, next_page_token) = runs_page(page);
         Ok(Response::new(pb::ListRunsResponse {
-            runs: page.items.into_iter().map(run_out).collect(),
-            next_page_token: page
-                .next_page_token
-                .map(|t| t.as_str().to_owned())
-                .unwrap_or_default(),
+            runs,
+            next_page_token,
         }))
     }
 
@@ -392,12 +400,10 @@ impl GrpcTimerService for GrpcApi {
                 page_token: non_empty(r.page_token),
             })
             .await?;
+        let (runs, next_page_token) = runs_page(page);
         Ok(Response::new(pb::ListDeadLettersResponse {
-            runs: page.items.into_iter().map(run_out).collect(),
-            next_page_token: page
-                .next_page_token
-                .map(|t| t.as_str().to_owned())
-                .unwrap_or_default(),
+            runs,
+            next_page_token,
         }))
     }
 

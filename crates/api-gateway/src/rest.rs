@@ -10,7 +10,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use bytes::Bytes;
-use chime_domain::{Occurrence, TimerId, Timestamp, format_duration};
+use chime_domain::{Occurrence, Page, TimerId, Timestamp, format_duration};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, OpenApi, ToSchema};
@@ -394,6 +394,15 @@ pub struct RunList {
     pub next_page_token: Option<String>,
 }
 
+impl From<Page<Occurrence>> for RunList {
+    fn from(page: Page<Occurrence>) -> Self {
+        Self {
+            runs: page.items.into_iter().map(Into::into).collect(),
+            next_page_token: page.next_page_token.map(|t| t.as_str().to_owned()),
+        }
+    }
+}
+
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Triggered {
     pub task_key: String,
@@ -697,10 +706,7 @@ async fn list_runs(
             page_token: q.page_token,
         })
         .await?;
-    Ok(Json(RunList {
-        runs: page.items.into_iter().map(Into::into).collect(),
-        next_page_token: page.next_page_token.map(|t| t.as_str().to_owned()),
-    }))
+    Ok(Json(page.into()))
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
@@ -742,10 +748,7 @@ async fn list_dead_letters(
             page_token: q.page_token,
         })
         .await?;
-    Ok(Json(RunList {
-        runs: page.items.into_iter().map(Into::into).collect(),
-        next_page_token: page.next_page_token.map(|t| t.as_str().to_owned()),
-    }))
+    Ok(Json(page.into()))
 }
 
 /// Re-queue one dead run with a fresh attempt budget.

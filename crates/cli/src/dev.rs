@@ -122,10 +122,7 @@ pub async fn run(config: Config, args: DevArgs) -> anyhow::Result<()> {
         ),
         leases.clone(),
         clock.clone(),
-        StepSettings {
-            work_lease: config.migrator.work_lease.get(),
-            ..StepSettings::new(dev_step(&config), config.buckets)
-        },
+        StepSettings::from_config(&config),
     ));
     let executor = Executor::start(
         db.timers.clone(),
@@ -133,11 +130,7 @@ pub async fn run(config: Config, args: DevArgs) -> anyhow::Result<()> {
         Some(index.clone()),
         clock.clone(),
         CallbackClient::new(CallbackSettings::default()).map_err(anyhow::Error::msg)?,
-        ExecutorSettings {
-            max_in_flight: config.executor.max_in_flight,
-            lease_margin: config.executor.claim_lease_margin.get(),
-            ..Default::default()
-        },
+        ExecutorSettings::from_config(&config),
     );
     let scheduler = Scheduler::new(
         db.timers.clone(),
@@ -192,15 +185,13 @@ pub async fn run(config: Config, args: DevArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The migrator step: a minute in dev mode unless configured, so an every-second timer
-/// writes two minutes of rows to SQLite rather than the services' two hours.
-fn dev_step(config: &Config) -> std::time::Duration {
-    let step = config.migrator.step.get();
-    if step == chime_runtime::MigratorConfig::default().step.get() {
-        std::time::Duration::from_secs(60)
-    } else {
-        step
-    }
+/// `chime dev`'s own defaults, under the config file and environment: a migrator step of
+/// a minute, so an every-second timer writes two minutes of rows to SQLite rather than the
+/// services' two hours.
+pub fn defaults() -> Config {
+    let mut config = Config::default();
+    config.migrator.step = chime_runtime::Seconds::secs(60);
+    config
 }
 
 fn mask(url: &str) -> String {

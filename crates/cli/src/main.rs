@@ -66,7 +66,7 @@ enum Command {
 async fn main() -> ExitCode {
     match Cli::parse().command {
         Command::Dev { dev, common } => {
-            let config = match common.start() {
+            let config = match common.start_over(dev::defaults()) {
                 Ok(Some(c)) => c,
                 Ok(None) => return ExitCode::SUCCESS,
                 Err(e) => {

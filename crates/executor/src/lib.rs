@@ -52,6 +52,17 @@ impl Default for ExecutorSettings {
     }
 }
 
+impl ExecutorSettings {
+    /// The `[executor]` section of the config.
+    pub fn from_config(config: &chime_runtime::Config) -> Self {
+        Self {
+            max_in_flight: config.executor.max_in_flight,
+            lease_margin: config.executor.claim_lease_margin.get(),
+            ..Self::default()
+        }
+    }
+}
+
 /// The executor refuses work: it is shutting down.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("the executor is shutting down")]
@@ -75,7 +86,7 @@ struct Done {
     outcome: Outcome,
     /// Where a retry is indexed.
     bucket: Bucket,
-    _permit: OwnedSemaphorePermit,
+    permit: OwnedSemaphorePermit,
 }
 
 struct Inner {
@@ -179,26 +190,35 @@ impl Executor {
 async fn claim_loop(inner: Arc<Inner>, mut jobs: mpsc::UnboundedReceiver<Job>) {
     let mut batch = Vec::with_capacity(inner.settings.batch);
     while jobs.recv_many(&mut batch, inner.settings.batch).await > 0 {
-        let taken = std::mem::take(&mut batch);
-        let mut backoff = Duration::from_millis(50);
-        let mut pending = taken;
-        loop {
+        let mut pending = std::mem::take(&mut batch);
+        let mut backoff = Backoff::new();
+        let claimed = loop {
             match inner.clone().claim_and_fire(&mut pending).await {
-                Ok(()) => break,
-                Err(e) if e.is_retryable() => {
-                    // Keep the permits: while the database is away this executor fills up
-                    // and schedulers take their work elsewhere.
-                    tracing::warn!(error = %e, keys = pending.len(), "claim failed; retrying");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(2));
-                }
-                Err(e) => {
-                    // Left pending in the database: the sweeper hands them out again.
-                    tracing::error!(error = %e, keys = pending.len(), "claim failed; dropping batch");
-                    break;
-                }
+                Err(e) if e.is_retryable() => backoff.pause("claim", &e).await,
+                done => break done,
             }
+        };
+        if let Err(e) = claimed {
+            // Left pending in the database: the sweeper hands them out again.
+            tracing::error!(error = %e, keys = pending.len(), "claim failed; dropping batch");
         }
+    }
+}
+
+/// The wait between retries while the database is away: 50 ms, doubling up to 2 s. The
+/// permits held meanwhile keep this executor "full", so schedulers take their work
+/// elsewhere and nothing is lost.
+struct Backoff(Duration);
+
+impl Backoff {
+    fn new() -> Self {
+        Self(Duration::from_millis(50))
+    }
+
+    async fn pause(&mut self, what: &str, error: &chime_storage::StoreError) {
+        tracing::warn!(%error, "{what} failed; retrying");
+        tokio::time::sleep(self.0).await;
+        self.0 = (self.0 * 2).min(Duration::from_secs(2));
     }
 }
 
@@ -252,7 +272,7 @@ impl Inner {
                 let _ = self.done.send(Done {
                     outcome,
                     bucket: occurrence.bucket,
-                    _permit: job.permit,
+                    permit: job.permit,
                 });
                 continue;
             }
@@ -269,7 +289,7 @@ impl Inner {
                 let _ = inner.done.send(Done {
                     outcome,
                     bucket: occurrence.bucket,
-                    _permit: job.permit,
+                    permit: job.permit,
                 });
             });
         }
@@ -332,33 +352,30 @@ fn skip_reason(timer: Option<&Timer>, version: i64) -> Option<String> {
 async fn outcome_loop(inner: Arc<Inner>, mut done: mpsc::UnboundedReceiver<Done>) {
     let mut batch = Vec::with_capacity(inner.settings.batch);
     while done.recv_many(&mut batch, inner.settings.batch).await > 0 {
-        let outcomes: Vec<Outcome> = batch.iter().map(|d| d.outcome.clone()).collect();
-        let mut backoff = Duration::from_millis(50);
-        loop {
+        // The permits are dropped at the end of this iteration, once the outcomes are stored.
+        let (outcomes, held): (Vec<Outcome>, Vec<(Bucket, OwnedSemaphorePermit)>) = batch
+            .drain(..)
+            .map(|d| (d.outcome, (d.bucket, d.permit)))
+            .unzip();
+        let mut backoff = Backoff::new();
+        let recorded = loop {
             match inner.occurrences.record_outcomes(&outcomes).await {
-                Ok(_) => break,
-                Err(e) if e.is_retryable() => {
-                    // Holding the permits keeps this executor "full" until the database is
-                    // back, instead of losing outcomes.
-                    tracing::warn!(error = %e, outcomes = outcomes.len(), "cannot record outcomes; retrying");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(2));
-                }
-                Err(e) => {
-                    tracing::error!(error = %e, outcomes = outcomes.len(), "cannot record outcomes; dropping them");
-                    break;
-                }
+                Err(e) if e.is_retryable() => backoff.pause("recording outcomes", &e).await,
+                done => break done,
             }
+        };
+        if let Err(e) = recorded {
+            tracing::error!(error = %e, outcomes = outcomes.len(), "cannot record outcomes; dropping them");
         }
         // Retries go back to the hot index, due at their next attempt. If that fails the
         // sweeper finds them in the database once due.
         if let Some(index) = &inner.index {
-            let retries: Vec<HotEntry> = batch
+            let retries: Vec<HotEntry> = outcomes
                 .iter()
-                .filter_map(|d| {
-                    let at = d.outcome.next_attempt_at?;
-                    (d.outcome.status == OccurrenceStatus::Retrying)
-                        .then(|| HotEntry::new(d.outcome.key, at, d.bucket))
+                .zip(&held)
+                .filter(|(o, _)| o.status == OccurrenceStatus::Retrying)
+                .filter_map(|(o, (bucket, _))| {
+                    Some(HotEntry::new(o.key, o.next_attempt_at?, *bucket))
                 })
                 .collect();
             if let Err(e) = index.add(&retries).await {
@@ -372,7 +389,6 @@ async fn outcome_loop(inner: Arc<Inner>, mut done: mpsc::UnboundedReceiver<Done>
                 metrics::histogram!("chime_executor_lateness_seconds").record(late as f64 / 1000.0);
             }
         }
-        batch.clear();
     }
 }
 

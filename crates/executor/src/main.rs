@@ -50,11 +50,7 @@ async fn main() -> anyhow::Result<()> {
         index,
         clock,
         callbacks,
-        ExecutorSettings {
-            max_in_flight: config.executor.max_in_flight,
-            lease_margin: config.executor.claim_lease_margin.get(),
-            ..Default::default()
-        },
+        ExecutorSettings::from_config(&config),
     );
     let grpc = chime_runtime::bind(config.executor.addr, "gRPC").await?;
     let admin = chime_runtime::admin::bind_admin(Some(

@@ -56,10 +56,7 @@ async fn run(config: chime_runtime::Config) -> anyhow::Result<()> {
         Arc::new(redis.hot_index()),
         clock.clone(),
     );
-    let settings = StepSettings {
-        work_lease: config.migrator.work_lease.get(),
-        ..StepSettings::new(config.migrator.step.get(), config.buckets)
-    };
+    let settings = StepSettings::from_config(&config);
     let migrator = Arc::new(Migrator::new(
         materializer,
         Arc::new(redis.leases()),

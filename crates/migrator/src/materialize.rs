@@ -113,7 +113,15 @@ impl Materializer {
     /// `now + horizon`: a fire time that fell between the change and this call is not lost,
     /// and is indexed in a shard the schedulers still work. A disabled or deleted timer
     /// materializes nothing.
-    pub async fn timer(&self, id: TimerId, horizon: Duration) -> StoreResult<Materialized> {
+    ///
+    /// `triggered`: the due time of an occurrence a trigger inserted outside the schedule,
+    /// to index as well.
+    pub async fn timer(
+        &self,
+        id: TimerId,
+        horizon: Duration,
+        triggered: Option<Timestamp>,
+    ) -> StoreResult<Materialized> {
         let timer = self.timers.get_timer(id).await?;
         if !timer.enabled {
             return Ok(Materialized::default());
@@ -124,20 +132,13 @@ impl Materializer {
             .write(occurrences_of(&timer, from, to).collect(), from)
             .await?;
         done.timers = 1;
-        Ok(done)
-    }
-
-    /// Indexes an occurrence inserted outside the schedule (a trigger); 0 if the timer is
-    /// disabled or gone.
-    pub async fn index_triggered(&self, id: TimerId, at: Timestamp) -> StoreResult<u64> {
-        let timer = self.timers.get_timer(id).await?;
-        if !timer.enabled {
-            return Ok(0);
+        if let Some(at) = triggered {
+            self.index
+                .add(&[HotEntry::new(TaskKey::new(id, at), at, timer.bucket)])
+                .await?;
+            done.indexed += 1;
         }
-        self.index
-            .add(&[HotEntry::new(TaskKey::new(id, at), at, timer.bucket)])
-            .await?;
-        Ok(1)
+        Ok(done)
     }
 
     fn window(&self, horizon: Duration) -> (Timestamp, Timestamp) {

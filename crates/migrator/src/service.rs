@@ -29,6 +29,14 @@ impl StepSettings {
         }
     }
 
+    /// `step`, `work_lease` and `buckets` of the config.
+    pub fn from_config(config: &chime_runtime::Config) -> Self {
+        Self {
+            work_lease: config.migrator.work_lease.get(),
+            ..Self::new(config.migrator.step.get(), config.buckets)
+        }
+    }
+
     /// Each step writes this far ahead: one step of slack, so a missed step loses nothing.
     pub fn horizon(&self) -> Duration {
         self.step.saturating_mul(2)
@@ -83,11 +91,9 @@ impl Migrator {
         id: TimerId,
         triggered: Option<Timestamp>,
     ) -> StoreResult<Materialized> {
-        let mut done = self.materializer.timer(id, self.settings.horizon()).await?;
-        if let Some(at) = triggered {
-            done.indexed += self.materializer.index_triggered(id, at).await?;
-        }
-        Ok(done)
+        self.materializer
+            .timer(id, self.settings.horizon(), triggered)
+            .await
     }
 
     /// Materializes every bucket whose current step no replica has done yet. A bucket is

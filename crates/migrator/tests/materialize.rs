@@ -187,9 +187,9 @@ async fn a_step_materializes_the_horizon_once() {
 async fn one_timer_on_demand() {
     let s = setup().await;
     let t = create(&s, "every-20s", every("20s"), true).await;
-    let done = s.m.timer(t.id, HORIZON).await.unwrap();
+    let done = s.m.timer(t.id, HORIZON, None).await.unwrap();
     assert_eq!((done.timers, done.written), (1, 2));
-    assert_eq!(s.m.timer(t.id, HORIZON).await.unwrap().written, 0);
+    assert_eq!(s.m.timer(t.id, HORIZON, None).await.unwrap().written, 0);
 
     // A newer version adopts the pending rows it keeps and adds the new fire times.
     let mut changed = t.spec.clone();
@@ -199,7 +199,7 @@ async fn one_timer_on_demand() {
             .update_timer(t.id, Some(1), changed)
             .await
             .unwrap();
-    let after = s.m.timer(t.id, HORIZON).await.unwrap();
+    let after = s.m.timer(t.id, HORIZON, None).await.unwrap();
     assert_eq!(after.occurrences, 5);
     assert_eq!(after.written, 5, "2 adopted by version 2, 3 new");
     let row =
@@ -212,11 +212,11 @@ async fn one_timer_on_demand() {
 
     s.db.store.set_timer_enabled(t.id, false).await.unwrap();
     assert_eq!(
-        s.m.timer(t.id, HORIZON).await.unwrap(),
+        s.m.timer(t.id, HORIZON, None).await.unwrap(),
         Materialized::default()
     );
     s.db.store.delete_timer(t.id).await.unwrap();
-    assert!(s.m.timer(t.id, HORIZON).await.is_err());
+    assert!(s.m.timer(t.id, HORIZON, None).await.is_err());
 }
 
 fn replica(s: &Setup, leases: Arc<dyn chime_storage::Leases>, step: Duration) -> Arc<Migrator> {
@@ -379,7 +379,7 @@ async fn on_demand_catches_up_fire_times_since_the_change() {
     // The call arrives 5 s after the create: the ticks since are not lost. (The store
     // stamps updated_at by the real clock, a little after t0.)
     s.clock.advance(Duration::from_secs(5));
-    let done = s.m.timer(t.id, HORIZON).await.unwrap();
+    let done = s.m.timer(t.id, HORIZON, None).await.unwrap();
     let tick = |n: i64| TaskKey::new(t.id, t0.add_millis(n * 1_000));
     assert!(
         s.db.store.get_occurrence(tick(2)).await.unwrap().is_some(),
@@ -395,7 +395,7 @@ async fn on_demand_catches_up_fire_times_since_the_change() {
     );
     // A timer changed long ago catches up at most CATCH_UP.
     s.clock.advance(Duration::from_secs(120));
-    let late = s.m.timer(t.id, HORIZON).await.unwrap();
+    let late = s.m.timer(t.id, HORIZON, None).await.unwrap();
     assert_eq!(
         late.occurrences,
         30 + 60,

@@ -314,11 +314,17 @@ fn env_key(key: &str) -> String {
 impl Config {
     /// Loads defaults, then the file (if any), then the process environment.
     pub fn load(file: Option<&Path>) -> Result<Self, ConfigError> {
-        Self::load_from(file, Env::prefixed("CHIME_"))
+        Self::load_over(Config::default(), file)
     }
 
-    fn load_from(file: Option<&Path>, env: Env) -> Result<Self, ConfigError> {
-        let mut figment = Figment::from(Serialized::defaults(Config::default()));
+    /// [`Self::load`] over other defaults (`chime dev` has a few of its own): the file and
+    /// the environment still win.
+    pub fn load_over(defaults: Config, file: Option<&Path>) -> Result<Self, ConfigError> {
+        Self::load_from(defaults, file, Env::prefixed("CHIME_"))
+    }
+
+    fn load_from(defaults: Config, file: Option<&Path>, env: Env) -> Result<Self, ConfigError> {
+        let mut figment = Figment::from(Serialized::defaults(defaults));
         if let Some(path) = file {
             // A named file that is missing is an error, not an empty layer.
             std::fs::metadata(path).map_err(|source| ConfigError::File {
@@ -416,7 +422,15 @@ impl CommonArgs {
     /// What every binary does first: loads the config (printing it and returning `None`
     /// with `--dump-config`) and sets up tracing from it.
     pub fn start(&self) -> Result<Option<Config>, ConfigError> {
-        let config = self.load_or_dump(&mut std::io::stdout())?;
+        self.start_over(Config::default())
+    }
+
+    /// [`Self::start`] over other defaults.
+    pub fn start_over(&self, defaults: Config) -> Result<Option<Config>, ConfigError> {
+        let config = self.dump_or(
+            Config::load_over(defaults, self.config.as_deref())?,
+            &mut std::io::stdout(),
+        )?;
         if let Some(c) = &config {
             crate::init_tracing(&c.log);
         }
@@ -429,7 +443,14 @@ impl CommonArgs {
         &self,
         out: &mut dyn std::io::Write,
     ) -> Result<Option<Config>, ConfigError> {
-        let config = self.load()?;
+        self.dump_or(self.load()?, out)
+    }
+
+    fn dump_or(
+        &self,
+        config: Config,
+        out: &mut dyn std::io::Write,
+    ) -> Result<Option<Config>, ConfigError> {
         if self.dump_config {
             out.write_all(config.dump().as_bytes())
                 .map_err(|e| ConfigError::Invalid(format!("cannot write config: {e}")))?;
@@ -591,6 +612,24 @@ mod tests {
         let (stopped, started, printed) = out.expect("jail ran");
         assert!(stopped.unwrap() && started.unwrap());
         assert!(printed.contains("prefix = \"dumped\""), "{printed}");
+    }
+
+    #[test]
+    fn other_defaults_still_yield_to_file_and_env() {
+        let mut defaults = Config::default();
+        defaults.migrator.step = Seconds::secs(60);
+        let mut out = None;
+        figment::Jail::expect_with(|jail| {
+            jail.clear_env();
+            let plain = Config::load_over(defaults.clone(), None);
+            jail.set_env("CHIME_MIGRATOR__STEP", "1h");
+            let overridden = Config::load_over(defaults.clone(), None);
+            out = Some((plain, overridden));
+            Ok(())
+        });
+        let (plain, overridden) = out.expect("jail ran");
+        assert_eq!(plain.unwrap().migrator.step, Seconds::secs(60));
+        assert_eq!(overridden.unwrap().migrator.step, Seconds::secs(3600));
     }
 
     #[test]

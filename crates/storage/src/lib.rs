@@ -129,6 +129,16 @@ pub enum Redrive {
     Timer(TimerId),
 }
 
+impl Redrive {
+    /// The timer, and the run time when it is one occurrence: the SQL backends' parameters.
+    fn parts(self) -> (i64, Option<i64>) {
+        match self {
+            Self::One(k) => (k.timer_id.get(), Some(k.run_at.as_millis())),
+            Self::Timer(id) => (id.get(), None),
+        }
+    }
+}
+
 /// An idempotency key of a create request, scoped to the timer's app.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IdempotencyKey {

@@ -573,10 +573,7 @@ impl OccurrenceStore for PgStore {
     }
 
     async fn redrive(&self, what: Redrive, now: Timestamp) -> StoreResult<u64> {
-        let (timer, run_at) = match what {
-            Redrive::One(k) => (k.timer_id.get(), Some(k.run_at.as_millis())),
-            Redrive::Timer(id) => (id.get(), None),
-        };
+        let (timer, run_at) = what.parts();
         let done = sqlx::query(
             "UPDATE occurrences SET status = 'pending', attempt = 0, next_attempt_at = $3, \
                lease_until = NULL, error = NULL \
