@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use axum::Router;
 use axum::body::Bytes;
@@ -106,11 +106,10 @@ impl Drop for Sink {
     }
 }
 
+/// Unix ms by the system clock, the one Chime schedules by.
 fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or_default()
+    use chime_domain::Clock;
+    chime_domain::SystemClock.now().as_millis()
 }
 
 fn record(log: &Log, method: Method, uri: &Uri, headers: &HeaderMap, body: Bytes, at_ms: i64) {
