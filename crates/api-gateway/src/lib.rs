@@ -84,11 +84,14 @@ pub async fn serve_with(
                 .max_decoding_message_size(rest::MAX_BODY_BYTES),
         )
         .serve_with_incoming_shutdown(
-            tonic::transport::server::TcpIncoming::from(grpc),
+            chime_proto::incoming(grpc),
             shutdown.clone().cancelled_owned(),
         );
-    let http_server = axum::serve(http, http_app_with(api.clone(), extra))
-        .with_graceful_shutdown(shutdown.clone().cancelled_owned());
+    let http_server = axum::serve(
+        chime_runtime::without_nagle(http),
+        http_app_with(api.clone(), extra),
+    )
+    .with_graceful_shutdown(shutdown.clone().cancelled_owned());
     let admin_server =
         chime_runtime::admin::serve_admin(admin, Arc::new(ApiReadiness(api)), shutdown.clone());
     tracing::info!("gateway serving");

@@ -62,7 +62,7 @@ pub async fn serve(
         .add_routes(introspection)
         .add_service(ExecutorServiceServer::new(ExecutorGrpc(executor.clone())))
         .serve_with_incoming_shutdown(
-            tonic::transport::server::TcpIncoming::from(grpc),
+            chime_proto::incoming(grpc),
             servers_stop.clone().cancelled_owned(),
         );
     let admin = chime_runtime::admin::serve_admin(admin, readiness, servers_stop.clone());

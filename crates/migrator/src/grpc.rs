@@ -62,7 +62,7 @@ pub async fn serve(
         .add_routes(introspection)
         .add_service(MigratorServiceServer::new(MigratorGrpc(migrator.clone())))
         .serve_with_incoming_shutdown(
-            tonic::transport::server::TcpIncoming::from(grpc),
+            chime_proto::incoming(grpc),
             shutdown.clone().cancelled_owned(),
         );
     let admin = chime_runtime::admin::serve_admin(admin, readiness, shutdown.clone());

@@ -5,6 +5,14 @@ pub mod v1 {
     tonic::include_proto!("chime.v1");
 }
 
+/// Connections a gRPC server accepts from `listener`, with Nagle's algorithm off. HTTP/2
+/// writes a response as several small frames; with Nagle on, the last one waits for the
+/// client's delayed ACK, adding about 40 ms to every call on Linux. (tonic's own option
+/// is ignored for a listener passed in, so every server goes through here.)
+pub fn incoming(listener: tokio::net::TcpListener) -> tonic::transport::server::TcpIncoming {
+    tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true))
+}
+
 /// Encoded descriptors of every Chime service, for gRPC reflection.
 pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("chime_descriptor");
 
@@ -48,4 +56,21 @@ pub enum IntrospectionError {
     Decode(#[from] prost::DecodeError),
     #[error("cannot build reflection: {0}")]
     Reflection(#[from] tonic_reflection::server::Error),
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use futures::StreamExt;
+
+    #[tokio::test]
+    async fn accepted_connections_have_nagle_off() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut incoming = super::incoming(listener);
+        let _client = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let accepted = incoming.next().await.unwrap().unwrap();
+        assert!(accepted.nodelay().unwrap());
+    }
 }

@@ -12,6 +12,8 @@ use axum::routing::get;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+use crate::without_nagle;
+
 /// What `/readyz` asks.
 #[async_trait]
 pub trait Readiness: Send + Sync + 'static {
@@ -53,7 +55,7 @@ pub async fn serve_admin(
 ) -> std::io::Result<()> {
     match listener {
         Some(l) => {
-            axum::serve(l, admin_router(readiness))
+            axum::serve(without_nagle(l), admin_router(readiness))
                 .with_graceful_shutdown(shutdown.cancelled_owned())
                 .await
         }

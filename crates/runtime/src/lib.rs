@@ -82,3 +82,16 @@ pub async fn bind(
         .await
         .map_err(|e| std::io::Error::new(e.kind(), format!("binding {what} to {addr}: {e}")))
 }
+
+/// `listener` for `axum::serve`, with Nagle's algorithm off on every accepted connection
+/// (axum leaves it on): a response written in pieces must not wait for a delayed ACK.
+pub fn without_nagle(
+    listener: tokio::net::TcpListener,
+) -> impl axum::serve::Listener<Io = tokio::net::TcpStream, Addr = std::net::SocketAddr> {
+    use axum::serve::ListenerExt;
+    listener.tap_io(|stream| {
+        if let Err(e) = stream.set_nodelay(true) {
+            tracing::debug!(error = %e, "cannot set TCP_NODELAY");
+        }
+    })
+}
