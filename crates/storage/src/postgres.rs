@@ -407,21 +407,32 @@ impl OccurrenceStore for PgStore {
             versions.push(o.timer_version);
             buckets.push(o.bucket.get() as i32);
         }
-        let done = sqlx::query(
-            "INSERT INTO occurrences (timer_id, run_at, timer_version, bucket) \
-             SELECT * FROM UNNEST($1::bigint[], $2::bigint[], $3::bigint[], $4::integer[]) \
-             ON CONFLICT (timer_id, run_at) DO UPDATE \
-               SET timer_version = EXCLUDED.timer_version, bucket = EXCLUDED.bucket \
-               WHERE occurrences.status = 'pending' \
-                 AND occurrences.timer_version < EXCLUDED.timer_version",
+        // Not `ON CONFLICT DO UPDATE … WHERE`: that locks every conflicting row, even those
+        // it leaves alone, so a step re-writing its horizon held the rows executors were
+        // claiming (claims skipped them, late to the sweeper) and deadlocked with outcome
+        // writes. Only a pending row of an older version is updated, so only it is locked.
+        let written: i64 = sqlx::query_scalar(
+            "WITH new AS ( \
+               SELECT * FROM UNNEST($1::bigint[], $2::bigint[], $3::bigint[], $4::integer[]) \
+                 AS n(timer_id, run_at, timer_version, bucket)), \
+             adopted AS ( \
+               UPDATE occurrences o SET timer_version = n.timer_version, bucket = n.bucket \
+               FROM new n WHERE o.timer_id = n.timer_id AND o.run_at = n.run_at \
+                 AND o.status = 'pending' AND o.timer_version < n.timer_version \
+               RETURNING 1), \
+             inserted AS ( \
+               INSERT INTO occurrences (timer_id, run_at, timer_version, bucket) \
+               SELECT * FROM new ON CONFLICT (timer_id, run_at) DO NOTHING \
+               RETURNING 1) \
+             SELECT (SELECT count(*) FROM adopted) + (SELECT count(*) FROM inserted)",
         )
         .bind(ids)
         .bind(run_ats)
         .bind(versions)
         .bind(buckets)
-        .execute(&self.pool)
+        .fetch_one(&self.pool)
         .await?;
-        Ok(done.rows_affected())
+        Ok(u64::try_from(written).unwrap_or(0))
     }
 
     async fn claim(&self, keys: &[TaskKey], claim: Claim) -> StoreResult<Vec<ClaimedOccurrence>> {

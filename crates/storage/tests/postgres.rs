@@ -81,3 +81,36 @@ async fn unreachable_database_fails_fast_with_a_retryable_error() {
     let err = result.expect_err("nothing listens on port 1");
     assert!(err.is_retryable(), "{err}");
 }
+
+/// Re-materializing rows that exist (every migrator step re-writes half its horizon) must
+/// not lock them: a claim holding one must neither be waited for nor deadlocked with.
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rewriting_existing_occurrences_does_not_wait_for_their_row_locks() {
+    use chime_domain::{Bucket, NewOccurrence, TaskKey, TimerId, Timestamp};
+    use chime_storage::OccurrenceStore;
+    use sqlx::Connection;
+
+    let fx = support::pg().await;
+    let row = NewOccurrence {
+        key: TaskKey::new(TimerId::new(7).unwrap(), Timestamp::from_millis(1_000)),
+        timer_version: 1,
+        bucket: Bucket::of(TimerId::new(7).unwrap(), chime_domain::BucketCount::DEFAULT),
+    };
+    assert_eq!(fx.store.insert_occurrences(&[row]).await.unwrap(), 1);
+    // Another session holds the row, as a claim or an outcome write does.
+    let mut other = sqlx::PgConnection::connect(&fx.url()).await.unwrap();
+    let mut tx = other.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM occurrences WHERE timer_id = 7 FOR UPDATE")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    let rewrite = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        fx.store.insert_occurrences(&[row]),
+    )
+    .await
+    .expect("the re-write waited for the other session's row lock");
+    assert_eq!(rewrite.unwrap(), 0);
+    tx.rollback().await.unwrap();
+}
