@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chime_domain::{TimerId, Timestamp};
-use chime_proto::v1::MigrateTimerRequest;
 use chime_proto::v1::migrator_service_client::MigratorServiceClient;
+use chime_proto::v1::{MigrateTimerRequest, MigrateTimersRequest};
 use tonic::transport::{Channel, Endpoint};
 
 #[async_trait]
@@ -15,6 +15,9 @@ pub trait MigrateNotifier: Send + Sync + 'static {
     /// call failed.
     async fn migrate_timer(&self, id: TimerId, triggered: Option<Timestamp>)
     -> Result<u64, String>;
+
+    /// The same for several timers in one call (a batch create), without triggers.
+    async fn migrate_timers(&self, ids: &[TimerId]) -> Result<u64, String>;
 }
 
 /// No migrator configured: the periodic step is the only materializer.
@@ -27,6 +30,10 @@ impl MigrateNotifier for NoMigrator {
         _id: TimerId,
         _triggered: Option<Timestamp>,
     ) -> Result<u64, String> {
+        Ok(0)
+    }
+
+    async fn migrate_timers(&self, _ids: &[TimerId]) -> Result<u64, String> {
         Ok(0)
     }
 }
@@ -62,6 +69,17 @@ impl MigrateNotifier for GrpcMigrator {
             .migrate_timer(MigrateTimerRequest {
                 timer_id: id.get(),
                 triggered_run_at_ms: triggered.map(Timestamp::as_millis),
+            })
+            .await
+            .map(|r| r.into_inner().materialized)
+            .map_err(|s| format!("{}: {}", s.code(), s.message()))
+    }
+
+    async fn migrate_timers(&self, ids: &[TimerId]) -> Result<u64, String> {
+        let mut client = self.client.clone();
+        client
+            .migrate_timers(MigrateTimersRequest {
+                timer_ids: ids.iter().map(|id| id.get()).collect(),
             })
             .await
             .map(|r| r.into_inner().materialized)

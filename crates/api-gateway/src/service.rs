@@ -60,8 +60,20 @@ impl TimerService {
     /// periodic step catches up if it cannot be reached.
     async fn materialize(&self, id: TimerId, triggered: Option<Timestamp>) {
         if let Err(e) = self.migrator.migrate_timer(id, triggered).await {
-            metrics::counter!("chime_gateway_migrate_timer_failures_total").increment(1);
-            tracing::warn!(timer_id = %id, error = %e, "migrator unreachable; the periodic step will catch up");
+            migrate_failed(&[id], &e);
+        }
+    }
+
+    /// [`Self::materialize`] for a batch, in one call.
+    async fn materialize_all(&self, ids: &[TimerId]) {
+        match ids {
+            [] => {}
+            [id] => self.materialize(*id, None).await,
+            _ => {
+                if let Err(e) = self.migrator.migrate_timers(ids).await {
+                    migrate_failed(ids, &e);
+                }
+            }
         }
     }
 
@@ -129,9 +141,8 @@ impl TimerApi for TimerService {
             self.timers.create_timers(batch).await?
         };
         metrics::counter!("chime_gateway_timers_created_total").increment(created.len() as u64);
-        for t in created.iter().filter(|t| t.enabled) {
-            self.materialize(t.id, None).await;
-        }
+        let enabled: Vec<TimerId> = created.iter().filter(|t| t.enabled).map(|t| t.id).collect();
+        self.materialize_all(&enabled).await;
         Ok(created.into_iter().map(|t| self.view(t)).collect())
     }
 
@@ -368,4 +379,9 @@ fn apply_patch(
         spec.delivery = d;
     }
     Ok(spec)
+}
+
+fn migrate_failed(ids: &[TimerId], error: &str) {
+    metrics::counter!("chime_gateway_migrate_timer_failures_total").increment(1);
+    tracing::warn!(timers = ?ids, %error, "migrator unreachable; the periodic step will catch up");
 }

@@ -444,6 +444,32 @@ async fn changes_ask_the_migrator_to_materialize() {
 }
 
 #[tokio::test]
+async fn a_batch_create_asks_the_migrator_once_for_all_its_timers() {
+    let gw = support::start().await;
+    let item = |name: &str| {
+        json!({"timer": {"app": "billing", "name": name, "schedule": {"every": "1m"},
+                         "callback": {"url": "http://127.0.0.1:9/cb"}}})
+    };
+    let (status, _, body) = gw
+        .send(
+            Method::POST,
+            "/v1/timers:batchCreate",
+            Some(json!({"requests": [item("a"), item("b"), item("c")]})),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let ids: Vec<i64> = body["timers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["id"].as_i64().unwrap())
+        .collect();
+    // Negated: recorded from MigrateTimers, not one MigrateTimer per timer.
+    let batch: Vec<i64> = ids.iter().map(|id| -id).collect();
+    assert_eq!(*gw.migrated.lock().unwrap(), batch);
+}
+
+#[tokio::test]
 async fn an_unreachable_migrator_does_not_fail_requests() {
     let gw = support::start_without_migrator().await;
     let t = gw.create("billing", "nightly").await;

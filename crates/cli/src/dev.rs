@@ -70,6 +70,14 @@ impl MigrateNotifier for LocalMigrator {
             .map(|m| m.written)
             .map_err(|e| e.to_string())
     }
+
+    async fn migrate_timers(&self, ids: &[TimerId]) -> Result<u64, String> {
+        self.0
+            .migrate_timers(ids)
+            .await
+            .map(|m| m.written)
+            .map_err(|e| e.to_string())
+    }
 }
 
 /// `/v1/echo`: a callback target for trying Chime out. Logs what arrived and how late.

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use chime_domain::{TimerId, Timestamp};
 use chime_proto::v1::migrator_service_server::{MigratorService, MigratorServiceServer};
-use chime_proto::v1::{MigrateTimerRequest, MigrateTimerResponse};
+use chime_proto::v1::{MigrateTimerRequest, MigrateTimerResponse, MigrateTimersRequest};
 use chime_runtime::admin::Readiness;
 use chime_storage::StoreError;
 use tokio::net::TcpListener;
@@ -33,7 +33,32 @@ impl MigratorService for MigratorGrpc {
             materialized: done.written,
         }))
     }
+
+    async fn migrate_timers(
+        &self,
+        request: Request<MigrateTimersRequest>,
+    ) -> Result<Response<MigrateTimerResponse>, Status> {
+        let r = request.into_inner();
+        if r.timer_ids.len() > MAX_TIMERS_PER_CALL {
+            return Err(Status::invalid_argument(format!(
+                "timer_ids: at most {MAX_TIMERS_PER_CALL} per call"
+            )));
+        }
+        let ids = r
+            .timer_ids
+            .into_iter()
+            .map(TimerId::new)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| Status::invalid_argument(format!("timer_ids: {e}")))?;
+        let done = self.0.migrate_timers(&ids).await.map_err(status_of)?;
+        Ok(Response::new(MigrateTimerResponse {
+            materialized: done.written,
+        }))
+    }
 }
+
+/// Bounds one `MigrateTimers` call's read and write.
+pub const MAX_TIMERS_PER_CALL: usize = 1_000;
 
 fn status_of(e: StoreError) -> Status {
     match e {

@@ -123,21 +123,39 @@ impl Materializer {
         triggered: Option<Timestamp>,
     ) -> StoreResult<Materialized> {
         let timer = self.timers.get_timer(id).await?;
-        if !timer.enabled {
-            return Ok(Materialized::default());
-        }
-        let (now, to) = self.window(horizon);
-        let from = catch_up_from(&timer, now);
-        let mut done = self
-            .write(occurrences_of(&timer, from, to).collect(), from)
-            .await?;
-        done.timers = 1;
-        if let Some(at) = triggered {
+        let mut done = self.these(std::slice::from_ref(&timer), horizon).await?;
+        if let Some(at) = triggered.filter(|_| timer.enabled) {
             self.index
                 .add(&[HotEntry::new(TaskKey::new(id, at), at, timer.bucket)])
                 .await?;
             done.indexed += 1;
         }
+        Ok(done)
+    }
+
+    /// [`Materializer::timer`] for several timers (a batch create), in one read and one
+    /// write. Unknown, deleted and disabled timers materialize nothing.
+    pub async fn timers(&self, ids: &[TimerId], horizon: Duration) -> StoreResult<Materialized> {
+        let timers = self.timers.get_timers(ids).await?;
+        self.these(&timers, horizon).await
+    }
+
+    /// The enabled ones of `timers`, each from its last change (at most [`CATCH_UP`] ago).
+    async fn these(&self, timers: &[Timer], horizon: Duration) -> StoreResult<Materialized> {
+        let (now, to) = self.window(horizon);
+        let mut rows = Vec::new();
+        let mut from_all = now;
+        let mut count = 0;
+        for timer in timers.iter().filter(|t| t.enabled) {
+            let from = catch_up_from(timer, now);
+            from_all = from_all.min(from);
+            rows.extend(occurrences_of(timer, from, to));
+            count += 1;
+        }
+        // Each timer's rows start at its own `from`, so indexing from the earliest of them
+        // indexes all, as for a single timer.
+        let mut done = self.write(rows, from_all).await?;
+        done.timers = count;
         Ok(done)
     }
 

@@ -96,6 +96,11 @@ impl Migrator {
             .await
     }
 
+    /// [`Migrator::migrate_timer`] for several timers at once, without triggers.
+    pub async fn migrate_timers(&self, ids: &[TimerId]) -> StoreResult<Materialized> {
+        self.materializer.timers(ids, self.settings.horizon()).await
+    }
+
     /// Materializes every bucket whose current step no replica has done yet. A bucket is
     /// worked under a lease named by step and bucket; once done, the lease is kept until the
     /// step ends, so it doubles as the "done" mark and no replica repeats the work.
@@ -174,6 +179,8 @@ impl Migrator {
                 Ok(r) if r.buckets > 0 => {
                     metrics::counter!("chime_migrator_occurrences_written_total")
                         .increment(r.materialized.written);
+                    metrics::counter!("chime_migrator_occurrences_indexed_total")
+                        .increment(r.materialized.indexed);
                     tracing::info!(
                         buckets = r.buckets,
                         timers = r.materialized.timers,

@@ -372,6 +372,62 @@ async fn migrate_timer_over_grpc() {
 }
 
 #[tokio::test]
+async fn a_batch_of_timers_materializes_in_one_call() {
+    let s = setup().await;
+    let a = create(&s, "a", every("20s"), true).await;
+    let b = create(&s, "b", every("30s"), true).await;
+    let off = create(&s, "off", every("20s"), false).await;
+    let unknown = chime_domain::TimerId::new(987_654_321).unwrap();
+    let done =
+        s.m.timers(&[a.id, b.id, off.id, unknown], Duration::from_secs(60))
+            .await
+            .unwrap();
+    assert_eq!((done.timers, done.written, done.indexed), (2, 3, 3));
+    assert_eq!(indexed(&s, &a).await, vec![20_000, 40_000]);
+    assert_eq!(indexed(&s, &b).await, vec![30_000]);
+    assert!(indexed(&s, &off).await.is_empty(), "disabled: nothing");
+}
+
+#[tokio::test]
+async fn migrate_timers_over_grpc_checks_its_ids() {
+    use chime_proto::v1::MigrateTimersRequest;
+    use chime_proto::v1::migrator_service_client::MigratorServiceClient;
+
+    let s = setup().await;
+    let a = create(&s, "a", every("20s"), true).await;
+    let m = replica(&s, s.redis.leases(), Duration::from_secs(30));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let server = tokio::spawn(chime_migrator::grpc::serve(
+        m,
+        listener,
+        None,
+        Arc::new(chime_runtime::admin::AlwaysReady),
+        stop.clone(),
+    ));
+    let mut client = MigratorServiceClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap();
+    client
+        .migrate_timers(MigrateTimersRequest {
+            timer_ids: vec![a.id.get(), 987_654_321],
+        })
+        .await
+        .unwrap();
+    assert_eq!(indexed(&s, &a).await, vec![20_000, 40_000]);
+    for bad in [vec![-1], vec![1; 1_001]] {
+        let e = client
+            .migrate_timers(MigrateTimersRequest { timer_ids: bad })
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    }
+    stop.cancel();
+    server.await.unwrap().unwrap();
+}
+
+#[tokio::test]
 async fn on_demand_catches_up_fire_times_since_the_change() {
     let s = setup().await;
     let t0 = s.clock.now();

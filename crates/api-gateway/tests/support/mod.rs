@@ -10,7 +10,7 @@ use chime_api_gateway::migrator::{GrpcMigrator, MigrateNotifier};
 use chime_api_gateway::{TimerApi, TimerService};
 use chime_domain::SystemClock;
 use chime_proto::v1::migrator_service_server::{MigratorService, MigratorServiceServer};
-use chime_proto::v1::{MigrateTimerRequest, MigrateTimerResponse};
+use chime_proto::v1::{MigrateTimerRequest, MigrateTimerResponse, MigrateTimersRequest};
 use chime_storage::testkit::{self, PgFixture};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
@@ -28,6 +28,18 @@ impl MigratorService for RecordingMigrator {
         self.0.lock().unwrap().push(req.into_inner().timer_id);
         Ok(tonic::Response::new(MigrateTimerResponse {
             materialized: 1,
+        }))
+    }
+
+    /// Records a batch's ids negated, so tests tell the two calls apart.
+    async fn migrate_timers(
+        &self,
+        req: tonic::Request<MigrateTimersRequest>,
+    ) -> Result<tonic::Response<MigrateTimerResponse>, tonic::Status> {
+        let ids = req.into_inner().timer_ids;
+        self.0.lock().unwrap().extend(ids.iter().map(|id| -id));
+        Ok(tonic::Response::new(MigrateTimerResponse {
+            materialized: ids.len() as u64,
         }))
     }
 }
