@@ -16,7 +16,7 @@ TEST_CMD := $(CARGO) nextest run --workspace --all-targets --exclude chime-e2e
 E2E_CMD := $(CARGO) nextest run --workspace --all-targets -E 'package(chime-e2e)' --no-capture
 endif
 
-.PHONY: help run test lint fmt bench bench-api api-fuzz e2e quickstart-check k8s-check
+.PHONY: help run test lint fmt bench bench-smoke bench-storage api-fuzz e2e quickstart-check k8s-check
 
 help: ## List the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  %-10s %s\n", $$1, $$2}'
@@ -37,13 +37,21 @@ lint: ## rustfmt check and clippy with warnings denied
 fmt: ## Format the code
 	$(CARGO) fmt --all
 
-bench: ## Storage throughput benchmark; prints a table, writes target/bench/storage.json
+bench: ## Pipeline benchmark on release binaries: burst, steady, sparse, materialize, api (BENCH_ARGS); writes target/bench/pipeline.json
+	$(CARGO) build --release --workspace --bins
+	$(TEST_SERVICES) target/release/chime-bench pipeline $(BENCH_ARGS)
+
+# Small sizes on the debug binaries `make test` built: checks that every scenario completes
+# and delivers everything, not the targets.
+SMOKE_SIZES := --burst 2000 --rate 300 --duration 10 --sparse-rate 50 --sparse-duration 5 \
+	--materialize 50000 --api-requests 500 --api-concurrency 8
+bench-smoke: ## The pipeline benchmark at small sizes (CI): everything delivered, no targets
+	$(CARGO) build --workspace --bins
+	$(TEST_SERVICES) target/debug/chime-bench pipeline --smoke $(SMOKE_SIZES) --out target/bench/pipeline-smoke.json
+
+bench-storage: ## Storage throughput on its own (PostgreSQL inserts and claims, Redis adds); writes target/bench/storage.json
 	$(CARGO) build --release -p chime-bench
 	$(TEST_SERVICES) target/release/chime-bench storage $(BENCH_ARGS)
-
-bench-api: ## Create-timer throughput over REST against a release gateway; writes target/bench/api.json
-	$(CARGO) build --release -p chime-bench
-	PROFILE=release $(TEST_SERVICES) scripts/with-gateway.sh target/release/chime-bench api $(BENCH_API_ARGS)
 
 api-fuzz: ## Fuzz the REST API from its OpenAPI document (schemathesis from PyPI; FUZZ_EXAMPLES=100)
 	$(TEST_SERVICES) scripts/api-fuzz.sh

@@ -1,4 +1,6 @@
-//! chime-bench's reusable part: a loopback callback sink that records what Chime delivers,
-//! used by the pipeline benchmark and by the tests that receive real callbacks.
+//! chime-bench's reusable parts: a loopback callback sink that records what Chime delivers,
+//! and the helpers that run Chime's binaries as processes; the end-to-end tests use both.
 
+pub mod deploy;
+pub mod measure;
 pub mod sink;

@@ -1,9 +1,12 @@
-//! `chime-bench`: Chime's benchmarks. Each scenario repeats its measurement, prints a table
-//! of medians and writes machine-readable JSON under `target/bench/`.
+//! `chime-bench`: Chime's benchmarks. Each prints a table and writes machine-readable JSON
+//! under `target/bench/`.
 //!
-//! Today: `storage` (the storage layer's throughput) and `api` (create-timer over REST).
+//! - `pipeline`: burst, steady, sparse, materialize and api scenarios against a distributed
+//!   deployment started here (`make bench`, `make bench-smoke`);
+//! - `storage`: the storage layer's throughput on its own (`make bench-storage`).
 
 mod api;
+mod pipeline;
 mod storage;
 
 use clap::{Parser, Subcommand};
@@ -17,16 +20,16 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// The firing pipeline and the API against separate processes of every service.
+    Pipeline(pipeline::Args),
     /// Storage throughput: occurrence inserts and claims on PostgreSQL, hot-index adds on Redis.
     Storage(storage::Args),
-    /// Create-timer throughput and latency over REST against a running gateway.
-    Api(api::Args),
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
+        Command::Pipeline(args) => pipeline::run(args).await,
         Command::Storage(args) => storage::run(args).await,
-        Command::Api(args) => api::run(args).await,
     }
 }

@@ -43,6 +43,9 @@ type Log = Arc<Mutex<Vec<Received>>>;
 struct Shared {
     log: Log,
     healthy: Arc<std::sync::atomic::AtomicBool>,
+    /// Keep only Chime's own headers and no body: a benchmark receiving hundreds of
+    /// thousands of callbacks should not spend its CPU and memory on the rest.
+    lean: bool,
 }
 
 pub struct Sink {
@@ -54,9 +57,22 @@ pub struct Sink {
 impl Sink {
     /// Listens on an ephemeral loopback port.
     pub async fn start() -> std::io::Result<Self> {
+        Self::start_with(false).await
+    }
+
+    /// Like [`Sink::start`], but records only `Idempotency-Key` and the `X-Chime-*` headers
+    /// of each request, and not its body.
+    pub async fn start_lean() -> std::io::Result<Self> {
+        Self::start_with(true).await
+    }
+
+    async fn start_with(lean: bool) -> std::io::Result<Self> {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
-        let state = Shared::default();
+        let state = Shared {
+            lean,
+            ..Shared::default()
+        };
         let stop = CancellationToken::new();
         let app = Router::new()
             .route("/status/{code}", any(status))
@@ -67,7 +83,7 @@ impl Sink {
             .with_state(state.clone());
         let shutdown = stop.clone().cancelled_owned();
         tokio::spawn(async move {
-            let _ = axum::serve(listener, app)
+            let _ = axum::serve(chime_runtime::without_nagle(listener), app)
                 .with_graceful_shutdown(shutdown)
                 .await;
         });
@@ -112,13 +128,23 @@ fn now_ms() -> i64 {
     chime_domain::SystemClock.now().as_millis()
 }
 
-fn record(log: &Log, method: Method, uri: &Uri, headers: &HeaderMap, body: Bytes, at_ms: i64) {
+fn record(
+    shared: &Shared,
+    method: Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+    body: Bytes,
+    at_ms: i64,
+) {
+    let keep =
+        |name: &str| !shared.lean || name == "idempotency-key" || name.starts_with("x-chime-");
     let received = Received {
         at_ms,
         method: method.to_string(),
         path: uri.path().to_owned(),
         headers: headers
             .iter()
+            .filter(|(k, _)| keep(k.as_str()))
             .map(|(k, v)| {
                 (
                     k.as_str().to_owned(),
@@ -126,38 +152,42 @@ fn record(log: &Log, method: Method, uri: &Uri, headers: &HeaderMap, body: Bytes
                 )
             })
             .collect(),
-        body: String::from_utf8_lossy(&body).into_owned(),
+        body: if shared.lean {
+            String::new()
+        } else {
+            String::from_utf8_lossy(&body).into_owned()
+        },
     };
-    if let Ok(mut l) = log.lock() {
+    if let Ok(mut l) = shared.log.lock() {
         l.push(received);
     }
 }
 
 async fn ok(
-    State(Shared { log, .. }): State<Shared>,
+    State(shared): State<Shared>,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
     body: Bytes,
 ) -> &'static str {
-    record(&log, method, &uri, &headers, body, now_ms());
+    record(&shared, method, &uri, &headers, body, now_ms());
     "ok"
 }
 
 async fn status(
-    State(Shared { log, .. }): State<Shared>,
+    State(shared): State<Shared>,
     Path(code): Path<u16>,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
     body: Bytes,
 ) -> StatusCode {
-    record(&log, method, &uri, &headers, body, now_ms());
+    record(&shared, method, &uri, &headers, body, now_ms());
     StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
 }
 
 async fn delay(
-    State(Shared { log, .. }): State<Shared>,
+    State(shared): State<Shared>,
     Path(ms): Path<u64>,
     method: Method,
     uri: Uri,
@@ -166,12 +196,12 @@ async fn delay(
 ) -> &'static str {
     let at = now_ms();
     tokio::time::sleep(Duration::from_millis(ms)).await;
-    record(&log, method, &uri, &headers, body, at);
+    record(&shared, method, &uri, &headers, body, at);
     "ok"
 }
 
 async fn flaky(
-    State(Shared { log, .. }): State<Shared>,
+    State(shared): State<Shared>,
     Path(n): Path<usize>,
     method: Method,
     uri: Uri,
@@ -181,8 +211,9 @@ async fn flaky(
     let key = headers
         .get("idempotency-key")
         .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
-    record(&log, method, &uri, &headers, body, now_ms());
-    let seen = log
+    record(&shared, method, &uri, &headers, body, now_ms());
+    let seen = shared
+        .log
         .lock()
         .map(|l| {
             l.iter()
@@ -198,14 +229,14 @@ async fn flaky(
 }
 
 async fn switch(
-    State(Shared { log, healthy }): State<Shared>,
+    State(shared): State<Shared>,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
     body: Bytes,
 ) -> StatusCode {
-    record(&log, method, &uri, &headers, body, now_ms());
-    if healthy.load(std::sync::atomic::Ordering::SeqCst) {
+    record(&shared, method, &uri, &headers, body, now_ms());
+    if shared.healthy.load(std::sync::atomic::Ordering::SeqCst) {
         StatusCode::OK
     } else {
         StatusCode::INTERNAL_SERVER_ERROR

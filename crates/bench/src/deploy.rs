@@ -1,0 +1,412 @@
+//! Chime's binaries as processes: each with its own log file, readiness awaited over HTTP,
+//! stopped with SIGTERM (or killed when dropped). The end-to-end tests and the pipeline
+//! benchmark start their deployments with this.
+
+// Setup failures end the test or benchmark with a message, by design.
+#![allow(clippy::expect_used, clippy::panic, clippy::unwrap_used)]
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::Duration;
+
+/// Where cargo put this workspace's binaries: the running executable's own directory
+/// (`chime-bench`), or the one above it for a test executable in `deps/`.
+pub fn bin_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("executable path");
+    let dir = exe.parent().expect("executable directory");
+    if dir.file_name().is_some_and(|n| n == "deps") {
+        dir.parent().expect("target profile directory").to_owned()
+    } else {
+        dir.to_owned()
+    }
+}
+
+pub fn bin(name: &str) -> PathBuf {
+    let path = bin_dir().join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: build the binaries first (`cargo build --workspace --bins`, which \
+         `make test` does)",
+        path.display()
+    );
+    path
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("a free port")
+        .local_addr()
+        .expect("its address")
+        .port()
+}
+
+/// A directory for this run's logs, kept under `target/e2e/` (tests) or `target/bench/logs/`
+/// (`chime-bench`) so a failure can be read.
+pub fn log_dir(test: &str) -> PathBuf {
+    let under_test = std::env::current_exe()
+        .ok()
+        .and_then(|e| Some(e.parent()?.file_name()? == "deps"))
+        .unwrap_or(false);
+    let root = bin_dir().parent().expect("target directory").to_owned();
+    let root = if under_test {
+        root.join("e2e")
+    } else {
+        root.join("bench").join("logs")
+    };
+    let dir = root.join(chime_storage::testkit::unique(test));
+    std::fs::create_dir_all(&dir).expect("log directory");
+    dir
+}
+
+pub struct Service {
+    pub name: String,
+    child: Child,
+    log: PathBuf,
+}
+
+impl Service {
+    /// Starts `binary` with exactly `env` (plus PATH), logging to `{dir}/{name}.log`.
+    pub fn start(
+        name: &str,
+        binary: &str,
+        args: &[&str],
+        env: &[(&str, String)],
+        dir: &Path,
+    ) -> Self {
+        let log = dir.join(format!("{name}.log"));
+        let out = File::create(&log).expect("log file");
+        let err = out.try_clone().expect("log file");
+        let mut cmd = Command::new(bin(binary));
+        cmd.args(args)
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {binary}: {e}"));
+        Self {
+            name: name.to_owned(),
+            child,
+            log,
+        }
+    }
+
+    pub fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(30)..].join("\n")
+    }
+
+    /// Waits until `GET {url}` answers 200, failing fast if the process exits.
+    pub async fn wait_ready(&mut self, url: &str) {
+        let client = chime_runtime::http_client().build().unwrap();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            if client
+                .get(url)
+                .send()
+                .await
+                .is_ok_and(|r| r.status() == 200)
+            {
+                return;
+            }
+            if let Some(exit) = self.child.try_wait().expect("process status") {
+                panic!("{} exited early ({exit}):\n{}", self.name, self.log_tail());
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{} not ready at {url}:\n{}",
+                self.name,
+                self.log_tail()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// SIGKILL: the process dies without any chance to clean up.
+    pub fn kill9(&mut self) {
+        self.child.kill().expect("kill -9");
+        let _ = self.child.wait();
+    }
+
+    pub fn running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Sends SIGTERM.
+    pub fn terminate(&self) {
+        let sent = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .expect("kill");
+        assert!(sent.success(), "cannot signal {}", self.name);
+    }
+
+    /// Waits for the process to exit, at most `within`.
+    pub async fn wait_exit(&mut self, within: Duration) -> ExitStatus {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            if let Some(exit) = self.child.try_wait().expect("process status") {
+                return exit;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{} did not exit within {within:?}:\n{}",
+                self.name,
+                self.log_tail()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// SIGTERM, then the exit, which must be clean.
+    pub async fn stop(&mut self) {
+        self.terminate();
+        let exit = self.wait_exit(Duration::from_secs(30)).await;
+        assert!(
+            exit.success(),
+            "{} exited with {exit}:\n{}",
+            self.name,
+            self.log_tail()
+        );
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// A distributed Chime as separate processes: gateway, migrator, schedulers, executors.
+pub mod cluster {
+    use std::path::PathBuf;
+
+    use super::{Service, free_port, log_dir};
+
+    /// What to start.
+    pub struct Spec {
+        pub test: &'static str,
+        pub database_url: String,
+        pub redis_url: String,
+        pub redis_prefix: String,
+        pub schedulers: usize,
+        pub executors: usize,
+        /// Settings for every service, after the defaults below.
+        pub env: Vec<(&'static str, String)>,
+    }
+
+    /// One service process and how to start it again.
+    pub struct Node {
+        pub service: Service,
+        /// `http://127.0.0.1:{port}` of its admin endpoints.
+        pub admin: String,
+        name: String,
+        binary: &'static str,
+        env: Vec<(&'static str, String)>,
+        dir: PathBuf,
+    }
+
+    impl Node {
+        async fn start(
+            name: String,
+            binary: &'static str,
+            env: Vec<(&'static str, String)>,
+            dir: PathBuf,
+            ready: &str,
+        ) -> Self {
+            let admin = env
+                .iter()
+                .find(|(k, _)| *k == "CHIME_ADMIN_ADDR")
+                .map(|(_, v)| format!("http://{v}"))
+                .unwrap_or_default();
+            let mut service = Service::start(&name, binary, &[], &env, &dir);
+            let ready = if ready.is_empty() {
+                format!("{admin}/readyz")
+            } else {
+                ready.to_owned()
+            };
+            service.wait_ready(&ready).await;
+            Self {
+                service,
+                admin,
+                name,
+                binary,
+                env,
+                dir,
+            }
+        }
+
+        /// Starts the process again with the same settings (after it stopped or was killed),
+        /// and waits until it is ready.
+        pub async fn restart(&mut self) {
+            assert!(!self.service.running(), "{} still runs", self.name);
+            let n = self.dir.read_dir().map(|d| d.count()).unwrap_or(0);
+            self.service = Service::start(
+                &format!("{}-{n}", self.name),
+                self.binary,
+                &[],
+                &self.env,
+                &self.dir,
+            );
+            self.service
+                .wait_ready(&format!("{}/readyz", self.admin))
+                .await;
+        }
+
+        /// A counter from its `/metrics`, 0 when absent.
+        pub async fn counter(&self, name: &str) -> f64 {
+            let text = chime_runtime::http_client()
+                .build()
+                .expect("client")
+                .get(format!("{}/metrics", self.admin))
+                .send()
+                .await
+                .expect("metrics")
+                .text()
+                .await
+                .unwrap_or_default();
+            text.lines()
+                .filter(|l| l.starts_with(name))
+                .filter_map(|l| l.split_whitespace().last()?.parse::<f64>().ok())
+                .sum()
+        }
+    }
+
+    pub struct Cluster {
+        pub gateway: Node,
+        pub migrator: Node,
+        pub schedulers: Vec<Node>,
+        pub executors: Vec<Node>,
+        /// `http://127.0.0.1:{port}` of the gateway's REST API.
+        pub rest: String,
+        /// `http://127.0.0.1:{port}` of the gateway's gRPC API.
+        pub grpc: String,
+    }
+
+    impl Cluster {
+        /// Migrates the database, then starts migrator, executors, schedulers and gateway, each
+        /// with its own admin port, and waits until all are ready.
+        pub async fn start(spec: Spec) -> Self {
+            let dir = log_dir(spec.test);
+            eprintln!("process logs: {}", dir.display());
+            let common = |admin: u16| -> Vec<(&'static str, String)> {
+                let mut env = vec![
+                    ("CHIME_DATABASE_URL", spec.database_url.clone()),
+                    ("CHIME_REDIS_URL", spec.redis_url.clone()),
+                    ("CHIME_REDIS_PREFIX", spec.redis_prefix.clone()),
+                    ("CHIME_ADMIN_ADDR", format!("127.0.0.1:{admin}")),
+                    ("CHIME_SHUTDOWN_GRACE", "10s".into()),
+                    ("CHIME_LOG", "info".into()),
+                    ("CHIME_MIGRATOR__STEP", "10s".into()),
+                ];
+                env.extend(spec.env.iter().cloned());
+                env
+            };
+            let migrate = std::process::Command::new(super::bin("chime-migrator"))
+                .arg("migrate")
+                .env_clear()
+                .env("CHIME_DATABASE_URL", &spec.database_url)
+                .output()
+                .expect("chime-migrator migrate");
+            assert!(
+                migrate.status.success(),
+                "{}",
+                String::from_utf8_lossy(&migrate.stderr)
+            );
+
+            let migrator_port = free_port();
+            let mut env = common(free_port());
+            env.push(("CHIME_MIGRATOR_ADDR", format!("127.0.0.1:{migrator_port}")));
+            let migrator =
+                Node::start("migrator".into(), "chime-migrator", env, dir.clone(), "").await;
+
+            let mut executors = Vec::new();
+            let mut urls = Vec::new();
+            for i in 0..spec.executors {
+                let port = free_port();
+                let mut env = common(free_port());
+                env.push(("CHIME_EXECUTOR_ADDR", format!("127.0.0.1:{port}")));
+                executors.push(
+                    Node::start(
+                        format!("executor-{i}"),
+                        "chime-executor",
+                        env,
+                        dir.clone(),
+                        "",
+                    )
+                    .await,
+                );
+                urls.push(format!("http://127.0.0.1:{port}"));
+            }
+            let mut schedulers = Vec::new();
+            for i in 0..spec.schedulers {
+                let mut env = common(free_port());
+                env.push(("CHIME_EXECUTOR_ENDPOINTS", urls.join(",")));
+                schedulers.push(
+                    Node::start(
+                        format!("scheduler-{i}"),
+                        "chime-scheduler",
+                        env,
+                        dir.clone(),
+                        "",
+                    )
+                    .await,
+                );
+            }
+            let (http, grpc) = (free_port(), free_port());
+            let mut env = common(free_port());
+            env.push(("CHIME_HTTP_ADDR", format!("127.0.0.1:{http}")));
+            env.push(("CHIME_GRPC_ADDR", format!("127.0.0.1:{grpc}")));
+            env.push((
+                "CHIME_MIGRATOR_ENDPOINT",
+                format!("http://127.0.0.1:{migrator_port}"),
+            ));
+            let rest = format!("http://127.0.0.1:{http}");
+            let gateway = Node::start(
+                "gateway".into(),
+                "chime-gateway",
+                env,
+                dir.clone(),
+                &format!("{rest}/readyz"),
+            )
+            .await;
+            Self {
+                gateway,
+                migrator,
+                schedulers,
+                executors,
+                rest,
+                grpc: format!("http://127.0.0.1:{grpc}"),
+            }
+        }
+
+        /// Stops whatever still runs with SIGTERM, in shutdown order (schedulers, executors,
+        /// migrator, gateway); each must exit cleanly.
+        pub async fn stop(&mut self) {
+            let nodes = self
+                .schedulers
+                .iter_mut()
+                .chain(self.executors.iter_mut())
+                .chain([&mut self.migrator, &mut self.gateway]);
+            for node in nodes {
+                if node.service.running() {
+                    node.service.stop().await;
+                }
+            }
+        }
+    }
+}

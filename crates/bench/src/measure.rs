@@ -1,0 +1,225 @@
+//! What the pipeline scenarios measure, from the sink's record and from /proc: lateness
+//! percentiles, deliveries and duplicates, CPU time per process.
+
+use std::collections::{BTreeMap, HashSet};
+
+use chime_domain::Timestamp;
+use serde::Serialize;
+
+use crate::sink::Received;
+
+/// One callback as the sink saw it.
+#[derive(Debug, Clone)]
+pub struct Delivery {
+    pub key: String,
+    pub scheduled_ms: i64,
+    pub at_ms: i64,
+}
+
+impl Delivery {
+    pub fn lateness_ms(&self) -> i64 {
+        self.at_ms - self.scheduled_ms
+    }
+}
+
+/// The callbacks among `received` that carry Chime's headers.
+pub fn deliveries(received: &[Received]) -> Vec<Delivery> {
+    received
+        .iter()
+        .filter_map(|r| {
+            let key = r.header("idempotency-key")?.to_owned();
+            let scheduled = Timestamp::parse_rfc3339(r.header("x-chime-scheduled-at")?).ok()?;
+            Some(Delivery {
+                key,
+                scheduled_ms: scheduled.as_millis(),
+                at_ms: r.at_ms,
+            })
+        })
+        .collect()
+}
+
+/// Distinct keys delivered, and how many deliveries repeated a key.
+pub fn distinct_and_duplicates(deliveries: &[Delivery]) -> (usize, usize) {
+    let distinct: HashSet<&str> = deliveries.iter().map(|d| d.key.as_str()).collect();
+    (distinct.len(), deliveries.len() - distinct.len())
+}
+
+/// Lateness percentiles in milliseconds, first delivery of each key only (a duplicate's
+/// lateness says nothing about timing).
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct Lateness {
+    pub count: usize,
+    pub p50_ms: i64,
+    pub p90_ms: i64,
+    pub p99_ms: i64,
+    pub max_ms: i64,
+}
+
+impl Lateness {
+    pub fn of<'a>(deliveries: impl IntoIterator<Item = &'a Delivery>) -> Self {
+        let mut seen = HashSet::new();
+        let mut late: Vec<i64> = deliveries
+            .into_iter()
+            .filter(|d| seen.insert(d.key.as_str()))
+            .map(Delivery::lateness_ms)
+            .collect();
+        late.sort_unstable();
+        let pick = |p: f64| -> i64 {
+            if late.is_empty() {
+                return 0;
+            }
+            // Nearest rank: the smallest value with at least p of the sample at or below it.
+            let rank = (p * late.len() as f64).ceil() as usize;
+            late[rank.clamp(1, late.len()) - 1]
+        };
+        Self {
+            count: late.len(),
+            p50_ms: pick(0.50),
+            p90_ms: pick(0.90),
+            p99_ms: pick(0.99),
+            max_ms: late.last().copied().unwrap_or(0),
+        }
+    }
+}
+
+/// Lateness per window of `window_ms` by scheduled time, from `start_ms`.
+pub fn windows(deliveries: &[Delivery], start_ms: i64, window_ms: i64) -> Vec<(i64, Lateness)> {
+    let mut by_window: BTreeMap<i64, Vec<&Delivery>> = BTreeMap::new();
+    for d in deliveries {
+        let w = (d.scheduled_ms - start_ms).div_euclid(window_ms.max(1));
+        by_window.entry(w).or_default().push(d);
+    }
+    by_window
+        .into_iter()
+        .map(|(w, ds)| (w * window_ms / 1000, Lateness::of(ds)))
+        .collect()
+}
+
+/// CPU seconds (user + system) per process label.
+#[derive(Debug, Clone, Default)]
+pub struct CpuSample(pub BTreeMap<String, f64>);
+
+/// Clock ticks per second of /proc's CPU times: `getconf CLK_TCK`, else Linux's usual 100.
+fn ticks_per_second() -> f64 {
+    std::process::Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok()?.trim().parse().ok())
+        .unwrap_or(100.0)
+}
+
+/// utime + stime of a process, in ticks.
+fn ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may hold spaces and parentheses; fields resume after the last ')'.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
+}
+
+/// Pids whose command name is `comm`, e.g. every `postgres` backend.
+fn pids_named(comm: &str) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == comm)
+        })
+        .collect()
+}
+
+impl CpuSample {
+    /// The given processes, this one (driver and sink) as `chime-bench`, and every
+    /// `postgres` and `redis-server` process summed.
+    pub fn take(processes: &[(String, u32)]) -> Self {
+        let hz = ticks_per_second();
+        let mut out = BTreeMap::new();
+        let mut add = |label: &str, pids: &[u32]| {
+            let t: u64 = pids.iter().filter_map(|p| ticks(*p)).sum();
+            *out.entry(label.to_owned()).or_insert(0.0) += t as f64 / hz;
+        };
+        for (label, pid) in processes {
+            add(label, &[*pid]);
+        }
+        add("chime-bench", &[std::process::id()]);
+        add("postgres", &pids_named("postgres"));
+        add("redis-server", &pids_named("redis-server"));
+        Self(out)
+    }
+
+    /// CPU seconds per 1,000 firings of each process between `self` and `later`.
+    pub fn per_thousand(&self, later: &CpuSample, firings: usize) -> BTreeMap<String, f64> {
+        let k = (firings as f64 / 1000.0).max(f64::MIN_POSITIVE);
+        later
+            .0
+            .iter()
+            .map(|(label, t)| {
+                let used = t - self.0.get(label).copied().unwrap_or(0.0);
+                (label.clone(), (used.max(0.0) / k * 1000.0).round() / 1000.0)
+            })
+            .collect()
+    }
+}
+
+pub fn median(values: &[f64]) -> f64 {
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn d(key: &str, scheduled_ms: i64, at_ms: i64) -> Delivery {
+        Delivery {
+            key: key.into(),
+            scheduled_ms,
+            at_ms,
+        }
+    }
+
+    #[test]
+    fn percentiles_use_the_nearest_rank_and_skip_duplicates() {
+        let mut ds: Vec<Delivery> = (1..=100).map(|i| d(&i.to_string(), 0, i)).collect();
+        ds.push(d("100", 0, 5_000));
+        let l = Lateness::of(&ds);
+        assert_eq!(
+            (l.count, l.p50_ms, l.p90_ms, l.p99_ms, l.max_ms),
+            (100, 50, 90, 99, 100)
+        );
+        assert_eq!(distinct_and_duplicates(&ds), (100, 1));
+    }
+
+    #[test]
+    fn windows_split_by_scheduled_time() {
+        let ds = [
+            d("a", 1_000, 1_002),
+            d("b", 10_500, 10_530),
+            d("c", 19_999, 20_000),
+        ];
+        let w = windows(&ds, 1_000, 10_000);
+        assert_eq!(w.len(), 2);
+        assert_eq!((w[0].0, w[0].1.count, w[0].1.max_ms), (0, 1, 2));
+        assert_eq!((w[1].0, w[1].1.count, w[1].1.max_ms), (10, 2, 30));
+    }
+
+    #[test]
+    fn this_process_uses_some_cpu() {
+        let before = CpuSample::take(&[]);
+        let mut x = 0u64;
+        for i in 0..50_000_000u64 {
+            x = x.wrapping_mul(31).wrapping_add(i);
+        }
+        std::hint::black_box(x);
+        let after = CpuSample::take(&[]);
+        assert!(after.0["chime-bench"] >= before.0["chime-bench"]);
+        assert!(before.per_thousand(&after, 1000).contains_key("postgres"));
+    }
+}
