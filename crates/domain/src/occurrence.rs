@@ -157,6 +157,9 @@ pub struct ClaimedOccurrence {
     pub bucket: Bucket,
     /// The attempt this claim is (1 for the first).
     pub attempt: u32,
+    /// When this attempt is due: the run time, or a retry's next attempt. A claim may come
+    /// a little before it (schedulers hand keys off ahead); the callback waits for it.
+    pub due: Timestamp,
 }
 
 /// The result of one attempt. Recorded only if the occurrence is still `running` at that

@@ -281,6 +281,7 @@ impl Inner {
             };
             let inner = self.clone();
             self.tracker.spawn(async move {
+                wait_until(inner.clock.as_ref(), occurrence.due).await;
                 let attempt = inner
                     .callbacks
                     .fire(&timer, occurrence, inner.clock.as_ref())
@@ -294,6 +295,19 @@ impl Inner {
             });
         }
         Ok(())
+    }
+}
+
+/// The most a claimed key waits for its due time. Schedulers hand keys off only a little
+/// ahead; this bounds what a clock far off could hold a permit for.
+const MAX_EARLY: Duration = Duration::from_secs(5);
+
+/// Waits until `due` by `clock`: keys are handed off (and claimed) a little ahead, so the
+/// claim's round trips are done by the due instant and the callback goes out on time.
+async fn wait_until(clock: &dyn Clock, due: chime_domain::Timestamp) {
+    let ahead = due.as_millis() - clock.now().as_millis();
+    if ahead > 0 {
+        tokio::time::sleep(Duration::from_millis(ahead as u64).min(MAX_EARLY)).await;
     }
 }
 

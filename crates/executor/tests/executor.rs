@@ -164,6 +164,36 @@ async fn fires_the_callback_with_chime_headers_and_records_success() {
 }
 
 #[tokio::test]
+async fn a_key_offered_ahead_is_claimed_at_once_and_fired_at_its_due_time() {
+    let s = setup().await;
+    let t = timer(&s, "ahead", s.sink.url("/ahead"), &[]).await;
+    let key = due_now(&s, &t, 300).await;
+    let exec = executor(&s, 16);
+    assert_eq!(exec.offer(&[key]).unwrap().accepted, 1);
+    let store = s.db.store.clone();
+    wait_for("the claim", || {
+        let store = store.clone();
+        async move {
+            store
+                .get_occurrence(key)
+                .await
+                .unwrap()
+                .is_some_and(|o| o.status == OccurrenceStatus::Running)
+        }
+    })
+    .await;
+    let run = finished(&s, key).await;
+    assert_eq!(run.status, OccurrenceStatus::Succeeded);
+    let got = s.sink.received();
+    assert_eq!(got.len(), 1);
+    assert!(
+        got[0].at_ms >= key.run_at.as_millis(),
+        "called back {} ms before due",
+        key.run_at.as_millis() - got[0].at_ms
+    );
+}
+
+#[tokio::test]
 async fn skips_disabled_changed_and_deleted_timers_without_calling_back() {
     let s = setup().await;
     let off = timer(&s, "off", s.sink.url("/"), &[]).await;

@@ -182,6 +182,9 @@ pub struct SchedulerConfig {
     pub lease_ttl: Seconds,
     /// How far ahead of due the holder reads a shard.
     pub lookahead: Seconds,
+    /// How far ahead of due keys are handed to executors, which claim them at once and
+    /// call back at the due instant. At most `lookahead`.
+    pub dispatch_ahead: Seconds,
     /// How often the sweeper looks for occurrences the hot path missed.
     pub sweep_interval: Seconds,
     /// How overdue a pending occurrence must be before the sweeper takes it over.
@@ -196,6 +199,7 @@ impl Default for SchedulerConfig {
             executor_endpoints: Vec::new(),
             lease_ttl: Seconds::secs(3),
             lookahead: Seconds::secs(2),
+            dispatch_ahead: Seconds(Duration::from_millis(100)),
             sweep_interval: Seconds::secs(1),
             sweep_after: Seconds::secs(2),
             misfire_threshold: Seconds::secs(10),

@@ -31,6 +31,10 @@ pub struct SchedulerSettings {
     pub lease_ttl: Duration,
     /// How far ahead of due members are read.
     pub lookahead: Duration,
+    /// How far ahead of due members are handed off. Executors claim at once and call back
+    /// at the due instant, so claim round trips add no lateness, and the keys of this
+    /// window travel in one hand-off instead of one per due millisecond.
+    pub dispatch_ahead: Duration,
     /// How often a held shard is re-read for members added meanwhile.
     pub poll: Duration,
     /// How often free shards are looked for.
@@ -56,6 +60,7 @@ impl SchedulerSettings {
             sweep_interval: c.sweep_interval.get(),
             sweep_after: c.sweep_after.get(),
             misfire_threshold: c.misfire_threshold.get(),
+            dispatch_ahead: c.dispatch_ahead.get().min(c.lookahead.get()),
             ..Self::new(config.buckets, c.lease_ttl.get(), c.lookahead.get())
         }
     }
@@ -65,6 +70,7 @@ impl SchedulerSettings {
             buckets,
             lease_ttl,
             lookahead,
+            dispatch_ahead: Duration::from_millis(100),
             poll: Duration::from_millis(200),
             tick: Duration::from_secs(1),
             read_limit: 2_000,
@@ -256,15 +262,18 @@ impl Scheduler {
             let poll_until = now.saturating_add(s.poll);
             let full_read = due.len() >= s.read_limit;
             let mut rest = &due[..];
+            let ahead = i64::try_from(s.dispatch_ahead.as_millis()).unwrap_or(0);
             while let Some(&(_, first_due)) = rest.first() {
-                if first_due > poll_until || !self.pause_until(first_due, &stop).await {
+                let send_at = first_due.add_millis(-ahead);
+                if send_at > poll_until || !self.pause_until(send_at, &stop).await {
                     break;
                 }
                 let now = self.clock.now();
+                let horizon = now.add_millis(ahead);
                 let n = rest
                     .iter()
                     .take(s.batch)
-                    .take_while(|(_, d)| *d <= now)
+                    .take_while(|(_, d)| *d <= horizon)
                     .count();
                 // Members overdue beyond the misfire threshold (this shard was not worked
                 // for a while) are the sweeper's: it applies the timers' misfire policies.
@@ -288,8 +297,9 @@ impl Scheduler {
                 }
                 let accepted = self.handoff.hand_off(&keys).await;
                 for (_, d) in &due[..accepted] {
+                    let late = (now.as_millis() - d.as_millis()).max(0);
                     metrics::histogram!("chime_scheduler_handoff_lateness_seconds")
-                        .record((now.as_millis() - d.as_millis()) as f64 / 1000.0);
+                        .record(late as f64 / 1000.0);
                 }
                 metrics::counter!("chime_scheduler_handed_off_total").increment(accepted as u64);
                 if accepted < keys.len() {

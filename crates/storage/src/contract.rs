@@ -598,6 +598,10 @@ pub mod occurrence_store {
         assert_eq!(won.len(), 1, "only existing occurrences are claimed");
         assert_eq!(won[0].key, k);
         assert_eq!(won[0].attempt, 1);
+        assert_eq!(
+            won[0].due, k.run_at,
+            "a first attempt is due at its run time"
+        );
         assert_eq!(won[0].timer_version, 4);
         assert_eq!(won[0].bucket, Bucket::from_stored(2));
         let running = store.get_occurrence(k).await.unwrap().unwrap();
@@ -706,6 +710,7 @@ pub mod occurrence_store {
             .await
             .unwrap();
         assert_eq!(again[0].attempt, 2);
+        assert_eq!(again[0].due, retry_at, "a retry is due at its next attempt");
     }
 
     pub async fn outcome_must_be_a_final_status(store: Arc<dyn OccurrenceStore>) {

@@ -283,7 +283,11 @@ impl TimerStore for PgStore {
         sqlx::query(concat!(
             "SELECT ",
             timer_cols!(),
-            " FROM timers WHERE id = ANY($1) AND deleted_at IS NULL ORDER BY id"
+            // A join on the key list, not `id = ANY($1)`: for that, the planner's generic
+            // plan walked the whole partial index timers_app_live per call (it measured
+            // 5,000 index entries read per executor claim at 5,000 timers).
+            " FROM timers WHERE id IN (SELECT UNNEST($1::bigint[])) AND deleted_at IS NULL \
+             ORDER BY id"
         ))
         .bind(ids)
         .fetch_all(&self.pool)
@@ -454,7 +458,8 @@ impl OccurrenceStore for PgStore {
              UPDATE occurrences o SET status = 'running', attempt = o.attempt + 1, \
                lease_until = $4 \
              FROM cand WHERE o.timer_id = cand.timer_id AND o.run_at = cand.run_at \
-             RETURNING o.timer_id, o.run_at, o.timer_version, o.bucket, o.attempt",
+             RETURNING o.timer_id, o.run_at, o.timer_version, o.bucket, o.attempt, \
+               COALESCE(o.next_attempt_at, o.run_at) AS due",
         )
         .bind(ids)
         .bind(run_ats)

@@ -125,7 +125,7 @@ where
     rows.iter().map(occurrence).collect()
 }
 
-/// A row of `timer_id, run_at, timer_version, bucket, attempt` returned by a claim.
+/// A row of `timer_id, run_at, timer_version, bucket, attempt, due` returned by a claim.
 pub(crate) fn claimed<R: ChimeRow>(row: &R) -> StoreResult<ClaimedOccurrence>
 where
     for<'r> &'r str: ColumnIndex<R>,
@@ -138,6 +138,7 @@ where
         timer_version: row.i64("timer_version")?,
         bucket: Bucket::from_stored(non_negative(row.i32("bucket")?, "bucket")?),
         attempt: non_negative(row.i32("attempt")?, "attempt")?,
+        due: Timestamp::from_millis(row.i64("due")?),
     })
 }
 

@@ -361,7 +361,8 @@ impl OccurrenceStore for SqliteStore {
              WHERE (timer_id, run_at) IN (SELECT value ->> 0, value ->> 1 FROM json_each(?1)) \
                AND (status IN ('pending', 'retrying') \
                     OR (status = 'running' AND lease_until < ?2)) \
-             RETURNING timer_id, run_at, timer_version, bucket, attempt",
+             RETURNING timer_id, run_at, timer_version, bucket, attempt, \
+               COALESCE(next_attempt_at, run_at) AS due",
         )
         .bind(keys_json(keys))
         .bind(claim.now.as_millis())
