@@ -24,7 +24,7 @@ use serde_json::{Value, json};
 use chime_bench::deploy::cluster::{Cluster, Spec};
 use chime_bench::deploy::{Service, free_port, log_dir};
 use chime_bench::measure::{
-    CpuSample, Delivery, Lateness, deliveries, distinct_and_duplicates, windows,
+    CpuSample, Delivery, Lateness, deliveries, distinct_and_duplicates, git_commit, windows,
 };
 use chime_bench::sink::Sink;
 
@@ -697,16 +697,6 @@ async fn api(args: &Args) -> anyhow::Result<Outcome> {
     }
     o.figures = json!({ "concurrency": args.api_concurrency, "measurements": reports });
     Ok(o)
-}
-
-fn git_commit() -> Option<String> {
-    let out = std::process::Command::new("git")
-        .args(["rev-parse", "--short", "HEAD"])
-        .output()
-        .ok()?;
-    out.status
-        .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {

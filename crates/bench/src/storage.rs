@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use chime_bench::measure::{git_commit, median};
 use chime_domain::{
     Bucket, BucketCount, Claim, Clock, NewOccurrence, OccurrenceStatus, Outcome, SystemClock,
     TaskKey, TimerId, Timestamp,
@@ -78,16 +79,6 @@ struct Report {
     cpus: usize,
     settings: serde_json::Value,
     scenarios: Vec<ScenarioReport>,
-}
-
-fn median(values: &[f64]) -> f64 {
-    let mut v = values.to_vec();
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
 }
 
 fn summarize(
@@ -353,16 +344,6 @@ async fn bench_hot_index(redis: &RedisBackend, args: &Args) -> anyhow::Result<Ve
         runs.push(took);
     }
     Ok(runs)
-}
-
-fn git_commit() -> Option<String> {
-    let out = std::process::Command::new("git")
-        .args(["rev-parse", "--short", "HEAD"])
-        .output()
-        .ok()?;
-    out.status
-        .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {

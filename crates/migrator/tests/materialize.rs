@@ -292,14 +292,18 @@ async fn a_bucket_held_elsewhere_is_picked_up_once_free() {
     );
 }
 
-#[tokio::test]
-async fn migrate_timer_over_grpc() {
-    use chime_proto::v1::MigrateTimerRequest;
-    use chime_proto::v1::migrator_service_client::MigratorServiceClient;
+type MigratorClient =
+    chime_proto::v1::migrator_service_client::MigratorServiceClient<tonic::transport::Channel>;
 
-    let s = setup().await;
-    let t = create(&s, "every-20s", every("20s"), true).await;
-    let m = replica(&s, s.redis.leases(), Duration::from_secs(30));
+/// A migrator replica (30 s steps) serving gRPC on loopback, a client, and how to stop it.
+async fn serve_grpc(
+    s: &Setup,
+) -> (
+    MigratorClient,
+    tokio_util::sync::CancellationToken,
+    tokio::task::JoinHandle<anyhow::Result<()>>,
+) {
+    let m = replica(s, s.redis.leases(), Duration::from_secs(30));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let stop = tokio_util::sync::CancellationToken::new();
@@ -310,9 +314,19 @@ async fn migrate_timer_over_grpc() {
         Arc::new(chime_runtime::admin::AlwaysReady),
         stop.clone(),
     ));
-    let mut client = MigratorServiceClient::connect(format!("http://{addr}"))
+    let client = MigratorClient::connect(format!("http://{addr}"))
         .await
         .unwrap();
+    (client, stop, server)
+}
+
+#[tokio::test]
+async fn migrate_timer_over_grpc() {
+    use chime_proto::v1::MigrateTimerRequest;
+
+    let s = setup().await;
+    let t = create(&s, "every-20s", every("20s"), true).await;
+    let (mut client, stop, server) = serve_grpc(&s).await;
     // A trigger's occurrence, off the schedule: inserted by the gateway, indexed on request.
     let triggered = TaskKey::new(t.id, s.clock.now().add_millis(5_000));
     s.db.store
@@ -391,24 +405,10 @@ async fn a_batch_of_timers_materializes_in_one_call() {
 #[tokio::test]
 async fn migrate_timers_over_grpc_checks_its_ids() {
     use chime_proto::v1::MigrateTimersRequest;
-    use chime_proto::v1::migrator_service_client::MigratorServiceClient;
 
     let s = setup().await;
     let a = create(&s, "a", every("20s"), true).await;
-    let m = replica(&s, s.redis.leases(), Duration::from_secs(30));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let stop = tokio_util::sync::CancellationToken::new();
-    let server = tokio::spawn(chime_migrator::grpc::serve(
-        m,
-        listener,
-        None,
-        Arc::new(chime_runtime::admin::AlwaysReady),
-        stop.clone(),
-    ));
-    let mut client = MigratorServiceClient::connect(format!("http://{addr}"))
-        .await
-        .unwrap();
+    let (mut client, stop, server) = serve_grpc(&s).await;
     client
         .migrate_timers(MigrateTimersRequest {
             timer_ids: vec![a.id.get(), 987_654_321],
