@@ -212,8 +212,8 @@ mod tests {
     fn windows_split_by_scheduled_time() {
         let ds = [
             d("a", 1_000, 1_002),
-            d("b", 10_500, 10_530),
-            d("c", 19_999, 20_000),
+            d("b", 11_500, 11_530),
+            d("c", 20_999, 21_000),
         ];
         let w = windows(&ds, 1_000, 10_000);
         assert_eq!(w.len(), 2);
