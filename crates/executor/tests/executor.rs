@@ -105,20 +105,30 @@ where
     }
 }
 
-async fn finished(s: &Setup, key: TaskKey) -> Occurrence {
+/// Waits until `key`'s occurrence satisfies `cond`, and returns it.
+async fn occurrence_when(
+    s: &Setup,
+    key: TaskKey,
+    what: &str,
+    cond: fn(&Occurrence) -> bool,
+) -> Occurrence {
     let store = s.db.store.clone();
-    wait_for("an outcome", || {
+    wait_for(what, || {
         let store = store.clone();
         async move {
             store
                 .get_occurrence(key)
                 .await
                 .unwrap()
-                .is_some_and(|o| o.status.is_terminal())
+                .is_some_and(|o| cond(&o))
         }
     })
     .await;
     store.get_occurrence(key).await.unwrap().unwrap()
+}
+
+async fn finished(s: &Setup, key: TaskKey) -> Occurrence {
+    occurrence_when(s, key, "an outcome", |o| o.status.is_terminal()).await
 }
 
 #[tokio::test]
@@ -170,16 +180,8 @@ async fn a_key_offered_ahead_is_claimed_at_once_and_fired_at_its_due_time() {
     let key = due_now(&s, &t, 300).await;
     let exec = executor(&s, 16);
     assert_eq!(exec.offer(&[key]).unwrap().accepted, 1);
-    let store = s.db.store.clone();
-    wait_for("the claim", || {
-        let store = store.clone();
-        async move {
-            store
-                .get_occurrence(key)
-                .await
-                .unwrap()
-                .is_some_and(|o| o.status == OccurrenceStatus::Running)
-        }
+    occurrence_when(&s, key, "the claim", |o| {
+        o.status == OccurrenceStatus::Running
     })
     .await;
     let run = finished(&s, key).await;
