@@ -16,6 +16,7 @@ use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::routing::any;
+use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
@@ -46,6 +47,8 @@ struct Shared {
     /// Keep only Chime's own headers and no body: a benchmark receiving hundreds of
     /// thousands of callbacks should not spend its CPU and memory on the rest.
     lean: bool,
+    /// TCP connections accepted, to tell reused connections from new ones.
+    connections: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 pub struct Sink {
@@ -82,8 +85,12 @@ impl Sink {
             .fallback(any(ok))
             .with_state(state.clone());
         let shutdown = stop.clone().cancelled_owned();
+        let connections = state.connections.clone();
+        let listener = chime_runtime::without_nagle(listener).tap_io(move |_| {
+            connections.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        });
         tokio::spawn(async move {
-            let _ = axum::serve(chime_runtime::without_nagle(listener), app)
+            let _ = axum::serve(listener, app)
                 .with_graceful_shutdown(shutdown)
                 .await;
         });
@@ -106,6 +113,13 @@ impl Sink {
 
     pub fn count(&self) -> usize {
         self.state.log.lock().map(|l| l.len()).unwrap_or_default()
+    }
+
+    /// TCP connections accepted so far.
+    pub fn connections(&self) -> usize {
+        self.state
+            .connections
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Whether `/switch` answers 200 (else 500).

@@ -137,7 +137,7 @@ pub async fn run(config: Config, args: DevArgs) -> anyhow::Result<()> {
         db.occurrences.clone(),
         Some(index.clone()),
         clock.clone(),
-        CallbackClient::new(CallbackSettings::default()).map_err(anyhow::Error::msg)?,
+        CallbackClient::new(CallbackSettings::from_config(&config)).map_err(anyhow::Error::msg)?,
         ExecutorSettings::from_config(&config),
     );
     let scheduler = Scheduler::new(

@@ -22,6 +22,18 @@ impl Default for CallbackSettings {
     }
 }
 
+impl CallbackSettings {
+    /// Keeps as many idle connections per host as the executor has callbacks in flight:
+    /// a burst opens up to that many at once, and dropping all but a few after each wave
+    /// made the next wave connect again (measured: most of a burst's callback cost).
+    pub fn from_config(config: &chime_runtime::Config) -> Self {
+        Self {
+            idle_per_host: config.executor.max_in_flight,
+            ..Self::default()
+        }
+    }
+}
+
 /// What one callback attempt came to, before the retry policy is applied.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Attempt {

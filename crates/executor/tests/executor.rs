@@ -26,17 +26,17 @@ async fn setup() -> Setup {
     }
 }
 
+/// An executor configured as `chime-executor` would be, with `max_in_flight` from config.
 fn executor(s: &Setup, max_in_flight: usize) -> Arc<Executor> {
+    let mut config = chime_runtime::Config::default();
+    config.executor.max_in_flight = max_in_flight;
     Executor::start(
         s.db.store(),
         s.db.store(),
         None,
         Arc::new(SystemClock),
-        CallbackClient::new(CallbackSettings::default()).unwrap(),
-        ExecutorSettings {
-            max_in_flight,
-            ..Default::default()
-        },
+        CallbackClient::new(CallbackSettings::from_config(&config)).unwrap(),
+        ExecutorSettings::from_config(&config),
     )
 }
 
@@ -435,4 +435,38 @@ async fn execute_over_grpc() {
     server.await.unwrap().unwrap();
     // Shutdown drained the accepted key before the server stopped.
     assert_eq!(s.sink.count(), 1);
+}
+
+#[tokio::test]
+async fn a_second_full_wave_of_callbacks_reuses_the_first_waves_connections() {
+    const WAVE: usize = 100;
+    let s = setup().await;
+    // Slow answers keep a whole wave in flight at once, so it needs WAVE connections.
+    let t = timer(&s, "wave", s.sink.url("/delay/300"), &[]).await;
+    let exec = executor(&s, WAVE);
+    let now = SystemClock.now();
+    for wave in 0..2 {
+        let keys: Vec<TaskKey> = (0..WAVE)
+            .map(|i| TaskKey::new(t.id, now.add_millis(-((wave * WAVE + i) as i64))))
+            .collect();
+        let rows: Vec<NewOccurrence> = keys
+            .iter()
+            .map(|&key| NewOccurrence {
+                key,
+                timer_version: t.version,
+                bucket: t.bucket,
+            })
+            .collect();
+        s.db.store.insert_occurrences(&rows).await.unwrap();
+        assert_eq!(exec.offer(&keys).unwrap().accepted, WAVE);
+        for key in keys {
+            assert_eq!(finished(&s, key).await.status, OccurrenceStatus::Succeeded);
+        }
+    }
+    assert_eq!(s.sink.count(), 2 * WAVE);
+    assert_eq!(
+        s.sink.connections(),
+        WAVE,
+        "the second wave found every connection of the first idle in the pool"
+    );
 }
