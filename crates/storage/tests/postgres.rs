@@ -114,3 +114,104 @@ async fn rewriting_existing_occurrences_does_not_wait_for_their_row_locks() {
     assert_eq!(rewrite.unwrap(), 0);
     tx.rollback().await.unwrap();
 }
+
+/// The executor's per-batch reads must cost one index probe per key however the plan cache
+/// plans them. PostgreSQL plans a prepared statement's first five executions on a
+/// connection for the actual arguments, and for a few hundred keys those custom plans
+/// hashed a sequential scan of every occurrence: a fresh deployment's burst ran on them.
+/// Counted through the table statistics, on one connection so its counts can be flushed.
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claims_and_timer_reads_probe_by_key_on_a_fresh_connection() {
+    use chime_domain::{Claim, SystemClock, TaskKey, TimerId, Timestamp};
+    use chime_storage::postgres::{PgSettings, PgStore};
+    use chime_storage::{OccurrenceStore, TimerStore};
+
+    const ROWS: i64 = 20_000;
+    const KEYS: i64 = 500;
+    let fx = support::pg().await;
+    let store = PgStore::connect(
+        &fx.url(),
+        &PgSettings {
+            max_connections: 1,
+            ..Default::default()
+        },
+        std::sync::Arc::new(SystemClock),
+        chime_domain::BucketCount::DEFAULT,
+    )
+    .await
+    .unwrap();
+    let pool = store.pool();
+    let first = store
+        .create_timer(chime_storage::contract::new_timer("plans", "t0"))
+        .await
+        .unwrap();
+    // Many timers and due occurrences, with fresh statistics, as a burst leaves them.
+    sqlx::query(
+        "INSERT INTO timers (id, app, name, schedule_kind, spec, enabled, version, bucket, \
+           created_at, updated_at) \
+         SELECT g, app, 't' || g, schedule_kind, spec, enabled, version, bucket, created_at, \
+           updated_at FROM timers, generate_series(2, $1) g WHERE id = $2",
+    )
+    .bind(ROWS)
+    .bind(first.id.get())
+    .execute(pool)
+    .await
+    .unwrap();
+    sqlx::query(
+        "INSERT INTO occurrences (timer_id, run_at, timer_version, bucket) \
+         SELECT g, 1000, 1, 0 FROM generate_series(1, $1) g",
+    )
+    .bind(ROWS)
+    .execute(pool)
+    .await
+    .unwrap();
+    sqlx::query("ANALYZE timers, occurrences")
+        .execute(pool)
+        .await
+        .unwrap();
+    // [index scans, sequential scans] of timers, then of occurrences, with everything this
+    // (only) connection did so far counted.
+    let scans = || async {
+        sqlx::query("SELECT pg_stat_force_next_flush()")
+            .execute(pool)
+            .await
+            .unwrap();
+        let counts: (i64, i64, i64, i64) = sqlx::query_as(
+            "SELECT \
+               COALESCE(SUM(idx_scan) FILTER (WHERE relname = 'timers'), 0)::bigint, \
+               COALESCE(SUM(seq_scan) FILTER (WHERE relname = 'timers'), 0)::bigint, \
+               COALESCE(SUM(idx_scan) FILTER (WHERE relname = 'occurrences'), 0)::bigint, \
+               COALESCE(SUM(seq_scan) FILTER (WHERE relname = 'occurrences'), 0)::bigint \
+             FROM pg_stat_user_tables WHERE schemaname = current_schema()",
+        )
+        .fetch_one(pool)
+        .await
+        .unwrap();
+        <[i64; 4]>::from(counts)
+    };
+    let before = scans().await;
+
+    let ids: Vec<TimerId> = (1..=KEYS).map(|i| TimerId::new(i).unwrap()).collect();
+    assert_eq!(store.get_timers(&ids).await.unwrap().len(), KEYS as usize);
+    let keys: Vec<TaskKey> = ids
+        .iter()
+        .map(|&id| TaskKey::new(id, Timestamp::from_millis(1000)))
+        .collect();
+    let claim = Claim {
+        now: Timestamp::from_millis(2000),
+        lease_until: Timestamp::from_millis(60_000),
+    };
+    assert_eq!(
+        store.claim(&keys, claim).await.unwrap().len(),
+        KEYS as usize
+    );
+
+    let after = scans().await;
+    let delta: [i64; 4] = std::array::from_fn(|i| after[i] - before[i]);
+    assert_eq!(
+        delta,
+        [KEYS, 0, KEYS, 0],
+        "[index, sequential] scans of timers, then of occurrences"
+    );
+}
