@@ -37,6 +37,10 @@ pub struct SchedulerSettings {
     pub dispatch_ahead: Duration,
     /// How often a held shard is re-read for members added meanwhile.
     pub poll: Duration,
+    /// How soon keys executors refused are offered again, doubled per hand-off in a row
+    /// refused outright, up to `poll`. Executors free room as fast as they record outcomes:
+    /// a whole `poll` of waiting left them idle mid-burst.
+    pub refused_retry: Duration,
     /// How often free shards are looked for.
     pub tick: Duration,
     /// Members read per poll.
@@ -72,6 +76,7 @@ impl SchedulerSettings {
             lookahead,
             dispatch_ahead: Duration::from_millis(100),
             poll: Duration::from_millis(200),
+            refused_retry: Duration::from_millis(20),
             tick: Duration::from_secs(1),
             read_limit: 2_000,
             batch: 500,
@@ -222,6 +227,10 @@ impl Scheduler {
         let renew_every = s.lease_ttl / 3;
         let mut renew_at = self.clock.now().saturating_add(renew_every);
         let mut source = Source::HotIndex;
+        // Hand-offs in a row that every executor refused outright: each doubles the wait
+        // before the next offer, up to a poll, so executors saturated for long are not
+        // flooded with offers (nor Redis with the refused going back and forth).
+        let mut full_refusals: u32 = 0;
         tracing::debug!(%shard, "working shard");
         let finished = loop {
             if stop.is_cancelled() {
@@ -262,6 +271,7 @@ impl Scheduler {
             let poll_until = now.saturating_add(s.poll);
             let full_read = due.len() >= s.read_limit;
             let mut rest = &due[..];
+            let mut was_refused = false;
             let ahead = i64::try_from(s.dispatch_ahead.as_millis()).unwrap_or(0);
             while let Some(&(_, first_due)) = rest.first() {
                 let send_at = first_due.add_millis(-ahead);
@@ -310,14 +320,31 @@ impl Scheduler {
                     let refused = keys.len() - accepted;
                     metrics::counter!("chime_scheduler_handoff_deferred_total")
                         .increment(refused as u64);
-                    tracing::warn!(%shard, refused, "executors refused keys; retrying");
-                    self.pause_until(self.clock.now().saturating_add(s.poll), &stop)
+                    if accepted > 0 {
+                        full_refusals = 0;
+                    }
+                    let wait = s
+                        .refused_retry
+                        .saturating_mul(1 << full_refusals.min(16))
+                        .min(s.poll);
+                    if accepted == 0 {
+                        full_refusals += 1;
+                    }
+                    if wait == s.poll {
+                        tracing::warn!(%shard, refused, "every executor is full; retrying");
+                    } else {
+                        tracing::debug!(%shard, refused, "executors refused keys; retrying");
+                    }
+                    self.pause_until(self.clock.now().saturating_add(wait), &stop)
                         .await;
+                    was_refused = true;
                     break;
                 }
+                full_refusals = 0;
                 rest = &rest[n..];
             }
-            if !full_read || !rest.is_empty() {
+            // After a refusal the shard is read again at once: the refused went back into it.
+            if !was_refused && (!full_read || !rest.is_empty()) {
                 self.pause_until(poll_until, &stop).await;
             }
         };

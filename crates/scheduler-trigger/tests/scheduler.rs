@@ -18,16 +18,19 @@ use chime_storage::testkit::{self, PgFixture, RedisFixture};
 use chime_storage::{HotEntry, LeaseToken, OccurrenceStore, TimerStore};
 use tokio_util::sync::CancellationToken;
 
-/// Records every key handed to it, with when; refuses the first `refuse` calls.
+/// Records every key handed to it, with when, and when each call came; refuses the first
+/// `refuse` calls.
 #[derive(Default)]
 struct Recorder {
     got: Mutex<Vec<(TaskKey, Timestamp)>>,
+    calls: Mutex<Vec<Timestamp>>,
     refuse: AtomicUsize,
 }
 
 #[async_trait]
 impl Handoff for Recorder {
     async fn hand_off(&self, keys: &[TaskKey]) -> usize {
+        self.calls.lock().unwrap().push(SystemClock.now());
         if self
             .refuse
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
@@ -82,6 +85,10 @@ fn settings() -> SchedulerSettings {
 }
 
 fn scheduler(s: &Setup) -> Arc<Scheduler> {
+    scheduler_with(s, settings())
+}
+
+fn scheduler_with(s: &Setup, settings: SchedulerSettings) -> Arc<Scheduler> {
     Scheduler::new(
         s.db.store(),
         s.redis.hot_index(),
@@ -89,7 +96,7 @@ fn scheduler(s: &Setup) -> Arc<Scheduler> {
         s.db.store(),
         s.recorder.clone(),
         Arc::new(SystemClock),
-        settings(),
+        settings,
     )
 }
 
@@ -219,6 +226,33 @@ async fn refused_keys_stay_and_are_offered_again() {
     let keys = keys(10, 200);
     index(&s, &keys).await;
     run_until_handed_off(&s, 1, &keys, Duration::ZERO).await;
+}
+
+/// Executors free room as they record outcomes: a refused key is offered again within
+/// `refused_retry`, not after the next poll.
+#[tokio::test]
+async fn refused_keys_are_offered_again_without_waiting_for_the_next_poll() {
+    let s = setup().await;
+    s.recorder.refuse.store(4, Ordering::SeqCst);
+    let keys = keys(1, 200);
+    index(&s, &keys).await;
+    let mut settings = settings();
+    settings.poll = Duration::from_secs(1);
+    let (stop, run) = start(scheduler_with(&s, settings));
+    wait_for_all(&s, 1).await;
+    stop.cancel();
+    run.await.unwrap();
+    let calls = s.recorder.calls.lock().unwrap().clone();
+    assert_eq!(calls.len(), 5, "four refused, then accepted");
+    let longest = calls
+        .windows(2)
+        .map(|w| w[1].as_millis() - w[0].as_millis())
+        .max()
+        .unwrap();
+    assert!(
+        longest < 500,
+        "{longest} ms between offers of a refused key (refused_retry is 20 ms, poll 1 s)"
+    );
 }
 
 #[tokio::test]
