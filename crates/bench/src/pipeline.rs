@@ -309,14 +309,35 @@ fn lateness_row(o: &mut Outcome, label: &str, l: &Lateness, target: &str) {
     );
 }
 
-/// Every key in `expected` delivered? Records what is lost.
-fn check_delivered(o: &mut Outcome, expected: usize, delivered: usize) {
+/// What every firing scenario reports first: the timers created, and whether each of the
+/// `expected` keys arrived once (what is lost fails the run; duplicates miss the target).
+/// Returns (delivered, duplicates).
+fn report_delivery(
+    o: &mut Outcome,
+    timers: usize,
+    created: Duration,
+    expected: usize,
+    ds: &[Delivery],
+) -> (usize, usize) {
+    let (delivered, duplicates) = distinct_and_duplicates(ds);
     if delivered < expected {
         o.failed.push(format!(
             "{} of {expected} not delivered",
             expected - delivered
         ));
     }
+    o.target(
+        duplicates == 0,
+        format!("{duplicates} duplicates (target 0)"),
+    );
+    o.row(
+        "timers created",
+        format!("{timers} in {:.1} s", created.as_secs_f64()),
+        "",
+    );
+    o.row("delivered", format!("{delivered} of {expected}"), "all");
+    o.row("duplicates", duplicates.to_string(), "0");
+    (delivered, duplicates)
 }
 
 async fn burst(args: &Args) -> anyhow::Result<Outcome> {
@@ -354,15 +375,10 @@ async fn burst(args: &Args) -> anyhow::Result<Outcome> {
     d.stop().await;
     dump(args, "burst", &ds)?;
 
-    let (delivered, duplicates) = distinct_and_duplicates(&ds);
+    let (delivered, duplicates) = report_delivery(&mut o, n, created, n, &ds);
     let lateness = Lateness::of(&ds);
     let last = ds.iter().map(|x| x.at_ms).max().unwrap_or(due);
     let drain = delivered as f64 / ((last - due).max(1) as f64 / 1000.0);
-    check_delivered(&mut o, n, delivered);
-    o.target(
-        duplicates == 0,
-        format!("{duplicates} duplicates (target 0)"),
-    );
     o.target(
         drain >= 10_000.0,
         format!("drain {drain:.0}/s (target ≥ 10,000/s)"),
@@ -371,13 +387,6 @@ async fn burst(args: &Args) -> anyhow::Result<Outcome> {
         lateness.p99_ms <= 2_000,
         format!("p99 {} ms (target ≤ 2,000 ms)", lateness.p99_ms),
     );
-    o.row(
-        "timers created",
-        format!("{n} in {:.1} s", created.as_secs_f64()),
-        "",
-    );
-    o.row("delivered", format!("{delivered} of {n}"), "all");
-    o.row("duplicates", duplicates.to_string(), "0");
     o.row("drain", format!("{drain:.0} firings/s"), "≥ 10,000/s");
     lateness_row(&mut o, "lateness", &lateness, "p99 ≤ 2,000 ms");
     o.figures = json!({
@@ -447,19 +456,7 @@ async fn periodic(
     .await;
     d.stop().await;
     dump(args, name, &ds)?;
-    let (delivered, duplicates) = distinct_and_duplicates(&ds);
-    check_delivered(&mut o, expected, delivered);
-    o.target(
-        duplicates == 0,
-        format!("{duplicates} duplicates (target 0)"),
-    );
-    o.row(
-        "timers created",
-        format!("{rate} in {:.1} s", created.as_secs_f64()),
-        "",
-    );
-    o.row("delivered", format!("{delivered} of {expected}"), "all");
-    o.row("duplicates", duplicates.to_string(), "0");
+    let (delivered, duplicates) = report_delivery(&mut o, rate, created, expected, &ds);
     let cpu = cpu0.per_thousand(&cpu1, delivered);
     o.figures = json!({
         "rate_per_second": rate,
