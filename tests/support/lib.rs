@@ -5,5 +5,6 @@
 #![allow(clippy::expect_used, clippy::panic, clippy::unwrap_used)]
 
 pub mod servers;
+pub mod timers;
 
 pub use chime_bench::deploy::{Service, bin, bin_dir, cluster, free_port, log_dir};

@@ -24,6 +24,13 @@ pub struct PrivateRedis {
 impl PrivateRedis {
     pub fn start() -> Self {
         let port = free_port();
+        Self {
+            child: Self::spawn(port),
+            port,
+        }
+    }
+
+    fn spawn(port: u16) -> Child {
         let child = Command::new("redis-server")
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
@@ -32,7 +39,19 @@ impl PrivateRedis {
             .spawn()
             .expect("redis-server (apt-get install redis-server)");
         wait_for_port(port, "redis-server");
-        Self { child, port }
+        child
+    }
+
+    /// Kills the server: every client loses its connections, and every key is gone.
+    pub fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Starts an empty server on the same port, as Redis comes back after a crash with no
+    /// persistence.
+    pub fn start_again(&mut self) {
+        self.child = Self::spawn(self.port);
     }
 
     pub fn url(&self) -> String {

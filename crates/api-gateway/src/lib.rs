@@ -4,7 +4,7 @@
 pub mod api;
 pub mod error;
 pub mod grpc;
-pub mod migrator;
+pub mod index;
 pub mod rest;
 pub mod service;
 

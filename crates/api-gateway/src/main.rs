@@ -1,10 +1,8 @@
 //! `chime-gateway`: the timer API (REST and gRPC) over the configured database.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::Context;
-use chime_api_gateway::migrator::{GrpcMigrator, MigrateNotifier, NoMigrator};
 use chime_api_gateway::{TimerApi, TimerService};
 use chime_domain::{Clock, SystemClock};
 use chime_runtime::CommonArgs;
@@ -28,21 +26,29 @@ async fn main() -> anyhow::Result<()> {
     };
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let db = chime_runtime::open_database(&config, clock.clone()).await?;
-    let migrator: Arc<dyn MigrateNotifier> = match &config.gateway.migrator_endpoint {
-        Some(endpoint) => Arc::new(
-            GrpcMigrator::new(endpoint, Duration::from_secs(1)).map_err(anyhow::Error::msg)?,
+    // Without Redis the occurrences a request writes are found by the schedulers' database
+    // reads; with it, they are indexed after the commit.
+    let redis = match config.redis.url {
+        Some(_) => Some(
+            chime_runtime::open_redis(&config)
+                .await
+                .context("connecting to Redis")?,
         ),
-        None => {
-            tracing::info!(
-                "no CHIME_MIGRATOR_ENDPOINT: new timers wait for the migrator's periodic step"
-            );
-            Arc::new(NoMigrator)
-        }
+        None => None,
     };
+    if config.gateway.migrator_endpoint.is_some() {
+        tracing::info!(
+            "CHIME_MIGRATOR_ENDPOINT is not needed any more: the gateway writes a timer's \
+             first occurrences itself; ignored"
+        );
+    }
     let api: Arc<dyn TimerApi> = Arc::new(TimerService::new(
         db.timers,
         db.occurrences,
-        migrator,
+        redis
+            .as_ref()
+            .map(|r| Arc::new(r.hot_index()) as Arc<dyn chime_storage::HotIndex>),
+        config.horizon(),
         clock,
     ));
     let http = chime_runtime::bind(config.gateway.http_addr, "REST").await?;
@@ -51,5 +57,10 @@ async fn main() -> anyhow::Result<()> {
         .await
         .context("binding the admin address")?;
     tracing::info!(rest = %config.gateway.http_addr, grpc = %config.gateway.grpc_addr, "starting");
-    chime_api_gateway::serve(api, http, grpc, admin, chime_runtime::shutdown_token()).await
+    let served =
+        chime_api_gateway::serve(api, http, grpc, admin, chime_runtime::shutdown_token()).await;
+    if let Some(redis) = redis {
+        redis.quit().await;
+    }
+    served
 }

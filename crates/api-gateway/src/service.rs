@@ -1,16 +1,17 @@
-//! The one implementation of [`TimerApi`]: parses input into domain types, calls the stores,
-//! and asks the migrator to materialize what changed.
+//! The one implementation of [`TimerApi`]: parses input into domain types and calls the
+//! stores. A write that can make a timer fire stores the timer with its first occurrences in
+//! one transaction (no other service on the request path), then adds them to the hot index.
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use chime_domain::{
-    AppName, Clock, NewOccurrence, NewTimer, Occurrence, OccurrenceStatus, Page, PageSize,
+    AppName, Clock, Horizon, NewOccurrence, NewTimer, Occurrence, OccurrenceStatus, Page, PageSize,
     RetryPolicyInput, Schedule, TaskKey, TimerId, TimerName, TimerSpec, Timestamp, ValidationError,
 };
 use chime_storage::{
-    CreateTimer, DeadFilter, IdempotencyKey, OccurrenceStore, PageRequest, Redrive, RunFilter,
-    TimerFilter, TimerStore,
+    CreateTimer, DeadFilter, HotIndex, IdempotencyKey, OccurrenceStore, PageRequest, Redrive,
+    RunFilter, TimerFilter, TimerStore, Written,
 };
 
 use crate::api::{
@@ -18,7 +19,7 @@ use crate::api::{
     TimerInput, TimerPatch, TimerView, Triggered,
 };
 use crate::error::{ApiError, ApiResult, ErrorCode};
-use crate::migrator::MigrateNotifier;
+use crate::index::IndexWriter;
 
 /// How many fire times a timer response previews.
 const NEXT_RUNS: usize = 5;
@@ -28,21 +29,27 @@ const MAX_IDEMPOTENCY_KEY: usize = 256;
 pub struct TimerService {
     timers: Arc<dyn TimerStore>,
     occurrences: Arc<dyn OccurrenceStore>,
-    migrator: Arc<dyn MigrateNotifier>,
+    index: IndexWriter,
+    horizon: Horizon,
     clock: Arc<dyn Clock>,
 }
 
 impl TimerService {
+    /// `index`: the hot index new occurrences are added to (`None` without Redis: the
+    /// schedulers then find them in the database). `horizon`: how far ahead a timer's first
+    /// occurrences are written with it.
     pub fn new(
         timers: Arc<dyn TimerStore>,
         occurrences: Arc<dyn OccurrenceStore>,
-        migrator: Arc<dyn MigrateNotifier>,
+        index: Option<Arc<dyn HotIndex>>,
+        horizon: Horizon,
         clock: Arc<dyn Clock>,
     ) -> Self {
         Self {
             timers,
             occurrences,
-            migrator,
+            index: IndexWriter::new(index, clock.clone()),
+            horizon,
             clock,
         }
     }
@@ -56,25 +63,10 @@ impl TimerService {
         TimerView { timer, next_runs }
     }
 
-    /// Materializes the timer's near future now. Never fails the request: the migrator's
-    /// periodic step catches up if it cannot be reached.
-    async fn materialize(&self, id: TimerId, triggered: Option<Timestamp>) {
-        if let Err(e) = self.migrator.migrate_timer(id, triggered).await {
-            migrate_failed(&[id], &e);
-        }
-    }
-
-    /// [`Self::materialize`] for a batch, in one call.
-    async fn materialize_all(&self, ids: &[TimerId]) {
-        match ids {
-            [] => {}
-            [id] => self.materialize(*id, None).await,
-            _ => {
-                if let Err(e) = self.migrator.migrate_timers(ids).await {
-                    migrate_failed(ids, &e);
-                }
-            }
-        }
+    /// Indexes what a committed write stored, and shows the timer.
+    async fn indexed(&self, written: Written) -> TimerView {
+        self.index.add(&written.occurrences).await;
+        self.view(written.timer)
     }
 
     fn prepare(&self, req: &CreateRequest, now: Timestamp) -> ApiResult<CreateTimer> {
@@ -134,16 +126,19 @@ impl TimerApi for TimerService {
         let created = if batch.len() == 1 && batch[0].idempotency.is_none() {
             let single = batch.into_iter().next().map(|c| c.timer);
             match single {
-                Some(t) => vec![self.timers.create_timer(t).await?],
+                Some(t) => vec![self.timers.create_timer(t, self.horizon).await?],
                 None => Vec::new(),
             }
         } else {
-            self.timers.create_timers(batch).await?
+            self.timers.create_timers(batch, self.horizon).await?
         };
         metrics::counter!("chime_gateway_timers_created_total").increment(created.len() as u64);
-        let enabled: Vec<TimerId> = created.iter().filter(|t| t.enabled).map(|t| t.id).collect();
-        self.materialize_all(&enabled).await;
-        Ok(created.into_iter().map(|t| self.view(t)).collect())
+        let rows: Vec<NewOccurrence> = created
+            .iter()
+            .flat_map(|w| w.occurrences.iter().copied())
+            .collect();
+        self.index.add(&rows).await;
+        Ok(created.into_iter().map(|w| self.view(w.timer)).collect())
     }
 
     async fn get_timer(&self, id: TimerId) -> ApiResult<TimerView> {
@@ -190,12 +185,9 @@ impl TimerApi for TimerService {
         }
         let updated = self
             .timers
-            .update_timer(id, patch.expected_version, spec)
+            .update_timer(id, patch.expected_version, spec, self.horizon)
             .await?;
-        if updated.enabled {
-            self.materialize(id, None).await;
-        }
-        Ok(self.view(updated))
+        Ok(self.indexed(updated).await)
     }
 
     async fn delete_timer(&self, id: TimerId) -> ApiResult<()> {
@@ -203,11 +195,11 @@ impl TimerApi for TimerService {
     }
 
     async fn set_timer_enabled(&self, id: TimerId, enabled: bool) -> ApiResult<TimerView> {
-        let timer = self.timers.set_timer_enabled(id, enabled).await?;
-        if enabled {
-            self.materialize(id, None).await;
-        }
-        Ok(self.view(timer))
+        let written = self
+            .timers
+            .set_timer_enabled(id, enabled, self.horizon)
+            .await?;
+        Ok(self.indexed(written).await)
     }
 
     async fn trigger_timer(&self, id: TimerId) -> ApiResult<Triggered> {
@@ -222,18 +214,15 @@ impl TimerApi for TimerService {
         // Another occurrence may hold this exact millisecond; take the next free one.
         let mut at = self.clock.now();
         for _ in 0..10 {
-            let key = TaskKey::new(id, at);
-            let inserted = self
-                .occurrences
-                .insert_occurrences(&[NewOccurrence {
-                    key,
-                    timer_version: timer.version,
-                    bucket: timer.bucket,
-                }])
-                .await?;
-            if inserted == 1 {
-                self.materialize(id, Some(at)).await;
-                return Ok(Triggered { key });
+            let row = NewOccurrence {
+                key: TaskKey::new(id, at),
+                timer_version: timer.version,
+                bucket: timer.bucket,
+            };
+            // One statement: the occurrence is durable once it returns.
+            if self.occurrences.insert_occurrences(&[row]).await? == 1 {
+                self.index.add(&[row]).await;
+                return Ok(Triggered { key: row.key });
             }
             at = at.add_millis(1);
         }
@@ -379,9 +368,4 @@ fn apply_patch(
         spec.delivery = d;
     }
     Ok(spec)
-}
-
-fn migrate_failed(ids: &[TimerId], error: &str) {
-    metrics::counter!("chime_gateway_migrate_timer_failures_total").increment(1);
-    tracing::warn!(timers = ?ids, %error, "migrator unreachable; the periodic step will catch up");
 }

@@ -305,11 +305,12 @@ async fn enable_disable_trigger_and_runs() {
     assert_eq!(runs["runs"][0]["task_key"], key.as_str());
     assert_eq!(runs["runs"][0]["status"], "pending");
     assert_eq!(runs["runs"][0]["timer_version"], 3);
-    // What the migrator wrote ahead is listed only on request.
+    // What is written ahead (the next nightly run, written with the timer, and this row
+    // two days out) is listed only on request.
     let ahead = chime_domain::TaskKey::new(
         chime_domain::TimerId::new(id).unwrap(),
         chime_domain::Timestamp::from_millis(
-            key.split(':').nth(1).unwrap().parse::<i64>().unwrap() + 3_600_000,
+            key.split(':').nth(1).unwrap().parse::<i64>().unwrap() + 2 * 86_400_000,
         ),
     );
     gw.db
@@ -332,7 +333,7 @@ async fn enable_disable_trigger_and_runs() {
             None,
         )
         .await;
-    assert_eq!(all["runs"].as_array().unwrap().len(), 2);
+    assert_eq!(all["runs"].as_array().unwrap().len(), 3);
     assert_eq!(all["runs"][0]["task_key"], ahead.to_string().as_str());
     let (_, _, none) = gw
         .send(
@@ -422,32 +423,89 @@ async fn batch_create_is_all_or_nothing() {
     assert_problem(&empty, 400, "INVALID_ARGUMENT", Some("requests"));
 }
 
-#[tokio::test]
-async fn changes_ask_the_migrator_to_materialize() {
-    let gw = support::start().await;
-    let t = gw.create("billing", "nightly").await;
-    let id = t["id"].as_i64().unwrap();
-    gw.send(Method::POST, &format!("/v1/timers/{id}/disable"), None)
-        .await;
-    gw.send(Method::POST, &format!("/v1/timers/{id}/enable"), None)
-        .await;
-    gw.send(
-        Method::PATCH,
-        &format!("/v1/timers/{id}"),
-        Some(json!({"schedule": {"every": "5s"}})),
-    )
-    .await;
-    gw.send(Method::GET, &format!("/v1/timers/{id}"), None)
-        .await;
-    // create, enable and update; not disable, not a read.
-    assert_eq!(*gw.migrated.lock().unwrap(), vec![id, id, id]);
+/// The timer's stored occurrences (newest first) and which of them the hot index holds.
+async fn stored_and_indexed(gw: &support::TestGateway, id: i64) -> (Vec<(i64, i64)>, usize) {
+    use chime_storage::{OccurrenceStore, PageRequest, RunFilter};
+    let timer_id = chime_domain::TimerId::new(id).unwrap();
+    let runs = gw
+        .db
+        .store
+        .list_runs(
+            &RunFilter {
+                timer_id,
+                status: None,
+                due_by: None,
+            },
+            &PageRequest::default(),
+        )
+        .await
+        .unwrap()
+        .items;
+    let mut indexed = 0;
+    if let Some(redis) = &gw.redis {
+        let index = redis.hot_index();
+        for o in &runs {
+            let shard = chime_domain::ShardKey::new(o.key.run_at, o.bucket);
+            let due = index.due(shard, o.key.run_at, 10_000).await.unwrap();
+            indexed += usize::from(due.iter().any(|(k, _)| *k == o.key));
+        }
+    }
+    let stored = runs
+        .iter()
+        .map(|o| (o.key.run_at.as_millis(), o.timer_version))
+        .collect();
+    (stored, indexed)
 }
 
 #[tokio::test]
-async fn a_batch_create_asks_the_migrator_once_for_all_its_timers() {
+async fn changes_write_their_first_occurrences_and_index_them() {
+    let gw = support::start().await;
+    // A daily timer holds its next run, however far ahead.
+    let t = gw.create("billing", "nightly").await;
+    let id = t["id"].as_i64().unwrap();
+    let (stored, indexed) = stored_and_indexed(&gw, id).await;
+    assert_eq!(stored.len(), 1, "{stored:?}");
+    assert_eq!(indexed, 1);
+    let next =
+        chime_domain::Timestamp::parse_rfc3339(t["next_runs"][0]["utc"].as_str().unwrap()).unwrap();
+    assert_eq!(stored[0], (next.as_millis(), 1));
+
+    gw.send(Method::POST, &format!("/v1/timers/{id}/disable"), None)
+        .await;
+    assert_eq!(
+        stored_and_indexed(&gw, id).await.0.len(),
+        1,
+        "disable writes nothing"
+    );
+    gw.send(Method::POST, &format!("/v1/timers/{id}/enable"), None)
+        .await;
+    // The row of the next run is adopted by version 3.
+    assert_eq!(
+        stored_and_indexed(&gw, id).await.0,
+        vec![(next.as_millis(), 3)]
+    );
+
+    let (status, _, body) = gw
+        .send(
+            Method::PATCH,
+            &format!("/v1/timers/{id}"),
+            Some(json!({"schedule": {"every": "5s"}})),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    // The default lead is a minute: 12 fire times every 5 s (13 when the anchor, taken
+    // while parsing, is a hair before the store's now), all at version 4.
+    let (stored, indexed) = stored_and_indexed(&gw, id).await;
+    let v4: Vec<_> = stored.iter().filter(|(_, v)| *v == 4).collect();
+    assert!((11..=13).contains(&v4.len()), "{stored:?}");
+    assert_eq!(indexed, stored.len());
+}
+
+#[tokio::test]
+async fn a_batch_create_writes_and_indexes_every_timers_first_occurrences() {
     let gw = support::start().await;
     let item = |name: &str| {
-        json!({"timer": {"app": "billing", "name": name, "schedule": {"every": "1m"},
+        json!({"timer": {"app": "billing", "name": name, "schedule": {"every": "10s"},
                          "callback": {"url": "http://127.0.0.1:9/cb"}}})
     };
     let (status, _, body) = gw
@@ -458,21 +516,25 @@ async fn a_batch_create_asks_the_migrator_once_for_all_its_timers() {
         )
         .await;
     assert_eq!(status, 201, "{body}");
-    let ids: Vec<i64> = body["timers"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["id"].as_i64().unwrap())
-        .collect();
-    // Negated: recorded from MigrateTimers, not one MigrateTimer per timer.
-    let batch: Vec<i64> = ids.iter().map(|id| -id).collect();
-    assert_eq!(*gw.migrated.lock().unwrap(), batch);
+    for t in body["timers"].as_array().unwrap() {
+        let (stored, indexed) = stored_and_indexed(&gw, t["id"].as_i64().unwrap()).await;
+        // +10 s … +50 s inside the minute's lead, and +60 s when the anchor (taken while
+        // parsing) is a hair before the store's now.
+        assert!((5..=6).contains(&stored.len()), "{stored:?}");
+        assert_eq!(indexed, stored.len());
+    }
 }
 
 #[tokio::test]
-async fn an_unreachable_migrator_does_not_fail_requests() {
-    let gw = support::start_without_migrator().await;
+async fn a_hot_index_that_is_down_does_not_fail_or_slow_requests() {
+    let gw = support::start_with_index_down().await;
     let t = gw.create("billing", "nightly").await;
+    assert_eq!(t["enabled"], true);
+    // Stored all the same: the schedulers find it in the database.
+    let (stored, _) = stored_and_indexed(&gw, t["id"].as_i64().unwrap()).await;
+    assert_eq!(stored.len(), 1);
+    // The next request does not wait for the index again.
+    gw.create("billing", "weekly").await;
     let metrics = gw
         .client
         .get(gw.url("/metrics"))
@@ -483,10 +545,13 @@ async fn an_unreachable_migrator_does_not_fail_requests() {
         .await
         .unwrap();
     assert!(
-        metrics.contains("chime_gateway_migrate_timer_failures_total 1"),
+        metrics.contains("chime_gateway_index_write_failures_total 1"),
         "{metrics}"
     );
-    assert_eq!(t["enabled"], true);
+    assert!(
+        metrics.contains("chime_gateway_index_writes_skipped_total 1"),
+        "{metrics}"
+    );
 }
 
 #[tokio::test]

@@ -311,7 +311,6 @@ pub mod cluster {
                     ("CHIME_ADMIN_ADDR", format!("127.0.0.1:{admin}")),
                     ("CHIME_SHUTDOWN_GRACE", "10s".into()),
                     ("CHIME_LOG", "info".into()),
-                    ("CHIME_MIGRATOR__STEP", "10s".into()),
                 ];
                 env.extend(spec.env.iter().cloned());
                 env
@@ -371,10 +370,6 @@ pub mod cluster {
             let mut env = common(free_port());
             env.push(("CHIME_HTTP_ADDR", format!("127.0.0.1:{http}")));
             env.push(("CHIME_GRPC_ADDR", format!("127.0.0.1:{grpc}")));
-            env.push((
-                "CHIME_MIGRATOR_ENDPOINT",
-                format!("http://127.0.0.1:{migrator_port}"),
-            ));
             let rest = format!("http://127.0.0.1:{http}");
             let gateway = Node::start(
                 "gateway".into(),

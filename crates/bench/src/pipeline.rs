@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
 use chime_domain::{
-    AppName, BucketCount, CallbackInput, Clock, NewTimer, ScheduleInput, SystemClock, TimerName,
-    TimerSpec, Timestamp,
+    AppName, BucketCount, CallbackInput, Clock, Horizon, NewTimer, ScheduleInput, SystemClock,
+    TimerName, TimerSpec, Timestamp,
 };
 use chime_proto::v1 as pb;
 use chime_proto::v1::timer_service_client::TimerServiceClient;
@@ -581,8 +581,16 @@ async fn materialize(args: &Args) -> anyhow::Result<Outcome> {
                 })
             })
             .collect::<anyhow::Result<Vec<_>>>()?;
-        store.create_timers(batch).await?;
+        store.create_timers(batch, Horizon::DEFAULT).await?;
     }
+    // Creates write each timer's first occurrence; take them back, so the migrator writes
+    // the whole million, as it does for timers it has never materialized.
+    sqlx::query("DELETE FROM occurrences")
+        .execute(db.store.pool())
+        .await?;
+    sqlx::query("UPDATE timers SET materialized_until = 0")
+        .execute(db.store.pool())
+        .await?;
     eprintln!(
         "  {timers} timers written in {:.1} s",
         made.elapsed().as_secs_f64()
@@ -598,8 +606,9 @@ async fn materialize(args: &Args) -> anyhow::Result<Outcome> {
         ("CHIME_MIGRATOR_ADDR", format!("127.0.0.1:{}", free_port())),
         ("CHIME_BUCKETS", args.buckets.to_string()),
         ("CHIME_LOG", "info".into()),
-        // Horizon 2 × 100 s: the whole window above.
-        ("CHIME_MIGRATOR__STEP", "100s".into()),
+        // A lead past the whole window above, and room for all of its rows.
+        ("CHIME_MIGRATOR__LEAD", "300s".into()),
+        ("CHIME_MIGRATOR__MAX_AHEAD", PER_TIMER.to_string()),
     ];
     env.extend(args.env.iter().map(|(k, v)| (k.as_str(), v.clone())));
     let metrics = chime_runtime::http_client().build()?;

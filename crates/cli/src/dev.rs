@@ -11,10 +11,9 @@ use axum::Router;
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::any;
 use chime_api_gateway::TimerService;
-use chime_api_gateway::migrator::MigrateNotifier;
-use chime_domain::{Clock, SystemClock, TaskKey, TimerId, Timestamp};
+use chime_domain::{Clock, SystemClock, TaskKey, Timestamp};
 use chime_executor::{CallbackClient, CallbackSettings, Executor, ExecutorSettings};
-use chime_migrator::{Materializer, Migrator, StepSettings};
+use chime_migrator::{Janitor, Materializer, Migrator, MigratorSettings, RetentionSettings};
 use chime_runtime::Config;
 use chime_scheduler::{Handoff, Scheduler, SchedulerSettings};
 use chime_storage::Database;
@@ -51,32 +50,6 @@ struct LocalExecutor(Arc<Executor>);
 impl Handoff for LocalExecutor {
     async fn hand_off(&self, keys: &[TaskKey]) -> usize {
         self.0.offer(keys).map(|o| o.accepted).unwrap_or(0)
-    }
-}
-
-/// The migrator, in-process.
-struct LocalMigrator(Arc<Migrator>);
-
-#[async_trait]
-impl MigrateNotifier for LocalMigrator {
-    async fn migrate_timer(
-        &self,
-        id: TimerId,
-        triggered: Option<Timestamp>,
-    ) -> Result<u64, String> {
-        self.0
-            .migrate_timer(id, triggered)
-            .await
-            .map(|m| m.written)
-            .map_err(|e| e.to_string())
-    }
-
-    async fn migrate_timers(&self, ids: &[TimerId]) -> Result<u64, String> {
-        self.0
-            .migrate_timers(ids)
-            .await
-            .map(|m| m.written)
-            .map_err(|e| e.to_string())
     }
 }
 
@@ -121,17 +94,24 @@ pub async fn run(config: Config, args: DevArgs) -> anyhow::Result<()> {
     ));
     let leases = Arc::new(MemoryLeases::new(clock.clone()));
 
+    let settings = MigratorSettings::from_config(&config);
     let migrator = Arc::new(Migrator::new(
         Materializer::new(
             db.timers.clone(),
             db.occurrences.clone(),
             index.clone(),
             clock.clone(),
+            settings.horizon,
         ),
         leases.clone(),
-        clock.clone(),
-        StepSettings::from_config(&config),
+        settings,
     ));
+    let janitor = Janitor::new(
+        db.retention.clone(),
+        leases.clone(),
+        clock.clone(),
+        RetentionSettings::from_config(&config),
+    );
     let executor = Executor::start(
         db.timers.clone(),
         db.occurrences.clone(),
@@ -142,7 +122,7 @@ pub async fn run(config: Config, args: DevArgs) -> anyhow::Result<()> {
     );
     let scheduler = Scheduler::new(
         db.timers.clone(),
-        index,
+        index.clone(),
         leases,
         db.occurrences.clone(),
         Arc::new(LocalExecutor(executor.clone())),
@@ -152,7 +132,8 @@ pub async fn run(config: Config, args: DevArgs) -> anyhow::Result<()> {
     let api = Arc::new(TimerService::new(
         db.timers.clone(),
         db.occurrences.clone(),
-        Arc::new(LocalMigrator(migrator.clone())),
+        Some(index),
+        config.horizon(),
         clock,
     ));
     let http = chime_runtime::bind(config.gateway.http_addr, "REST").await?;
@@ -178,7 +159,8 @@ pub async fn run(config: Config, args: DevArgs) -> anyhow::Result<()> {
     let work = async {
         tokio::join!(
             scheduler.run(shutdown.clone(), grace),
-            migrator.run(shutdown.clone())
+            migrator.run(shutdown.clone()),
+            janitor.run(shutdown.clone())
         );
         let left = executor.drain(grace).await;
         if left > 0 {
@@ -193,13 +175,9 @@ pub async fn run(config: Config, args: DevArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `chime dev`'s own defaults, under the config file and environment: a migrator step of
-/// a minute, so an every-second timer writes two minutes of rows to SQLite rather than the
-/// services' two hours.
+/// `chime dev`'s own defaults, under the config file and environment: the services' own.
 pub fn defaults() -> Config {
-    let mut config = Config::default();
-    config.migrator.step = chime_runtime::Seconds::secs(60);
-    config
+    Config::default()
 }
 
 fn mask(url: &str) -> String {

@@ -5,6 +5,7 @@ mod callback;
 mod clock;
 mod duration;
 mod error;
+mod horizon;
 mod ids;
 mod occurrence;
 mod page;
@@ -19,6 +20,7 @@ pub use callback::{
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
 pub use duration::{format_duration, parse_duration};
 pub use error::ValidationError;
+pub use horizon::{EXHAUSTED, Horizon, Plan};
 pub use ids::{AppName, Bucket, BucketCount, ShardKey, TaskKey, TimerId, TimerName};
 pub use occurrence::{
     Claim, ClaimedOccurrence, NewOccurrence, Occurrence, OccurrenceStatus, Outcome,

@@ -68,12 +68,16 @@ async fn timer(s: &Setup, name: &str, url: String, headers: &[(&str, &str)]) -> 
         delivery: Default::default(),
     };
     s.db.store
-        .create_timer(NewTimer {
-            spec,
-            enabled: true,
-        })
+        .create_timer(
+            NewTimer {
+                spec,
+                enabled: true,
+            },
+            chime_domain::Horizon::DEFAULT,
+        )
         .await
         .unwrap()
+        .timer
 }
 
 /// An occurrence of `t` due now, at the timer's current version.
@@ -206,9 +210,17 @@ async fn skips_disabled_changed_and_deleted_timers_without_calling_back() {
         due_now(&s, &changed, 0).await,
         due_now(&s, &gone, 0).await,
     ];
-    s.db.store.set_timer_enabled(off.id, false).await.unwrap();
     s.db.store
-        .update_timer(changed.id, None, changed.spec.clone())
+        .set_timer_enabled(off.id, false, chime_domain::Horizon::DEFAULT)
+        .await
+        .unwrap();
+    s.db.store
+        .update_timer(
+            changed.id,
+            None,
+            changed.spec.clone(),
+            chime_domain::Horizon::DEFAULT,
+        )
         .await
         .unwrap();
     s.db.store.delete_timer(gone.id).await.unwrap();
@@ -263,7 +275,11 @@ async fn with_policy(s: &Setup, t: Timer, max_attempts: u32, at_most_once: bool)
     if at_most_once {
         spec.delivery = chime_domain::DeliveryMode::AtMostOnce;
     }
-    s.db.store.update_timer(t.id, None, spec).await.unwrap()
+    s.db.store
+        .update_timer(t.id, None, spec, chime_domain::Horizon::DEFAULT)
+        .await
+        .unwrap()
+        .timer
 }
 
 #[tokio::test]

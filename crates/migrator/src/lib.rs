@@ -1,13 +1,16 @@
-//! chime-migrator: applies the schema migrations (`chime-migrator migrate`) and materializes
-//! occurrences ahead of time: a periodic step over every enabled timer, split across replicas
-//! by bucket leases ([`Migrator`]), and one timer on demand (`MigrateTimer`, [`grpc`]).
+//! chime-migrator: applies the schema migrations (`chime-migrator migrate`) and keeps every
+//! enabled timer materialized a lead window ahead: continuous passes that extend each timer
+//! from its watermark, split across replicas by bucket leases ([`Migrator`]), and one timer
+//! on demand (`MigrateTimer`, [`grpc`]).
 
 pub mod grpc;
+mod janitor;
 mod materialize;
 mod service;
 
-pub use materialize::{Materialized, Materializer};
-pub use service::{Migrator, StepReport, StepSettings};
+pub use janitor::{Janitor, RetentionSettings};
+pub use materialize::{BucketPass, CATCH_UP, Materialized, Materializer};
+pub use service::{Migrator, MigratorSettings, PassReport};
 
 use std::sync::Arc;
 

@@ -5,12 +5,12 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use chime_domain::{Clock, SystemClock};
-use chime_migrator::{Materializer, Migrator, StepSettings};
+use chime_migrator::{Janitor, Materializer, Migrator, MigratorSettings, RetentionSettings};
 use chime_runtime::CommonArgs;
 use clap::{Parser, Subcommand};
 
-/// Chime migrator. Without a subcommand: materializes occurrences for the next two steps
-/// (CHIME_MIGRATOR__STEP, default 1h) into CHIME_DATABASE_URL and the Redis hot index
+/// Chime migrator. Without a subcommand: keeps every enabled timer's occurrences written
+/// CHIME_MIGRATOR__LEAD (default 1m) ahead in CHIME_DATABASE_URL and the Redis hot index
 /// (CHIME_REDIS_URL), and serves MigrateTimer on CHIME_MIGRATOR_ADDR (default :50071).
 /// `chime-migrator migrate` applies the database migrations and exits.
 #[derive(Parser)]
@@ -50,19 +50,25 @@ async fn run(config: chime_runtime::Config) -> anyhow::Result<()> {
     let redis = chime_runtime::open_redis(&config)
         .await
         .context("connecting to Redis")?;
+    let settings = MigratorSettings::from_config(&config);
     let materializer = Materializer::new(
         db.timers.clone(),
         db.occurrences.clone(),
         Arc::new(redis.hot_index()),
-        clock.clone(),
+        clock,
+        settings.horizon,
     );
-    let settings = StepSettings::from_config(&config);
     let migrator = Arc::new(Migrator::new(
         materializer,
         Arc::new(redis.leases()),
-        clock,
         settings,
     ));
+    let janitor = Janitor::new(
+        db.retention.clone(),
+        Arc::new(redis.leases()),
+        Arc::new(SystemClock),
+        RetentionSettings::from_config(&config),
+    );
     let grpc = chime_runtime::bind(config.migrator.addr, "gRPC").await?;
     let admin = chime_runtime::admin::bind_admin(Some(
         config
@@ -71,16 +77,18 @@ async fn run(config: chime_runtime::Config) -> anyhow::Result<()> {
     ))
     .await
     .context("binding the admin address")?;
-    tracing::info!(grpc = %config.migrator.addr, step = ?settings.step, "starting");
+    tracing::info!(
+        grpc = %config.migrator.addr,
+        lead = ?settings.horizon.lead,
+        max_ahead = settings.horizon.max_rows,
+        "starting"
+    );
     let readiness = Arc::new(chime_runtime::DatabaseReadiness(db.clone()));
-    let served = chime_migrator::grpc::serve(
-        migrator,
-        grpc,
-        admin,
-        readiness,
-        chime_runtime::shutdown_token(),
-    )
-    .await;
+    let shutdown = chime_runtime::shutdown_token();
+    let (served, ()) = tokio::join!(
+        chime_migrator::grpc::serve(migrator, grpc, admin, readiness, shutdown.clone()),
+        janitor.run(shutdown.clone())
+    );
     redis.quit().await;
     db.close().await;
     served

@@ -1,25 +1,25 @@
-//! Materialization: turning timers into occurrence rows and hot-index members for a window
-//! ahead of now. Idempotent: running it again inserts nothing and re-adds the same members.
+//! Rolling materialization: every enabled timer keeps its occurrences written a lead window
+//! ahead. Timer writes store the first ones (the gateway, in the timer's own transaction);
+//! the migrator extends each timer from its watermark once that comes within half the lead,
+//! and rebuilds hot-index shards Redis lost. Idempotent: running it again writes nothing new.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use chime_domain::{
-    Bucket, Clock, NewOccurrence, PageSize, ShardKey, TaskKey, Timer, TimerId, Timestamp,
+    Bucket, Clock, Horizon, NewOccurrence, ShardKey, TaskKey, Timer, TimerId, Timestamp,
 };
-use chime_storage::{
-    HotEntry, HotIndex, OccurrenceStore, PageRequest, StoreResult, TimerFilter, TimerStore,
-};
+use chime_storage::{HotEntry, HotIndex, OccurrenceStore, StoreResult, TimerStore, Watermark};
 
 /// What one materialization did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Materialized {
     pub timers: u64,
-    /// Occurrences generated in the window.
+    /// Occurrences planned.
     pub occurrences: u64,
     /// Of those, rows inserted or adopted by a newer version (0 on a repeat).
     pub written: u64,
-    /// Members added to the hot index (future ones only).
+    /// Members added to the hot index.
     pub indexed: u64,
 }
 
@@ -32,16 +32,33 @@ impl std::ops::AddAssign for Materialized {
     }
 }
 
-/// How far back an on-demand materialization reaches for fire times missed since the
-/// timer's change; within the schedulers' previous-minute pass.
+/// What one pass over a bucket did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BucketPass {
+    pub materialized: Materialized,
+    /// Hot-index shards found missing and built from the database: minutes entering the
+    /// lead window, and shards Redis lost.
+    pub built_shards: u64,
+    /// How far the oldest watermark was behind the refill point (`now + lead / 2`) when the
+    /// pass began; zero when no timer was due for extension.
+    pub lag: Duration,
+}
+
+/// How far back materialization reaches for fire times it missed (the migrator was down, or
+/// a change was not followed by its rows): within the schedulers' previous-minute pass.
+/// Older ones are not written: the misfire policy would skip most of them anyway.
 pub const CATCH_UP: Duration = Duration::from_secs(30);
+
+/// Most rows one rebuilt shard reads back from the database.
+const REPAIR_LIMIT: u32 = 100_000;
 
 pub struct Materializer {
     timers: Arc<dyn TimerStore>,
     occurrences: Arc<dyn OccurrenceStore>,
     index: Arc<dyn HotIndex>,
     clock: Arc<dyn Clock>,
-    /// Timers read per page: memory stays bounded however many timers there are.
+    horizon: Horizon,
+    /// Timers read per page: memory stays bounded however many timers are behind.
     page_size: u32,
     /// Occurrences written per statement / pipeline.
     batch: usize,
@@ -53,77 +70,68 @@ impl Materializer {
         occurrences: Arc<dyn OccurrenceStore>,
         index: Arc<dyn HotIndex>,
         clock: Arc<dyn Clock>,
+        horizon: Horizon,
     ) -> Self {
         Self {
             timers,
             occurrences,
             index,
             clock,
+            horizon,
             page_size: 500,
             batch: 10_000,
         }
     }
 
-    /// Materializes every enabled timer of `bucket` up to `now + horizon`, and marks every
-    /// shard of the bucket in that window present, so a scheduler can tell a shard with
-    /// nothing due from one Redis lost. Rows start up to [`CATCH_UP`] back (never before the
-    /// timer's last change): a step that ran late (its replica died mid-bucket) leaves no
-    /// gap; those already due are left to the sweeper rather than indexed.
-    pub async fn bucket(&self, bucket: Bucket, horizon: Duration) -> StoreResult<Materialized> {
-        let filter = TimerFilter {
-            app: None,
-            enabled: Some(true),
-            bucket: Some(bucket),
-        };
-        let mut page = PageRequest {
-            size: PageSize::new(Some(self.page_size))?,
-            token: None,
-        };
-        let mut total = Materialized::default();
-        let mut pending = Vec::new();
-        loop {
-            let listed = self.timers.list_timers(&filter, &page).await?;
-            let (now, to) = self.window(horizon);
-            for timer in &listed.items {
-                total.timers += 1;
-                pending.extend(occurrences_of(timer, catch_up_from(timer, now), to));
-                if pending.len() >= self.batch {
-                    total += self.write(std::mem::take(&mut pending), now).await?;
-                }
-            }
-            match listed.next_page_token {
-                Some(t) => page.token = Some(t.as_str().to_owned()),
-                None => break,
-            }
-        }
-        let (from, to) = self.window(horizon);
-        total += self.write(pending, from).await?;
-        let mut shards = Vec::new();
-        let mut shard = ShardKey::new(from, bucket);
-        while shard.minute_start() < to {
-            shards.push(shard);
-            shard = ShardKey::new(shard.minute_end(), bucket);
-        }
-        self.index.touch(&shards).await?;
-        Ok(total)
+    pub fn horizon(&self) -> Horizon {
+        self.horizon
     }
 
-    /// Materializes one timer (the gateway's `MigrateTimer`, right after a create, update
-    /// or enable) from the moment of that change, at most [`CATCH_UP`] ago, to
-    /// `now + horizon`: a fire time that fell between the change and this call is not lost,
-    /// and is indexed in a shard the schedulers still work. A disabled or deleted timer
-    /// materializes nothing.
+    /// One pass over `bucket`: extends every enabled timer whose watermark is before
+    /// `now + lead / 2`, page by page in watermark order, then rebuilds the bucket's missing
+    /// shards of the lead window from the database.
+    pub async fn bucket(&self, bucket: Bucket) -> StoreResult<BucketPass> {
+        let now = self.clock.now();
+        let before = self.horizon.refill_before(now);
+        let mut pass = BucketPass::default();
+        let mut after = None;
+        loop {
+            let page = self
+                .timers
+                .timers_behind(bucket, before, after, self.page_size)
+                .await?;
+            if after.is_none()
+                && let Some(oldest) = page.first()
+            {
+                pass.lag = millis(before.as_millis() - oldest.watermark.as_millis());
+            }
+            let Some(last) = page.last() else { break };
+            after = Some((last.watermark, last.timer.id));
+            let full = page.len() == self.page_size as usize;
+            let items: Vec<(&Timer, Timestamp)> =
+                page.iter().map(|b| (&b.timer, b.watermark)).collect();
+            pass.materialized += self.extend(&items, now).await?;
+            if !full {
+                break;
+            }
+        }
+        pass.built_shards = self.build_missing_shards(bucket, now).await?;
+        Ok(pass)
+    }
+
+    /// Materializes one timer on demand (`MigrateTimer`) from its last change, at most
+    /// [`CATCH_UP`] ago, re-indexing what exists and moving its watermark forward. A disabled
+    /// or deleted timer materializes nothing.
     ///
     /// `triggered`: the due time of an occurrence a trigger inserted outside the schedule,
     /// to index as well.
     pub async fn timer(
         &self,
         id: TimerId,
-        horizon: Duration,
         triggered: Option<Timestamp>,
     ) -> StoreResult<Materialized> {
         let timer = self.timers.get_timer(id).await?;
-        let mut done = self.these(std::slice::from_ref(&timer), horizon).await?;
+        let mut done = self.these(std::slice::from_ref(&timer)).await?;
         if let Some(at) = triggered.filter(|_| timer.enabled) {
             self.index
                 .add(&[HotEntry::new(TaskKey::new(id, at), at, timer.bucket)])
@@ -133,79 +141,106 @@ impl Materializer {
         Ok(done)
     }
 
-    /// [`Materializer::timer`] for several timers (a batch create), in one read and one
-    /// write. Unknown, deleted and disabled timers materialize nothing.
-    pub async fn timers(&self, ids: &[TimerId], horizon: Duration) -> StoreResult<Materialized> {
+    /// [`Materializer::timer`] for several timers, in one read and one write. Unknown,
+    /// deleted and disabled timers materialize nothing.
+    pub async fn timers(&self, ids: &[TimerId]) -> StoreResult<Materialized> {
         let timers = self.timers.get_timers(ids).await?;
-        self.these(&timers, horizon).await
+        self.these(&timers).await
     }
 
-    /// The enabled ones of `timers`, each from its last change (at most [`CATCH_UP`] ago).
-    async fn these(&self, timers: &[Timer], horizon: Duration) -> StoreResult<Materialized> {
-        let (now, to) = self.window(horizon);
-        let mut rows = Vec::new();
-        let mut from_all = now;
-        let mut count = 0;
-        for timer in timers.iter().filter(|t| t.enabled) {
-            let from = catch_up_from(timer, now);
-            from_all = from_all.min(from);
-            rows.extend(occurrences_of(timer, from, to));
-            count += 1;
-        }
-        // Each timer's rows start at its own `from`, so indexing from the earliest of them
-        // indexes all, as for a single timer.
-        let mut done = self.write(rows, from_all).await?;
-        done.timers = count;
-        Ok(done)
-    }
-
-    fn window(&self, horizon: Duration) -> (Timestamp, Timestamp) {
+    async fn these(&self, timers: &[Timer]) -> StoreResult<Materialized> {
         let now = self.clock.now();
-        (now, now.saturating_add(horizon))
+        let items: Vec<(&Timer, Timestamp)> = timers
+            .iter()
+            .filter(|t| t.enabled)
+            .map(|t| (t, catch_up_from(t, now)))
+            .collect();
+        self.extend(&items, now).await
     }
 
-    /// Rows first, then the hot index: a member never points at a row that does not exist.
-    /// Only members due at or after `index_from` are indexed: the periodic step indexes the
-    /// future only, since what is already due was handed off by an earlier pass (re-adding
-    /// it would hand it off again, to be refused by the claim).
-    async fn write(
+    /// Plans each timer from its watermark (not before [`CATCH_UP`] ago, nor before its last
+    /// change), writes the rows and indexes them, then moves the watermarks: a crash between
+    /// the two leaves rows the next pass re-writes harmlessly, never a watermark past rows
+    /// that do not exist.
+    async fn extend(
         &self,
-        batch: Vec<NewOccurrence>,
-        index_from: Timestamp,
+        items: &[(&Timer, Timestamp)],
+        now: Timestamp,
     ) -> StoreResult<Materialized> {
         let mut done = Materialized::default();
-        for chunk in batch.chunks(self.batch) {
+        let mut rows = Vec::new();
+        let mut marks = Vec::new();
+        for (timer, watermark) in items {
+            done.timers += 1;
+            let from = (*watermark).max(catch_up_from(timer, now));
+            let plan = timer.spec.schedule.plan(from, now, self.horizon);
+            rows.extend(plan.runs.iter().map(|run_at| NewOccurrence {
+                key: TaskKey::new(timer.id, *run_at),
+                timer_version: timer.version,
+                bucket: timer.bucket,
+            }));
+            if plan.watermark > *watermark {
+                marks.push(Watermark {
+                    id: timer.id,
+                    version: timer.version,
+                    until: plan.watermark,
+                });
+            }
+        }
+        for chunk in rows.chunks(self.batch) {
             done.occurrences += chunk.len() as u64;
             done.written += self.occurrences.insert_occurrences(chunk).await?;
             let entries: Vec<HotEntry> = chunk
                 .iter()
-                .filter(|o| o.key.run_at >= index_from)
                 .map(|o| HotEntry::new(o.key, o.key.run_at, o.bucket))
                 .collect();
             done.indexed += entries.len() as u64;
             self.index.add(&entries).await?;
         }
+        self.timers.advance_watermarks(&marks).await?;
         Ok(done)
+    }
+
+    /// Rebuilds the shards of `bucket` in the lead window that the hot index does not have
+    /// (Redis lost them, or was down when their rows were written) from the database's
+    /// claimable rows, and marks every shard of the window present, so a scheduler can tell
+    /// a shard with nothing due from one that was lost. Returns how many were built.
+    async fn build_missing_shards(&self, bucket: Bucket, now: Timestamp) -> StoreResult<u64> {
+        let until = now.saturating_add(self.horizon.lead);
+        let mut shard = ShardKey::new(now, bucket);
+        let mut shards = Vec::new();
+        let mut built = 0;
+        while shard.minute_start() < until {
+            if !self.index.shard_exists(shard).await? {
+                let due = self
+                    .occurrences
+                    .due_in_bucket(
+                        bucket,
+                        shard.minute_start(),
+                        shard.minute_end(),
+                        REPAIR_LIMIT,
+                    )
+                    .await?;
+                let entries: Vec<HotEntry> = due
+                    .iter()
+                    .map(|(key, due)| HotEntry::new(*key, *due, bucket))
+                    .collect();
+                self.index.add(&entries).await?;
+                built += 1;
+            }
+            shards.push(shard);
+            shard = ShardKey::new(shard.minute_end(), bucket);
+        }
+        self.index.touch(&shards).await?;
+        Ok(built)
     }
 }
 
-/// Where a timer's rows start: [`CATCH_UP`] back, but not before its last change.
+/// Where a timer's catch-up starts: [`CATCH_UP`] back, but not before its last change.
 fn catch_up_from(timer: &Timer, now: Timestamp) -> Timestamp {
     timer.updated_at.max(now.saturating_sub(CATCH_UP)).min(now)
 }
 
-fn occurrences_of(
-    timer: &Timer,
-    from: Timestamp,
-    to: Timestamp,
-) -> impl Iterator<Item = NewOccurrence> + '_ {
-    timer
-        .spec
-        .schedule
-        .occurrences_between(from, to)
-        .map(move |run_at| NewOccurrence {
-            key: TaskKey::new(timer.id, run_at),
-            timer_version: timer.version,
-            bucket: timer.bucket,
-        })
+fn millis(ms: i64) -> Duration {
+    Duration::from_millis(u64::try_from(ms).unwrap_or(0))
 }

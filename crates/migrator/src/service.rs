@@ -1,66 +1,62 @@
-//! The migrator service: the periodic step, split across replicas by bucket leases, and
-//! materializing one timer on demand.
+//! The migrator service: continuous passes over every bucket, split across replicas by
+//! bucket leases, and materializing one timer on demand.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use chime_domain::{BucketCount, Clock, TimerId, Timestamp};
+use chime_domain::{BucketCount, Horizon, TimerId, Timestamp};
 use chime_storage::{LeaseToken, Leases, StoreResult};
 use tokio_util::sync::CancellationToken;
 
 use crate::{Materialized, Materializer};
 
 #[derive(Debug, Clone, Copy)]
-pub struct StepSettings {
-    /// How often occurrences are materialized; each step covers the next `2 × step`.
-    pub step: Duration,
+pub struct MigratorSettings {
+    /// How far ahead every timer is kept written.
+    pub horizon: Horizon,
+    /// How often a replica passes over its buckets.
+    pub interval: Duration,
     pub buckets: BucketCount,
-    /// The lease a replica holds on a bucket while it works on it, renewed every third of
-    /// it; a replica that dies mid-bucket frees it within this long.
+    /// The lease a replica holds on a bucket, renewed every pass and while it works on it;
+    /// a replica that dies frees its buckets within this long.
     pub work_lease: Duration,
 }
 
-impl StepSettings {
-    pub fn new(step: Duration, buckets: BucketCount) -> Self {
+impl MigratorSettings {
+    pub fn new(horizon: Horizon, buckets: BucketCount) -> Self {
         Self {
-            step,
+            horizon,
+            interval: Duration::from_secs(1),
             buckets,
             work_lease: Duration::from_secs(3),
         }
     }
 
-    /// `step`, `work_lease` and `buckets` of the config.
+    /// `[migrator]` and `buckets` of the config.
     pub fn from_config(config: &chime_runtime::Config) -> Self {
         Self {
+            interval: config.migrator.interval.get(),
             work_lease: config.migrator.work_lease.get(),
-            ..Self::new(config.migrator.step.get(), config.buckets)
+            ..Self::new(config.horizon(), config.buckets)
         }
-    }
-
-    /// Each step writes this far ahead: one step of slack, so a missed step loses nothing.
-    pub fn horizon(&self) -> Duration {
-        self.step.saturating_mul(2)
-    }
-
-    /// How often a replica looks for buckets whose step nobody has done yet.
-    fn poll(&self) -> Duration {
-        (self.step / 2).clamp(Duration::from_millis(500), Duration::from_secs(5))
     }
 }
 
-/// What one pass of [`Migrator::run_step`] did.
+/// What one pass of [`Migrator::run_pass`] did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct StepReport {
-    /// Buckets this replica materialized (others were done, or held by another replica).
+pub struct PassReport {
+    /// Buckets this replica worked (the others are held by other replicas).
     pub buckets: u32,
     pub materialized: Materialized,
+    pub built_shards: u64,
+    /// The largest watermark lag among the buckets worked.
+    pub lag: Duration,
 }
 
 pub struct Migrator {
     materializer: Materializer,
     leases: Arc<dyn Leases>,
-    clock: Arc<dyn Clock>,
-    settings: StepSettings,
+    settings: MigratorSettings,
     token: LeaseToken,
 }
 
@@ -68,79 +64,62 @@ impl Migrator {
     pub fn new(
         materializer: Materializer,
         leases: Arc<dyn Leases>,
-        clock: Arc<dyn Clock>,
-        settings: StepSettings,
+        settings: MigratorSettings,
     ) -> Self {
         Self {
             materializer,
             leases,
-            clock,
             settings,
             token: LeaseToken::random(),
         }
     }
 
-    pub fn settings(&self) -> StepSettings {
+    pub fn settings(&self) -> MigratorSettings {
         self.settings
     }
 
-    /// Materializes one timer's horizon now (the gateway's `MigrateTimer`), and indexes the
-    /// occurrence a trigger inserted at `triggered`.
+    /// Materializes one timer now and indexes the occurrence a trigger inserted at
+    /// `triggered` (`MigrateTimer`: for operators; the gateway does not need it).
     pub async fn migrate_timer(
         &self,
         id: TimerId,
         triggered: Option<Timestamp>,
     ) -> StoreResult<Materialized> {
-        self.materializer
-            .timer(id, self.settings.horizon(), triggered)
-            .await
+        self.materializer.timer(id, triggered).await
     }
 
     /// [`Migrator::migrate_timer`] for several timers at once, without triggers.
     pub async fn migrate_timers(&self, ids: &[TimerId]) -> StoreResult<Materialized> {
-        self.materializer.timers(ids, self.settings.horizon()).await
+        self.materializer.timers(ids).await
     }
 
-    /// Materializes every bucket whose current step no replica has done yet. A bucket is
-    /// worked under a lease named by step and bucket; once done, the lease is kept until the
-    /// step ends, so it doubles as the "done" mark and no replica repeats the work.
-    pub async fn run_step(&self) -> StoreResult<StepReport> {
-        let now = self.clock.now();
-        let step_ms = i64::try_from(self.settings.step.as_millis())
-            .unwrap_or(i64::MAX)
-            .max(1);
-        let index = now.as_millis() / step_ms;
-        let step_end = Timestamp::from_millis((index + 1).saturating_mul(step_ms));
-        let mut report = StepReport::default();
+    fn lease_name(bucket: chime_domain::Bucket) -> String {
+        format!("migrator:bucket:{}", bucket.get())
+    }
+
+    /// Keeps the buckets this replica holds and takes free ones: ownership sticks while the
+    /// replica lives, and a dead replica's buckets go to another within `work_lease`.
+    async fn hold(&self, name: &str) -> StoreResult<bool> {
+        let ttl = self.settings.work_lease;
+        Ok(self.leases.renew(name, &self.token, ttl).await?
+            || self.leases.acquire(name, &self.token, ttl).await?)
+    }
+
+    /// One pass over every bucket this replica holds or can take.
+    pub async fn run_pass(&self) -> StoreResult<PassReport> {
+        let mut report = PassReport::default();
         for bucket in self.settings.buckets.all() {
-            let name = format!("migrator:{index}:{}", bucket.get());
-            if !self
-                .leases
-                .acquire(&name, &self.token, self.settings.work_lease)
-                .await?
-            {
+            let name = Self::lease_name(bucket);
+            if !self.hold(&name).await? {
                 continue;
             }
-            match self
-                .hold_while(
-                    &name,
-                    self.materializer.bucket(bucket, self.settings.horizon()),
-                )
-                .await
-            {
-                Ok(done) => {
-                    report.buckets += 1;
-                    report.materialized += done;
-                    let left = step_end.as_millis() - self.clock.now().as_millis();
-                    let keep = Duration::from_millis(u64::try_from(left).unwrap_or(0).max(1_000));
-                    self.leases.renew(&name, &self.token, keep).await?;
-                }
-                Err(e) => {
-                    // Free the bucket at once so this or another replica retries it.
-                    let _ = self.leases.release(&name, &self.token).await;
-                    return Err(e);
-                }
-            }
+            let pass = self
+                .hold_while(&name, self.materializer.bucket(bucket))
+                .await?;
+            report.buckets += 1;
+            report.materialized += pass.materialized;
+            report.built_shards += pass.built_shards;
+            report.lag = report.lag.max(pass.lag);
         }
         Ok(report)
     }
@@ -166,39 +145,56 @@ impl Migrator {
         }
     }
 
-    /// Runs steps until `shutdown`: at start, then whenever a bucket's step is not done.
+    /// Frees every bucket lease this replica holds, so another replica takes over at once.
+    async fn release_all(&self) {
+        for bucket in self.settings.buckets.all() {
+            let _ = self
+                .leases
+                .release(&Self::lease_name(bucket), &self.token)
+                .await;
+        }
+    }
+
+    /// Runs passes every `interval` until `shutdown`.
     pub async fn run(&self, shutdown: CancellationToken) {
-        let poll = self.settings.poll();
         loop {
-            let step = tokio::select! {
-                // Leases of an interrupted step expire by themselves.
+            let pass = tokio::select! {
                 () = shutdown.cancelled() => break,
-                step = self.run_step() => step,
+                pass = self.run_pass() => pass,
             };
-            match step {
-                Ok(r) if r.buckets > 0 => {
+            match pass {
+                Ok(r) => {
+                    metrics::gauge!("chime_migrator_buckets_held").set(f64::from(r.buckets));
+                    if r.buckets > 0 {
+                        metrics::gauge!("chime_migrator_watermark_lag_seconds")
+                            .set(r.lag.as_secs_f64());
+                    }
                     metrics::counter!("chime_migrator_occurrences_written_total")
                         .increment(r.materialized.written);
                     metrics::counter!("chime_migrator_occurrences_indexed_total")
                         .increment(r.materialized.indexed);
-                    tracing::info!(
-                        buckets = r.buckets,
-                        timers = r.materialized.timers,
-                        written = r.materialized.written,
-                        indexed = r.materialized.indexed,
-                        "materialized step"
-                    );
+                    metrics::counter!("chime_migrator_shards_built_total")
+                        .increment(r.built_shards);
+                    if r.materialized.written > 0 {
+                        tracing::debug!(
+                            buckets = r.buckets,
+                            timers = r.materialized.timers,
+                            written = r.materialized.written,
+                            lag_ms = r.lag.as_millis() as u64,
+                            "extended timers"
+                        );
+                    }
                 }
-                Ok(_) => {}
                 Err(e) => {
-                    metrics::counter!("chime_migrator_step_failures_total").increment(1);
-                    tracing::warn!(error = %e, "materialization step failed; retrying");
+                    metrics::counter!("chime_migrator_pass_failures_total").increment(1);
+                    tracing::warn!(error = %e, "materialization pass failed; retrying");
                 }
             }
             tokio::select! {
                 () = shutdown.cancelled() => break,
-                () = tokio::time::sleep(poll) => {}
+                () = tokio::time::sleep(self.settings.interval) => {}
             }
         }
+        self.release_all().await;
     }
 }

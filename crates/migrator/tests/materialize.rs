@@ -1,23 +1,29 @@
-//! Materialization against real PostgreSQL and Redis.
+//! Rolling materialization against real PostgreSQL and Redis, on an injected clock.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use chime_domain::{
-    BucketCount, CallbackInput, Clock, ManualClock, NewTimer, ScheduleInput, ShardKey, SystemClock,
-    TaskKey, Timer, TimerSpec, Timestamp,
+    BucketCount, CallbackInput, Clock, Horizon, ManualClock, NewTimer, ScheduleInput, ShardKey,
+    SystemClock, TaskKey, Timer, TimerSpec, Timestamp,
 };
-use chime_migrator::{Materialized, Materializer, Migrator, StepReport, StepSettings};
+use chime_migrator::{Materialized, Materializer, Migrator, MigratorSettings, PassReport};
+use chime_storage::postgres::PgStore;
 use chime_storage::testkit::{self, PgFixture, RedisFixture};
 use chime_storage::{HotIndex, OccurrenceStore, PageRequest, RunFilter, TimerStore};
 
-const HORIZON: Duration = Duration::from_secs(60);
+const MINUTE: Horizon = Horizon {
+    lead: Duration::from_secs(60),
+    max_rows: 100,
+};
 
 struct Setup {
-    db: PgFixture,
+    _db: PgFixture,
     redis: RedisFixture,
+    /// The fixture's schema, on the test's clock.
+    store: Arc<PgStore>,
     index: Arc<dyn HotIndex>,
     clock: ManualClock,
     m: Materializer,
@@ -31,15 +37,22 @@ async fn setup() -> Setup {
     // expires shards by its own clock.
     let now = SystemClock.now().as_millis() / 1000 * 1000;
     let clock = ManualClock::new(Timestamp::from_millis(now));
+    let store = Arc::new(PgStore::from_pool(
+        db.store.pool().clone(),
+        Arc::new(clock.clone()),
+        BucketCount::DEFAULT,
+    ));
     let m = Materializer::new(
-        db.store(),
-        db.store(),
+        store.clone(),
+        store.clone(),
         index.clone(),
         Arc::new(clock.clone()),
+        MINUTE,
     );
     Setup {
-        db,
+        _db: db,
         redis,
+        store,
         index,
         clock,
         m,
@@ -63,14 +76,19 @@ fn spec(name: &str, schedule: ScheduleInput, now: Timestamp) -> TimerSpec {
     }
 }
 
+/// Creates a timer as the gateway does: with its first occurrences (not indexed here).
 async fn create(s: &Setup, name: &str, schedule: ScheduleInput, enabled: bool) -> Timer {
-    s.db.store
-        .create_timer(NewTimer {
-            spec: spec(name, schedule, s.clock.now()),
-            enabled,
-        })
+    s.store
+        .create_timer(
+            NewTimer {
+                spec: spec(name, schedule, s.clock.now()),
+                enabled,
+            },
+            MINUTE,
+        )
         .await
         .unwrap()
+        .timer
 }
 
 fn every(d: &str) -> ScheduleInput {
@@ -87,27 +105,33 @@ fn at(t: Timestamp) -> ScheduleInput {
     }
 }
 
-async fn all_buckets(s: &Setup) -> Materialized {
+/// One pass over every bucket, as a replica holding all of them makes it.
+async fn pass(s: &Setup) -> (Materialized, u64, Duration) {
     let mut total = Materialized::default();
+    let mut built = 0;
+    let mut lag = Duration::ZERO;
     for b in BucketCount::DEFAULT.all() {
-        total += s.m.bucket(b, HORIZON).await.unwrap();
+        let p = s.m.bucket(b).await.unwrap();
+        total += p.materialized;
+        built += p.built_shards;
+        lag = lag.max(p.lag);
     }
-    total
+    (total, built, lag)
 }
 
-async fn indexed(s: &Setup, t: &Timer) -> Vec<i64> {
-    let now = s.clock.now();
+/// Offsets from `origin` (ms) of the timer's members in the hot index.
+async fn indexed(s: &Setup, t: &Timer, origin: Timestamp) -> Vec<i64> {
     let mut found = Vec::new();
-    for minute in 0..3 {
-        let shard = ShardKey::new(now.add_millis(minute * 60_000), t.bucket);
+    for minute in -1..8 {
+        let shard = ShardKey::new(origin.add_millis(minute * 60_000), t.bucket);
         for (key, _) in s
             .index
-            .due(shard, now.add_millis(3_600_000), 1000)
+            .due(shard, origin.add_millis(3_600_000), 10_000)
             .await
             .unwrap()
         {
             if key.timer_id == t.id {
-                found.push(key.run_at.as_millis() - now.as_millis());
+                found.push(key.run_at.as_millis() - origin.as_millis());
             }
         }
     }
@@ -115,187 +139,229 @@ async fn indexed(s: &Setup, t: &Timer) -> Vec<i64> {
     found
 }
 
+/// Offsets from `origin` (ms) of the timer's stored occurrences, oldest first.
+async fn stored(s: &Setup, t: &Timer, origin: Timestamp) -> Vec<i64> {
+    let runs = s
+        .store
+        .list_runs(
+            &RunFilter {
+                timer_id: t.id,
+                status: None,
+                due_by: None,
+            },
+            &PageRequest {
+                size: chime_domain::PageSize::new(Some(1000)).unwrap(),
+                token: None,
+            },
+        )
+        .await
+        .unwrap();
+    let mut offsets: Vec<i64> = runs
+        .items
+        .iter()
+        .map(|o| o.key.run_at.as_millis() - origin.as_millis())
+        .collect();
+    offsets.sort();
+    offsets
+}
+
+fn secs(list: &[i64]) -> Vec<i64> {
+    list.iter().map(|ms| ms * 1000).collect()
+}
+
 #[tokio::test]
-async fn a_step_materializes_the_horizon_once() {
+async fn a_pass_extends_only_the_timers_running_out_of_rows() {
     let s = setup().await;
-    let now = s.clock.now();
+    let t0 = s.clock.now();
     let ticking = create(&s, "every-10s", every("10s"), true).await;
-    let once = create(&s, "once", at(now.add_millis(30_000)), true).await;
-    create(&s, "later", at(now.add_millis(7_200_000)), true).await;
-    create(&s, "off", every("10s"), false).await;
+    let once = create(&s, "once", at(t0.add_millis(30_000)), true).await;
+    let later = create(&s, "later", at(t0.add_millis(7_200_000)), true).await;
+    let off = create(&s, "off", every("10s"), false).await;
+    // Written with the timers: the lead's fire times, the one-shots whole.
+    assert_eq!(stored(&s, &ticking, t0).await, secs(&[10, 20, 30, 40, 50]));
+    assert_eq!(stored(&s, &once, t0).await, secs(&[30]));
+    assert_eq!(stored(&s, &later, t0).await, secs(&[7200]));
+    assert!(stored(&s, &off, t0).await.is_empty());
 
-    let first = all_buckets(&s).await;
-    assert_eq!(first.timers, 3, "disabled timers are not read");
-    // every-10s fires at +10 … +50 inside [now, now+60s); the one-shot at +30s.
-    assert_eq!((first.occurrences, first.written, first.indexed), (6, 6, 6));
+    // Nothing is running out: a pass writes nothing.
+    let (first, _, lag) = pass(&s).await;
+    assert_eq!((first.timers, first.written), (0, 0));
+    assert_eq!(lag, Duration::ZERO);
+
+    // 31 s on, the every-10s timer has less than half the lead left: it alone is extended
+    // to +90 s, and indexed.
+    s.clock.advance(Duration::from_secs(31));
+    let (second, _, lag) = pass(&s).await;
+    assert_eq!((second.timers, second.written), (1, 4));
     assert_eq!(
-        indexed(&s, &ticking).await,
-        vec![10_000, 20_000, 30_000, 40_000, 50_000]
+        lag,
+        Duration::from_secs(1),
+        "the watermark at +60 s vs. the refill point +61 s"
     );
-    assert_eq!(indexed(&s, &once).await, vec![30_000]);
-
-    // Every shard of the window exists, empty or not; none beyond it.
-    for b in BucketCount::DEFAULT.all() {
-        assert!(s.index.shard_exists(ShardKey::new(now, b)).await.unwrap());
-        assert!(
-            s.index
-                .shard_exists(ShardKey::new(now.add_millis(59_999), b))
-                .await
-                .unwrap()
-        );
-        assert!(
-            !s.index
-                .shard_exists(ShardKey::new(now.add_millis(120_000), b))
-                .await
-                .unwrap()
-        );
-    }
-
-    let again = all_buckets(&s).await;
     assert_eq!(
-        (again.occurrences, again.written),
-        (6, 0),
-        "a repeat writes nothing"
+        stored(&s, &ticking, t0).await,
+        secs(&[10, 20, 30, 40, 50, 60, 70, 80, 90])
     );
-    assert_eq!(indexed(&s, &ticking).await.len(), 5);
+    // The first pass built the missing shards from the database: all of it is indexed.
+    assert_eq!(
+        indexed(&s, &ticking, t0).await,
+        secs(&[10, 20, 30, 40, 50, 60, 70, 80, 90])
+    );
+    let again = pass(&s).await.0;
+    assert_eq!(again.written, 0, "a repeat writes nothing");
 
-    // Thirty seconds on, [+30s, +90s) adds the ticks at +60, +70 and +80.
-    s.clock.advance(Duration::from_secs(30));
-    let later = all_buckets(&s).await;
-    assert_eq!(later.written, 3);
-    let runs =
-        s.db.store
-            .list_runs(
-                &RunFilter {
-                    timer_id: ticking.id,
-                    status: None,
-                    due_by: None,
-                },
-                &PageRequest::default(),
-            )
-            .await
-            .unwrap();
-    assert_eq!(runs.items.len(), 8);
-    assert!(
-        runs.items
-            .iter()
-            .all(|o| o.timer_version == 1 && o.bucket == ticking.bucket)
+    // The migrator was away for 200 s: the pass catches up 30 s back and writes the lead.
+    s.clock.advance(Duration::from_secs(200));
+    let (late, _, lag) = pass(&s).await;
+    assert_eq!(
+        late.written,
+        3 + 6,
+        "+210..+230 caught up, +240..+290 ahead"
+    );
+    assert_eq!(lag, Duration::from_secs(261 - 100));
+    let rows = stored(&s, &ticking, t0).await;
+    assert_eq!(
+        rows[9..],
+        secs(&[210, 220, 230, 240, 250, 260, 270, 280, 290])
     );
 }
 
 #[tokio::test]
-async fn one_timer_on_demand() {
+async fn missing_shards_are_built_from_the_database() {
     let s = setup().await;
+    let t0 = s.clock.now();
+    let t = create(&s, "every-10s", every("10s"), true).await;
+    // Nothing indexed the rows the create wrote (as when Redis was down then).
+    assert!(indexed(&s, &t, t0).await.is_empty());
+    let (_, built, _) = pass(&s).await;
+    assert!(built >= 16, "every bucket's shards of the lead: {built}");
+    assert_eq!(indexed(&s, &t, t0).await, secs(&[10, 20, 30, 40, 50]));
+    for b in BucketCount::DEFAULT.all() {
+        assert!(s.index.shard_exists(ShardKey::new(t0, b)).await.unwrap());
+    }
+    // Present shards are left alone.
+    assert_eq!(pass(&s).await.1, 0);
+
+    // Redis loses everything: the next pass builds the shards again.
+    s.redis.backend.delete_prefix().await.unwrap();
+    assert!(indexed(&s, &t, t0).await.is_empty());
+    let (_, rebuilt, _) = pass(&s).await;
+    assert_eq!(rebuilt, built);
+    assert_eq!(indexed(&s, &t, t0).await, secs(&[10, 20, 30, 40, 50]));
+}
+
+#[tokio::test]
+async fn a_timer_on_demand_is_indexed_and_caught_up() {
+    let s = setup().await;
+    let t0 = s.clock.now();
     let t = create(&s, "every-20s", every("20s"), true).await;
-    let done = s.m.timer(t.id, HORIZON, None).await.unwrap();
-    assert_eq!((done.timers, done.written), (1, 2));
-    assert_eq!(s.m.timer(t.id, HORIZON, None).await.unwrap().written, 0);
+    let done = s.m.timer(t.id, None).await.unwrap();
+    assert_eq!((done.timers, done.written, done.indexed), (1, 0, 2));
+    assert_eq!(indexed(&s, &t, t0).await, secs(&[20, 40]));
 
-    // A newer version adopts the pending rows it keeps and adds the new fire times.
-    let mut changed = t.spec.clone();
-    changed.schedule = every("10s").resolve(s.clock.now(), None, None).unwrap();
-    let v2 =
-        s.db.store
-            .update_timer(t.id, Some(1), changed)
-            .await
-            .unwrap();
-    let after = s.m.timer(t.id, HORIZON, None).await.unwrap();
-    assert_eq!(after.occurrences, 5);
-    assert_eq!(after.written, 5, "2 adopted by version 2, 3 new");
-    let row =
-        s.db.store
-            .get_occurrence(TaskKey::new(t.id, s.clock.now().add_millis(20_000)))
-            .await
-            .unwrap()
-            .unwrap();
-    assert_eq!(row.timer_version, v2.version);
+    // A trigger's occurrence, off the schedule.
+    let triggered = TaskKey::new(t.id, t0.add_millis(5_000));
+    s.store
+        .insert_occurrences(&[chime_domain::NewOccurrence {
+            key: triggered,
+            timer_version: t.version,
+            bucket: t.bucket,
+        }])
+        .await
+        .unwrap();
+    s.m.timer(t.id, Some(triggered.run_at)).await.unwrap();
+    assert_eq!(indexed(&s, &t, t0).await, secs(&[5, 20, 40]));
 
-    s.db.store.set_timer_enabled(t.id, false).await.unwrap();
+    s.store
+        .set_timer_enabled(t.id, false, MINUTE)
+        .await
+        .unwrap();
     assert_eq!(
-        s.m.timer(t.id, HORIZON, None).await.unwrap(),
+        s.m.timer(t.id, None).await.unwrap(),
         Materialized::default()
     );
-    s.db.store.delete_timer(t.id).await.unwrap();
-    assert!(s.m.timer(t.id, HORIZON, None).await.is_err());
+    s.store.delete_timer(t.id).await.unwrap();
+    assert!(s.m.timer(t.id, None).await.is_err());
 }
 
-fn replica(s: &Setup, leases: Arc<dyn chime_storage::Leases>, step: Duration) -> Arc<Migrator> {
+fn replica(
+    s: &Setup,
+    leases: Arc<dyn chime_storage::Leases>,
+    work_lease: Duration,
+) -> Arc<Migrator> {
+    let mut settings = MigratorSettings::new(MINUTE, BucketCount::DEFAULT);
+    settings.work_lease = work_lease;
     Arc::new(Migrator::new(
         Materializer::new(
-            s.db.store(),
-            s.db.store(),
+            s.store.clone(),
+            s.store.clone(),
             s.index.clone(),
             Arc::new(s.clock.clone()),
+            MINUTE,
         ),
         leases,
-        Arc::new(s.clock.clone()),
-        StepSettings::new(step, BucketCount::DEFAULT),
+        settings,
     ))
 }
 
 #[tokio::test]
-async fn replicas_split_a_step_by_bucket_and_do_it_once() {
+async fn a_replica_keeps_its_buckets_and_another_takes_them_when_it_dies() {
     let s = setup().await;
     for i in 0..40 {
         create(&s, &format!("t{i}"), every("10s"), true).await;
     }
     let leases = s.redis.leases();
-    let step = Duration::from_secs(30);
+    let lease = Duration::from_secs(1);
     let (a, b) = (
-        replica(&s, leases.clone(), step),
-        replica(&s, leases.clone(), step),
+        replica(&s, leases.clone(), lease),
+        replica(&s, leases.clone(), lease),
     );
-    let (ra, rb) = tokio::join!(a.run_step(), b.run_step());
-    let (ra, rb) = (ra.unwrap(), rb.unwrap());
-    assert_eq!(
-        ra.buckets + rb.buckets,
-        16,
-        "each bucket once: {ra:?} {rb:?}"
-    );
-    assert_eq!(ra.materialized.timers + rb.materialized.timers, 40);
-    // The horizon is two steps: 60 s of every-10s ticks.
-    assert_eq!(ra.materialized.written + rb.materialized.written, 40 * 5);
-    // The step is done: no replica repeats it.
-    assert_eq!(a.run_step().await.unwrap(), StepReport::default());
-    assert_eq!(b.run_step().await.unwrap(), StepReport::default());
+    s.clock.advance(Duration::from_secs(31));
+    let ra = a.run_pass().await.unwrap();
+    let rb = b.run_pass().await.unwrap();
+    assert_eq!((ra.buckets, rb.buckets), (16, 0), "{ra:?} {rb:?}");
+    assert_eq!(ra.materialized.written, 40 * 4);
+    assert_eq!(a.run_pass().await.unwrap().buckets, 16, "ownership sticks");
+    assert_eq!(b.run_pass().await.unwrap(), PassReport::default());
+
+    // `a` stops renewing (as a killed replica does): `b` takes over once the leases lapse.
+    drop(a);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = b.run_pass().await.unwrap();
+        if r.buckets == 16 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "b took {} buckets", r.buckets);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 #[tokio::test]
-async fn a_bucket_held_elsewhere_is_picked_up_once_free() {
+async fn a_bucket_held_elsewhere_is_left_to_its_holder() {
     let s = setup().await;
-    create(&s, "t", every("10s"), true).await;
     let leases = s.redis.leases();
-    let m = replica(&s, leases.clone(), Duration::from_secs(30));
-    // Take one bucket's lease as if another replica were working on it.
-    let now = s.clock.now().as_millis();
-    let index = now / 30_000;
+    let m = replica(&s, leases.clone(), Duration::from_secs(3));
     let other = chime_storage::LeaseToken::random();
     assert!(
         leases
-            .acquire(
-                &format!("migrator:{index}:3"),
-                &other,
-                Duration::from_secs(30)
-            )
+            .acquire("migrator:bucket:3", &other, Duration::from_secs(30))
             .await
             .unwrap()
     );
-    assert_eq!(m.run_step().await.unwrap().buckets, 15);
-    leases
-        .release(&format!("migrator:{index}:3"), &other)
-        .await
-        .unwrap();
+    assert_eq!(m.run_pass().await.unwrap().buckets, 15);
+    leases.release("migrator:bucket:3", &other).await.unwrap();
     assert_eq!(
-        m.run_step().await.unwrap().buckets,
-        1,
-        "the freed bucket is picked up"
+        m.run_pass().await.unwrap().buckets,
+        16,
+        "the freed bucket is taken"
     );
 }
 
 type MigratorClient =
     chime_proto::v1::migrator_service_client::MigratorServiceClient<tonic::transport::Channel>;
 
-/// A migrator replica (30 s steps) serving gRPC on loopback, a client, and how to stop it.
+/// A migrator replica serving gRPC on loopback, a client, and how to stop it.
 async fn serve_grpc(
     s: &Setup,
 ) -> (
@@ -303,7 +369,7 @@ async fn serve_grpc(
     tokio_util::sync::CancellationToken,
     tokio::task::JoinHandle<anyhow::Result<()>>,
 ) {
-    let m = replica(s, s.redis.leases(), Duration::from_secs(30));
+    let m = replica(s, s.redis.leases(), Duration::from_secs(3));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let stop = tokio_util::sync::CancellationToken::new();
@@ -322,14 +388,14 @@ async fn serve_grpc(
 
 #[tokio::test]
 async fn migrate_timer_over_grpc() {
-    use chime_proto::v1::MigrateTimerRequest;
+    use chime_proto::v1::{MigrateTimerRequest, MigrateTimersRequest};
 
     let s = setup().await;
+    let t0 = s.clock.now();
     let t = create(&s, "every-20s", every("20s"), true).await;
     let (mut client, stop, server) = serve_grpc(&s).await;
-    // A trigger's occurrence, off the schedule: inserted by the gateway, indexed on request.
-    let triggered = TaskKey::new(t.id, s.clock.now().add_millis(5_000));
-    s.db.store
+    let triggered = TaskKey::new(t.id, t0.add_millis(5_000));
+    s.store
         .insert_occurrences(&[chime_domain::NewOccurrence {
             key: triggered,
             timer_version: t.version,
@@ -337,34 +403,14 @@ async fn migrate_timer_over_grpc() {
         }])
         .await
         .unwrap();
-    // The step ran at start too, so the on-demand call may find the rows written already.
-    let done = client
+    client
         .migrate_timer(MigrateTimerRequest {
             timer_id: t.id.get(),
             triggered_run_at_ms: Some(triggered.run_at.as_millis()),
         })
         .await
-        .unwrap()
-        .into_inner();
-    assert!(done.materialized <= 3);
-    assert_eq!(indexed(&s, &t).await, vec![5_000, 20_000, 40_000]);
-    let runs =
-        s.db.store
-            .list_runs(
-                &RunFilter {
-                    timer_id: t.id,
-                    status: None,
-                    due_by: None,
-                },
-                &PageRequest::default(),
-            )
-            .await
-            .unwrap();
-    assert_eq!(
-        runs.items.len(),
-        3,
-        "the trigger, +20s and +40s within the 60s horizon"
-    );
+        .unwrap();
+    assert_eq!(indexed(&s, &t, t0).await, secs(&[5, 20, 40]));
     let missing = client
         .migrate_timer(MigrateTimerRequest {
             timer_id: 987_654_321,
@@ -381,41 +427,12 @@ async fn migrate_timer_over_grpc() {
         .await
         .unwrap_err();
     assert_eq!(bad.code(), tonic::Code::InvalidArgument);
-    stop.cancel();
-    server.await.unwrap().unwrap();
-}
-
-#[tokio::test]
-async fn a_batch_of_timers_materializes_in_one_call() {
-    let s = setup().await;
-    let a = create(&s, "a", every("20s"), true).await;
-    let b = create(&s, "b", every("30s"), true).await;
-    let off = create(&s, "off", every("20s"), false).await;
-    let unknown = chime_domain::TimerId::new(987_654_321).unwrap();
-    let done =
-        s.m.timers(&[a.id, b.id, off.id, unknown], Duration::from_secs(60))
-            .await
-            .unwrap();
-    assert_eq!((done.timers, done.written, done.indexed), (2, 3, 3));
-    assert_eq!(indexed(&s, &a).await, vec![20_000, 40_000]);
-    assert_eq!(indexed(&s, &b).await, vec![30_000]);
-    assert!(indexed(&s, &off).await.is_empty(), "disabled: nothing");
-}
-
-#[tokio::test]
-async fn migrate_timers_over_grpc_checks_its_ids() {
-    use chime_proto::v1::MigrateTimersRequest;
-
-    let s = setup().await;
-    let a = create(&s, "a", every("20s"), true).await;
-    let (mut client, stop, server) = serve_grpc(&s).await;
     client
         .migrate_timers(MigrateTimersRequest {
-            timer_ids: vec![a.id.get(), 987_654_321],
+            timer_ids: vec![t.id.get(), 987_654_321],
         })
         .await
         .unwrap();
-    assert_eq!(indexed(&s, &a).await, vec![20_000, 40_000]);
     for bad in [vec![-1], vec![1; 1_001]] {
         let e = client
             .migrate_timers(MigrateTimersRequest { timer_ids: bad })
@@ -432,29 +449,12 @@ async fn on_demand_catches_up_fire_times_since_the_change() {
     let s = setup().await;
     let t0 = s.clock.now();
     let t = create(&s, "every-1s", every("1s"), true).await;
-    // The call arrives 5 s after the create: the ticks since are not lost. (The store
-    // stamps updated_at by the real clock, a little after t0.)
-    s.clock.advance(Duration::from_secs(5));
-    let done = s.m.timer(t.id, HORIZON, None).await.unwrap();
-    let tick = |n: i64| TaskKey::new(t.id, t0.add_millis(n * 1_000));
-    assert!(
-        s.db.store.get_occurrence(tick(2)).await.unwrap().is_some(),
-        "a tick before the call is materialized"
-    );
-    let since = t.updated_at.as_millis() - t0.as_millis();
-    let first = ((since + 999) / 1_000).max(1);
-    // Ticks `first` … 64 (the horizon ends at t0 + 65 s, exclusive).
-    assert_eq!(done.written, (65 - first) as u64);
-    assert_eq!(
-        done.indexed, done.written,
-        "indexed too, in shards the schedulers still work"
-    );
-    // A timer changed long ago catches up at most CATCH_UP.
-    s.clock.advance(Duration::from_secs(120));
-    let late = s.m.timer(t.id, HORIZON, None).await.unwrap();
-    assert_eq!(
-        late.occurrences,
-        30 + 60,
-        "30 s of catch-up and the 60 s horizon"
-    );
+    // The create wrote +1 s … +59 s. 200 s later, with no pass in between, on demand
+    // writes the last 30 s and the next minute.
+    s.clock.advance(Duration::from_secs(200));
+    let done = s.m.timer(t.id, None).await.unwrap();
+    assert_eq!(done.written, 30 + 60);
+    let rows = stored(&s, &t, t0).await;
+    assert_eq!(rows.len(), 59 + 90);
+    assert_eq!(rows[59], 170_000);
 }

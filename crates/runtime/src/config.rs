@@ -155,10 +155,16 @@ impl Default for GatewayConfig {
 #[serde(deny_unknown_fields, default)]
 pub struct MigratorConfig {
     pub addr: SocketAddr,
-    /// How often occurrences are materialized; each step covers the next two steps.
-    pub step: Seconds,
-    /// The lease on a bucket while a replica materializes it; a dead replica's bucket is
-    /// redone this long after.
+    /// How far ahead every enabled timer's occurrences are written: by the gateway with the
+    /// timer, then by the migrator, which extends a timer once less than half is left.
+    /// Recurring timers keep firing at least this long with every migrator down.
+    pub lead: Seconds,
+    /// At most this many occurrences of one timer are written ahead, whatever `lead` says.
+    pub max_ahead: usize,
+    /// How often a migrator replica passes over its buckets.
+    pub interval: Seconds,
+    /// The lease on a bucket a replica works; a dead replica's buckets are taken over this
+    /// long after.
     pub work_lease: Seconds,
 }
 
@@ -166,8 +172,38 @@ impl Default for MigratorConfig {
     fn default() -> Self {
         Self {
             addr: SocketAddr::from(([0, 0, 0, 0], 50071)),
-            step: Seconds::secs(3600),
+            lead: Seconds(chime_domain::Horizon::DEFAULT.lead),
+            max_ahead: chime_domain::Horizon::DEFAULT.max_rows,
+            interval: Seconds::secs(1),
             work_lease: Seconds::secs(3),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RetentionConfig {
+    /// Succeeded, failed and skipped occurrences are kept this long after their due time,
+    /// and deleted timers this long after their deletion (then with all their rows).
+    pub history: Seconds,
+    /// Dead occurrences (attempts exhausted) are kept this long after their due time.
+    pub dead_letters: Seconds,
+    /// Create requests' idempotency keys are kept this long.
+    pub idempotency_keys: Seconds,
+    /// How often the janitor (one migrator replica at a time) looks for rows to remove.
+    pub interval: Seconds,
+    /// Rows one delete statement removes at most.
+    pub batch: u32,
+}
+
+impl Default for RetentionConfig {
+    fn default() -> Self {
+        Self {
+            history: Seconds::secs(7 * 86_400),
+            dead_letters: Seconds::secs(30 * 86_400),
+            idempotency_keys: Seconds::secs(86_400),
+            interval: Seconds::secs(60),
+            batch: 5_000,
         }
     }
 }
@@ -266,6 +302,7 @@ pub struct Config {
     pub redis: RedisConfig,
     pub gateway: GatewayConfig,
     pub migrator: MigratorConfig,
+    pub retention: RetentionConfig,
     pub scheduler: SchedulerConfig,
     pub executor: ExecutorConfig,
     pub log: LogConfig,
@@ -281,6 +318,7 @@ impl Default for Config {
             redis: RedisConfig::default(),
             gateway: GatewayConfig::default(),
             migrator: MigratorConfig::default(),
+            retention: RetentionConfig::default(),
             scheduler: SchedulerConfig::default(),
             executor: ExecutorConfig::default(),
             log: LogConfig::default(),
@@ -354,11 +392,29 @@ impl Config {
         if self.executor.max_in_flight == 0 {
             return bad("executor.max_in_flight must be at least 1");
         }
-        if self.migrator.step.get() < Duration::from_secs(1) {
-            return bad("migrator.step must be at least 1s");
+        if self.migrator.lead.get() < Duration::from_secs(10) {
+            return bad("migrator.lead must be at least 10s");
+        }
+        if self.migrator.max_ahead == 0 {
+            return bad("migrator.max_ahead must be at least 1");
+        }
+        if self.migrator.interval.get() < Duration::from_millis(100)
+            || self.migrator.interval.get() * 4 > self.migrator.lead.get()
+        {
+            return bad(
+                "migrator.interval must be at least 100ms and at most a quarter of migrator.lead",
+            );
         }
         if self.migrator.work_lease.get() < Duration::from_secs(1) {
             return bad("migrator.work_lease must be at least 1s");
+        }
+        if self.retention.batch == 0 || self.retention.interval.get() < Duration::from_secs(1) {
+            return bad("retention.batch must be at least 1 and retention.interval at least 1s");
+        }
+        if self.retention.history.get() < Duration::from_secs(3600)
+            || self.retention.dead_letters.get() < Duration::from_secs(3600)
+        {
+            return bad("retention.history and retention.dead_letters must be at least 1h");
         }
         if self.scheduler.lease_ttl.get() < Duration::from_secs(1) {
             return bad("scheduler.lease_ttl must be at least 1s");
@@ -370,6 +426,15 @@ impl Config {
             return bad("scheduler.misfire_threshold must not be below scheduler.sweep_after");
         }
         Ok(())
+    }
+
+    /// How far ahead timers are materialized (`migrator.lead`, `migrator.max_ahead`): the
+    /// gateway writes a timer's first occurrences with it, the migrator extends by it.
+    pub fn horizon(&self) -> chime_domain::Horizon {
+        chime_domain::Horizon {
+            lead: self.migrator.lead.get(),
+            max_rows: self.migrator.max_ahead,
+        }
     }
 
     /// The database URL, or a message naming the variable that sets it.
@@ -498,7 +563,8 @@ mod tests {
         assert_eq!(c.redis.prefix, "chime");
         assert_eq!(c.buckets.get(), 16);
         assert_eq!(c.executor.max_in_flight, 1024);
-        assert_eq!(c.migrator.step.get(), Duration::from_secs(3600));
+        assert_eq!(c.migrator.lead.get(), Duration::from_secs(60));
+        assert_eq!(c.migrator.max_ahead, 100);
         assert!(c.database_url().is_err());
     }
 
@@ -511,7 +577,7 @@ mod tests {
             [redis]
             prefix = "from-file"
             [migrator]
-            step = "10m"
+            lead = "10m"
         "#;
         let c = load_with(
             Some(file),
@@ -527,7 +593,7 @@ mod tests {
         assert_eq!(c.database.url.as_deref(), Some("postgres://env/db"));
         assert_eq!(c.buckets.get(), 32);
         assert_eq!(c.redis.prefix, "from-file");
-        assert_eq!(c.migrator.step.get(), Duration::from_secs(600));
+        assert_eq!(c.migrator.lead.get(), Duration::from_secs(600));
         assert_eq!(
             c.scheduler.executor_endpoints,
             vec!["http://a:50061".to_owned(), "http://b:50061".to_owned()]
@@ -548,11 +614,15 @@ mod tests {
             .to_string()
             .to_lowercase();
         assert!(err.contains("http_addr"), "{err}");
-        let err = load_with(None, &[("CHIME_MIGRATOR__STEP", "soon")])
+        let err = load_with(None, &[("CHIME_MIGRATOR__LEAD", "soon")])
             .unwrap_err()
             .to_string()
             .to_lowercase();
-        assert!(err.contains("step"), "{err}");
+        assert!(err.contains("lead"), "{err}");
+        let err = load_with(None, &[("CHIME_MIGRATOR__INTERVAL", "30s")])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("migrator.interval"), "{err}");
         let err = load_with(Some("[gateway]\nhttp_port = 1\n"), &[])
             .unwrap_err()
             .to_string()
@@ -621,19 +691,19 @@ mod tests {
     #[test]
     fn other_defaults_still_yield_to_file_and_env() {
         let mut defaults = Config::default();
-        defaults.migrator.step = Seconds::secs(60);
+        defaults.migrator.lead = Seconds::secs(30);
         let mut out = None;
         figment::Jail::expect_with(|jail| {
             jail.clear_env();
             let plain = Config::load_over(defaults.clone(), None);
-            jail.set_env("CHIME_MIGRATOR__STEP", "1h");
+            jail.set_env("CHIME_MIGRATOR__LEAD", "1h");
             let overridden = Config::load_over(defaults.clone(), None);
             out = Some((plain, overridden));
             Ok(())
         });
         let (plain, overridden) = out.expect("jail ran");
-        assert_eq!(plain.unwrap().migrator.step, Seconds::secs(60));
-        assert_eq!(overridden.unwrap().migrator.step, Seconds::secs(3600));
+        assert_eq!(plain.unwrap().migrator.lead, Seconds::secs(30));
+        assert_eq!(overridden.unwrap().migrator.lead, Seconds::secs(3600));
     }
 
     #[test]

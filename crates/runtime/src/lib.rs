@@ -8,7 +8,7 @@ mod telemetry;
 
 pub use config::{
     CommonArgs, Config, ConfigError, DatabaseConfig, ExecutorConfig, GatewayConfig, LogConfig,
-    LogFormat, MigratorConfig, RedisConfig, SchedulerConfig, Seconds,
+    LogFormat, MigratorConfig, RedisConfig, RetentionConfig, SchedulerConfig, Seconds,
 };
 pub use shutdown::{cancel_on_signal, shutdown_token};
 pub use telemetry::{init_tracing, prometheus};

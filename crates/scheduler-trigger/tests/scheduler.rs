@@ -364,12 +364,16 @@ async fn timer(
     delivery: DeliveryMode,
 ) -> Timer {
     s.db.store
-        .create_timer(NewTimer {
-            spec: timer_spec(name, schedule, misfire, delivery),
-            enabled: true,
-        })
+        .create_timer(
+            NewTimer {
+                spec: timer_spec(name, schedule, misfire, delivery),
+                enabled: true,
+            },
+            chime_domain::Horizon::DEFAULT,
+        )
         .await
         .unwrap()
+        .timer
 }
 
 fn every_second() -> ScheduleInput {

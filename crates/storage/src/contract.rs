@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chime_domain::{
-    AppName, Bucket, CallbackInput, Claim, NewOccurrence, NewTimer, OccurrenceStatus, Outcome,
-    PageSize, ScheduleInput, ShardKey, TaskKey, TimerId, TimerName, TimerSpec, Timestamp,
+    AppName, Bucket, CallbackInput, Claim, Horizon, NewOccurrence, NewTimer, OccurrenceStatus,
+    Outcome, PageSize, ScheduleInput, ShardKey, TaskKey, TimerId, TimerName, TimerSpec, Timestamp,
 };
 
 use crate::{
@@ -40,7 +40,13 @@ impl TimeControl for chime_domain::ManualClock {
     }
 }
 
+pub mod materialize;
+pub mod retention;
+
 const T0: i64 = 1_893_456_000_000; // 2030-01-01T00:00:00Z: clear of any real clock in tests.
+
+/// The horizon timer writes use in the contracts.
+const H: Horizon = Horizon::DEFAULT;
 
 /// A valid timer spec for tests.
 pub fn spec(app: &str, name: &str) -> TimerSpec {
@@ -122,9 +128,10 @@ pub mod timer_store {
 
     pub async fn create_then_get(store: Arc<dyn TimerStore>) {
         let created = store
-            .create_timer(new_timer("billing", "nightly"))
+            .create_timer(new_timer("billing", "nightly"), H)
             .await
-            .unwrap();
+            .unwrap()
+            .timer;
         assert_eq!(created.version, 1);
         assert!(created.enabled);
         assert_eq!(created.deleted_at, None);
@@ -137,9 +144,10 @@ pub mod timer_store {
         let fetched = store.get_timer(created.id).await.unwrap();
         assert_eq!(fetched, created);
         let other = store
-            .create_timer(new_timer("billing", "hourly"))
+            .create_timer(new_timer("billing", "hourly"), H)
             .await
-            .unwrap();
+            .unwrap()
+            .timer;
         assert_ne!(other.id, created.id);
     }
 
@@ -159,13 +167,16 @@ pub mod timer_store {
             idempotency: None,
         };
         let created = store
-            .create_timers(vec![plain("a"), plain("b")])
+            .create_timers(vec![plain("a"), plain("b")], H)
             .await
             .unwrap();
         assert_eq!(created.len(), 2);
-        assert!(created[0].id < created[1].id, "ids follow request order");
+        assert!(
+            created[0].timer.id < created[1].timer.id,
+            "ids follow request order"
+        );
         let failed = store
-            .create_timers(vec![plain("c"), plain("d"), plain("a")])
+            .create_timers(vec![plain("c"), plain("d"), plain("a")], H)
             .await;
         assert!(
             matches!(failed, Err(StoreError::AlreadyExists(_))),
@@ -181,21 +192,21 @@ pub mod timer_store {
             .map(|t| t.spec.name.as_str().to_owned())
             .collect();
         assert_eq!(names, vec!["a", "b"], "nothing of the failed batch remains");
-        assert!(store.create_timers(Vec::new()).await.unwrap().is_empty());
+        assert!(store.create_timers(Vec::new(), H).await.unwrap().is_empty());
     }
 
     pub async fn idempotent_create_returns_the_original(store: Arc<dyn TimerStore>) {
         let first = store
-            .create_timers(vec![idempotent("billing", "nightly", "req-1", "fp-a")])
+            .create_timers(vec![idempotent("billing", "nightly", "req-1", "fp-a")], H)
             .await
             .unwrap();
         let again = store
-            .create_timers(vec![idempotent("billing", "nightly", "req-1", "fp-a")])
+            .create_timers(vec![idempotent("billing", "nightly", "req-1", "fp-a")], H)
             .await
             .unwrap();
-        assert_eq!(again, first);
+        assert_eq!(again[0].timer, first[0].timer);
         let reused = store
-            .create_timers(vec![idempotent("billing", "other", "req-1", "fp-b")])
+            .create_timers(vec![idempotent("billing", "other", "req-1", "fp-b")], H)
             .await;
         assert!(
             matches!(reused, Err(StoreError::IdempotencyKeyReused(_))),
@@ -203,10 +214,10 @@ pub mod timer_store {
         );
         // Keys are scoped per app.
         let elsewhere = store
-            .create_timers(vec![idempotent("payroll", "nightly", "req-1", "fp-a")])
+            .create_timers(vec![idempotent("payroll", "nightly", "req-1", "fp-a")], H)
             .await
             .unwrap();
-        assert_ne!(elsewhere[0].id, first[0].id);
+        assert_ne!(elsewhere[0].timer.id, first[0].timer.id);
     }
 
     /// Eight clients retry the same create at once: one timer, and every client sees it.
@@ -217,10 +228,10 @@ pub mod timer_store {
                 tokio::spawn(async move {
                     loop {
                         match store
-                            .create_timers(vec![idempotent("billing", "once", "race", "fp")])
+                            .create_timers(vec![idempotent("billing", "once", "race", "fp")], H)
                             .await
                         {
-                            Ok(mut t) => return t.remove(0).id,
+                            Ok(mut t) => return t.remove(0).timer.id,
                             Err(e) if e.is_retryable() => tokio::task::yield_now().await,
                             Err(e) => panic!("create failed: {e}"),
                         }
@@ -251,7 +262,9 @@ pub mod timer_store {
                 } else {
                     format!("own-{i}")
                 };
-                tokio::spawn(async move { store.create_timer(new_timer("billing", &name)).await })
+                tokio::spawn(
+                    async move { store.create_timer(new_timer("billing", &name), H).await },
+                )
             })
             .collect();
         let (mut won, mut taken) = (0, 0);
@@ -285,37 +298,41 @@ pub mod timer_store {
             Err(StoreError::NotFound(_))
         ));
         assert!(matches!(
-            store.set_timer_enabled(missing, false).await,
+            store.set_timer_enabled(missing, false, H).await,
             Err(StoreError::NotFound(_))
         ));
         assert!(matches!(
-            store.update_timer(missing, None, spec("a", "b")).await,
+            store.update_timer(missing, None, spec("a", "b"), H).await,
             Err(StoreError::NotFound(_))
         ));
         assert!(matches!(
-            store.update_timer(missing, Some(1), spec("a", "b")).await,
+            store
+                .update_timer(missing, Some(1), spec("a", "b"), H)
+                .await,
             Err(StoreError::NotFound(_))
         ));
     }
 
     pub async fn names_are_unique_per_app_among_live_timers(store: Arc<dyn TimerStore>) {
         let first = store
-            .create_timer(new_timer("billing", "nightly"))
+            .create_timer(new_timer("billing", "nightly"), H)
             .await
-            .unwrap();
-        let dup = store.create_timer(new_timer("billing", "nightly")).await;
+            .unwrap()
+            .timer;
+        let dup = store.create_timer(new_timer("billing", "nightly"), H).await;
         assert!(matches!(dup, Err(StoreError::AlreadyExists(_))), "{dup:?}");
         store
-            .create_timer(new_timer("payroll", "nightly"))
+            .create_timer(new_timer("payroll", "nightly"), H)
             .await
             .unwrap();
         // Renaming onto a taken name is refused too.
         let second = store
-            .create_timer(new_timer("billing", "weekly"))
+            .create_timer(new_timer("billing", "weekly"), H)
             .await
-            .unwrap();
+            .unwrap()
+            .timer;
         let clash = store
-            .update_timer(second.id, None, spec("billing", "nightly"))
+            .update_timer(second.id, None, spec("billing", "nightly"), H)
             .await;
         assert!(
             matches!(clash, Err(StoreError::AlreadyExists(_))),
@@ -324,7 +341,7 @@ pub mod timer_store {
         // Deleting frees the name.
         store.delete_timer(first.id).await.unwrap();
         store
-            .create_timer(new_timer("billing", "nightly"))
+            .create_timer(new_timer("billing", "nightly"), H)
             .await
             .unwrap();
     }
@@ -334,19 +351,20 @@ pub mod timer_store {
         for i in 0..7 {
             billing.push(
                 store
-                    .create_timer(new_timer("billing", &format!("t{i}")))
+                    .create_timer(new_timer("billing", &format!("t{i}")), H)
                     .await
                     .unwrap()
+                    .timer
                     .id,
             );
         }
         for i in 0..3 {
             store
-                .create_timer(new_timer("payroll", &format!("t{i}")))
+                .create_timer(new_timer("payroll", &format!("t{i}")), H)
                 .await
                 .unwrap();
         }
-        store.set_timer_enabled(billing[1], false).await.unwrap();
+        store.set_timer_enabled(billing[1], false, H).await.unwrap();
         store.delete_timer(billing[2]).await.unwrap();
 
         let filter = TimerFilter {
@@ -406,7 +424,7 @@ pub mod timer_store {
     pub async fn foreign_or_tampered_page_tokens_are_rejected(store: Arc<dyn TimerStore>) {
         for i in 0..3 {
             store
-                .create_timer(new_timer("billing", &format!("t{i}")))
+                .create_timer(new_timer("billing", &format!("t{i}")), H)
                 .await
                 .unwrap();
         }
@@ -432,20 +450,22 @@ pub mod timer_store {
 
     pub async fn update_bumps_version_and_honours_precondition(store: Arc<dyn TimerStore>) {
         let t = store
-            .create_timer(new_timer("billing", "nightly"))
+            .create_timer(new_timer("billing", "nightly"), H)
             .await
-            .unwrap();
+            .unwrap()
+            .timer;
         let mut changed = spec("billing", "nightly-v2");
         changed.callback.url = chime_domain::CallbackUrl::parse("https://example.test/x").unwrap();
         let v2 = store
-            .update_timer(t.id, Some(1), changed.clone())
+            .update_timer(t.id, Some(1), changed.clone(), H)
             .await
-            .unwrap();
+            .unwrap()
+            .timer;
         assert_eq!(v2.version, 2);
         assert_eq!(v2.spec, changed);
         assert_eq!(v2.created_at, t.created_at);
         let stale = store
-            .update_timer(t.id, Some(1), spec("billing", "x"))
+            .update_timer(t.id, Some(1), spec("billing", "x"), H)
             .await;
         assert!(
             matches!(
@@ -458,26 +478,28 @@ pub mod timer_store {
             "{stale:?}"
         );
         let v3 = store
-            .update_timer(t.id, None, spec("billing", "y"))
+            .update_timer(t.id, None, spec("billing", "y"), H)
             .await
-            .unwrap();
+            .unwrap()
+            .timer;
         assert_eq!(v3.version, 3);
         assert_eq!(store.get_timer(t.id).await.unwrap(), v3);
     }
 
     pub async fn enable_and_disable_bump_version_only_on_change(store: Arc<dyn TimerStore>) {
         let t = store
-            .create_timer(new_timer("billing", "nightly"))
+            .create_timer(new_timer("billing", "nightly"), H)
             .await
-            .unwrap();
-        let same = store.set_timer_enabled(t.id, true).await.unwrap();
+            .unwrap()
+            .timer;
+        let same = store.set_timer_enabled(t.id, true, H).await.unwrap().timer;
         assert_eq!(same.version, 1);
-        let off = store.set_timer_enabled(t.id, false).await.unwrap();
+        let off = store.set_timer_enabled(t.id, false, H).await.unwrap().timer;
         assert!(!off.enabled);
         assert_eq!(off.version, 2);
-        let still_off = store.set_timer_enabled(t.id, false).await.unwrap();
+        let still_off = store.set_timer_enabled(t.id, false, H).await.unwrap().timer;
         assert_eq!(still_off.version, 2);
-        let on = store.set_timer_enabled(t.id, true).await.unwrap();
+        let on = store.set_timer_enabled(t.id, true, H).await.unwrap().timer;
         assert!(on.enabled);
         assert_eq!(on.version, 3);
         assert!(on.fires_version(3) && !on.fires_version(1));
@@ -485,9 +507,10 @@ pub mod timer_store {
 
     pub async fn delete_is_soft_and_final(store: Arc<dyn TimerStore>) {
         let t = store
-            .create_timer(new_timer("billing", "nightly"))
+            .create_timer(new_timer("billing", "nightly"), H)
             .await
-            .unwrap();
+            .unwrap()
+            .timer;
         store.delete_timer(t.id).await.unwrap();
         assert!(matches!(
             store.get_timer(t.id).await,
@@ -499,7 +522,7 @@ pub mod timer_store {
         ));
         assert!(matches!(
             store
-                .update_timer(t.id, None, spec("billing", "nightly"))
+                .update_timer(t.id, None, spec("billing", "nightly"), H)
                 .await,
             Err(StoreError::NotFound(_))
         ));
@@ -511,11 +534,23 @@ pub mod timer_store {
     }
 
     pub async fn get_timers_returns_the_live_ones_in_id_order(store: Arc<dyn TimerStore>) {
-        let a = store.create_timer(new_timer("ops", "a")).await.unwrap();
-        let b = store.create_timer(new_timer("ops", "b")).await.unwrap();
-        let c = store.create_timer(new_timer("ops", "c")).await.unwrap();
+        let a = store
+            .create_timer(new_timer("ops", "a"), H)
+            .await
+            .unwrap()
+            .timer;
+        let b = store
+            .create_timer(new_timer("ops", "b"), H)
+            .await
+            .unwrap()
+            .timer;
+        let c = store
+            .create_timer(new_timer("ops", "c"), H)
+            .await
+            .unwrap()
+            .timer;
         store.delete_timer(b.id).await.unwrap();
-        let off = store.set_timer_enabled(c.id, false).await.unwrap();
+        let off = store.set_timer_enabled(c.id, false, H).await.unwrap().timer;
         let got = store
             .get_timers(&[c.id, id(987_654_321), b.id, a.id, a.id])
             .await
@@ -826,8 +861,16 @@ pub mod occurrence_store {
     where
         S: OccurrenceStore + TimerStore,
     {
-        let a = store.create_timer(new_timer("billing", "a")).await.unwrap();
-        let b = store.create_timer(new_timer("ops", "b")).await.unwrap();
+        let a = store
+            .create_timer(new_timer("billing", "a"), H)
+            .await
+            .unwrap()
+            .timer;
+        let b = store
+            .create_timer(new_timer("ops", "b"), H)
+            .await
+            .unwrap()
+            .timer;
         let (ka1, ka2, kb) = (
             TaskKey::new(a.id, Timestamp::from_millis(T0)),
             TaskKey::new(a.id, Timestamp::from_millis(T0 + 1_000)),
@@ -1373,6 +1416,23 @@ macro_rules! storage_contract {
             racing_claimers_win_each_occurrence_exactly_once,
             skipping_touches_claimable_occurrences_only,
             dead_letters_are_listed_and_redriven,
+        ]);
+    };
+    (materialize, $make:expr) => {
+        $crate::storage_contract!(@cases materialize, $make, store, [
+            creates_write_first_occurrences_and_watermark,
+            a_one_shot_is_written_whole_and_never_behind,
+            a_failed_batch_leaves_no_occurrences,
+            idempotent_repeats_write_nothing_more,
+            enabling_and_updating_write_rows_at_the_new_version,
+            timers_behind_page_by_watermark_and_advance_forward_only,
+        ]);
+    };
+    (retention, $make:expr) => {
+        $crate::storage_contract!(@cases retention, $make, store, [
+            finished_occurrences_go_after_their_retention,
+            purges_are_bounded_batches,
+            old_idempotency_keys_and_deleted_timers_go,
         ]);
     };
     (hot_index, $make:expr) => {

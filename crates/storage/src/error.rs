@@ -2,7 +2,7 @@
 
 use chime_domain::ValidationError;
 
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
     #[error("{0} not found")]
     NotFound(String),

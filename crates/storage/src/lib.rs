@@ -4,6 +4,7 @@
 //! |-------------------|---------------------|
 //! | [`TimerStore`]      | postgres, sqlite    |
 //! | [`OccurrenceStore`] | postgres, sqlite    |
+//! | [`Retention`]       | postgres, sqlite    |
 //! | [`HotIndex`]        | redis, memory       |
 //! | [`Leases`]          | redis, memory       |
 //!
@@ -34,7 +35,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chime_domain::{
-    AppName, Bucket, Claim, ClaimedOccurrence, NewOccurrence, NewTimer, Occurrence,
+    AppName, Bucket, Claim, ClaimedOccurrence, Horizon, NewOccurrence, NewTimer, Occurrence,
     OccurrenceStatus, Outcome, Page, PageSize, ShardKey, TaskKey, Timer, TimerId, TimerSpec,
     Timestamp,
 };
@@ -154,17 +155,74 @@ pub struct CreateTimer {
     pub idempotency: Option<IdempotencyKey>,
 }
 
+/// A timer as one write left it, with the occurrences written in the same transaction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Written {
+    pub timer: Timer,
+    /// Its first occurrences: empty when it is disabled, or when an idempotent create
+    /// returned a timer created earlier.
+    pub occurrences: Vec<NewOccurrence>,
+}
+
+/// An enabled timer whose watermark is behind: every fire time before `watermark` has an
+/// occurrence row, none after it is known to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Behind {
+    pub timer: Timer,
+    pub watermark: Timestamp,
+}
+
+/// A new watermark, applied only while the timer is still at `version` (a change since it
+/// was read wrote its own) and only forward.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Watermark {
+    pub id: TimerId,
+    pub version: i64,
+    pub until: Timestamp,
+}
+
+/// The occurrences a write of `timer` at `now` stores with it, and its watermark: the plan
+/// from `now` on (nothing for a disabled timer).
+pub(crate) fn first_occurrences(
+    timer: &Timer,
+    now: Timestamp,
+    horizon: Horizon,
+) -> (Vec<NewOccurrence>, Timestamp) {
+    if !timer.enabled {
+        return (Vec::new(), now);
+    }
+    let plan = timer.spec.schedule.plan(now, now, horizon);
+    let rows = plan
+        .runs
+        .into_iter()
+        .map(|run_at| NewOccurrence {
+            key: TaskKey::new(timer.id, run_at),
+            timer_version: timer.version,
+            bucket: timer.bucket,
+        })
+        .collect();
+    (rows, plan.watermark)
+}
+
 /// The durable record of timers.
+///
+/// Every write that can make a timer fire (create, update, enable) stores the timer and its
+/// first occurrences, those within `horizon`, in one transaction, and sets the timer's
+/// watermark: the timer fires on those rows with no other service involved.
 #[async_trait]
 pub trait TimerStore: Send + Sync + 'static {
     /// Creates a timer at version 1. `AlreadyExists` if its app already has a live timer of
     /// that name.
-    async fn create_timer(&self, new: NewTimer) -> StoreResult<Timer>;
+    async fn create_timer(&self, new: NewTimer, horizon: Horizon) -> StoreResult<Written>;
 
     /// Creates timers all or none, in order. A request whose idempotency key was seen before
-    /// returns the timer created then (same fingerprint) or fails with
+    /// returns the timer created then (same fingerprint, no occurrences) or fails with
     /// `IdempotencyKeyReused` (different fingerprint).
-    async fn create_timers(&self, batch: Vec<CreateTimer>) -> StoreResult<Vec<Timer>>;
+    async fn create_timers(
+        &self,
+        batch: Vec<CreateTimer>,
+        horizon: Horizon,
+    ) -> StoreResult<Vec<Written>>;
 
     /// A live (not deleted) timer.
     async fn get_timer(&self, id: TimerId) -> StoreResult<Timer>;
@@ -186,13 +244,33 @@ pub trait TimerStore: Send + Sync + 'static {
         id: TimerId,
         expected_version: Option<i64>,
         spec: TimerSpec,
-    ) -> StoreResult<Timer>;
+        horizon: Horizon,
+    ) -> StoreResult<Written>;
 
-    /// Enables or disables; bumps the version only when the state changes.
-    async fn set_timer_enabled(&self, id: TimerId, enabled: bool) -> StoreResult<Timer>;
+    /// Enables or disables; bumps the version only when the state changes. Occurrences are
+    /// written only when this enables the timer.
+    async fn set_timer_enabled(
+        &self,
+        id: TimerId,
+        enabled: bool,
+        horizon: Horizon,
+    ) -> StoreResult<Written>;
 
     /// Soft-deletes: the row stays for history, the name becomes free, the version is bumped.
     async fn delete_timer(&self, id: TimerId) -> StoreResult<()>;
+
+    /// Enabled live timers of `bucket` whose watermark is before `before`, by watermark then
+    /// id, after the `after` cursor (the last `(watermark, id)` of the previous page).
+    async fn timers_behind(
+        &self,
+        bucket: Bucket,
+        before: Timestamp,
+        after: Option<(Timestamp, TimerId)>,
+        limit: u32,
+    ) -> StoreResult<Vec<Behind>>;
+
+    /// Moves watermarks forward. Returns how many moved.
+    async fn advance_watermarks(&self, marks: &[Watermark]) -> StoreResult<u64>;
 }
 
 /// The durable record of occurrences and their attempts.
@@ -253,6 +331,45 @@ pub trait OccurrenceStore: Send + Sync + 'static {
         to: Timestamp,
         limit: u32,
     ) -> StoreResult<Vec<(TaskKey, Timestamp)>>;
+}
+
+/// What retention no longer keeps: everything older than these instants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PurgeBefore {
+    /// Finished occurrences (succeeded, failed, skipped) due before this.
+    pub history: Timestamp,
+    /// Dead occurrences due before this.
+    pub dead: Timestamp,
+    /// Idempotency keys of creates before this.
+    pub idempotency_keys: Timestamp,
+    /// Timers deleted before this, with every occurrence they have left.
+    pub deleted_timers: Timestamp,
+}
+
+/// Rows one purge removed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Purged {
+    pub occurrences: u64,
+    pub idempotency_keys: u64,
+    pub timers: u64,
+}
+
+impl std::ops::AddAssign for Purged {
+    fn add_assign(&mut self, o: Self) {
+        self.occurrences += o.occurrences;
+        self.idempotency_keys += o.idempotency_keys;
+        self.timers += o.timers;
+    }
+}
+
+/// Removing what retention no longer keeps, a bounded batch at a time, so writers are never
+/// held up by one long delete.
+#[async_trait]
+pub trait Retention: Send + Sync + 'static {
+    /// Deletes at most `limit` rows of each kind (finished occurrences, dead ones,
+    /// idempotency keys, deleted timers) that `before` no longer keeps. Pending, retrying and
+    /// running occurrences of live timers are never touched.
+    async fn purge(&self, before: &PurgeBefore, limit: u32) -> StoreResult<Purged>;
 }
 
 /// One member of the hot index.

@@ -22,6 +22,16 @@ const POSTGRES: &[(i64, &str, &str)] = &[
         "idempotency keys",
         include_str!("../../../migrations/postgres/0002_idempotency_keys.sql"),
     ),
+    (
+        3,
+        "watermarks",
+        include_str!("../../../migrations/postgres/0003_watermarks.sql"),
+    ),
+    (
+        4,
+        "retention",
+        include_str!("../../../migrations/postgres/0004_retention.sql"),
+    ),
 ];
 
 const SQLITE: &[(i64, &str, &str)] = &[
@@ -34,6 +44,16 @@ const SQLITE: &[(i64, &str, &str)] = &[
         2,
         "idempotency keys",
         include_str!("../../../migrations/sqlite/0002_idempotency_keys.sql"),
+    ),
+    (
+        3,
+        "watermarks",
+        include_str!("../../../migrations/sqlite/0003_watermarks.sql"),
+    ),
+    (
+        4,
+        "retention",
+        include_str!("../../../migrations/sqlite/0004_retention.sql"),
     ),
 ];
 

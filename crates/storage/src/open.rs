@@ -6,7 +6,7 @@ use chime_domain::{BucketCount, Clock};
 
 use crate::postgres::{PgSettings, PgStore};
 use crate::sqlite::SqliteStore;
-use crate::{OccurrenceStore, SchemaStatus, StoreError, StoreResult, TimerStore};
+use crate::{OccurrenceStore, Retention, SchemaStatus, StoreError, StoreResult, TimerStore};
 
 #[derive(Clone)]
 enum Backend {
@@ -20,6 +20,7 @@ enum Backend {
 pub struct Database {
     pub timers: Arc<dyn TimerStore>,
     pub occurrences: Arc<dyn OccurrenceStore>,
+    pub retention: Arc<dyn Retention>,
     backend: Backend,
 }
 
@@ -35,6 +36,7 @@ impl Database {
             Ok(Self {
                 timers: store.clone(),
                 occurrences: store.clone(),
+                retention: store.clone(),
                 backend: Backend::Sqlite(store),
             })
         } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
@@ -42,6 +44,7 @@ impl Database {
             Ok(Self {
                 timers: store.clone(),
                 occurrences: store.clone(),
+                retention: store.clone(),
                 backend: Backend::Postgres(store),
             })
         } else {

@@ -215,3 +215,14 @@ pub(crate) fn name_taken(spec: &TimerSpec) -> StoreError {
 pub(crate) fn timer_not_found(id: TimerId) -> StoreError {
     StoreError::NotFound(format!("timer {id}"))
 }
+
+/// A timer row with its `materialized_until`.
+pub(crate) fn behind<R: ChimeRow>(row: &R) -> StoreResult<crate::Behind>
+where
+    for<'r> &'r str: ColumnIndex<R>,
+{
+    Ok(crate::Behind {
+        timer: timer(row)?,
+        watermark: Timestamp::from_millis(row.i64("materialized_until")?),
+    })
+}

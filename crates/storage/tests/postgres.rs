@@ -6,6 +6,8 @@ use chime_storage::{SchemaStatus, storage_contract};
 
 storage_contract!(timer_store, support::pg());
 storage_contract!(occurrence_store, support::pg());
+storage_contract!(materialize, support::pg());
+storage_contract!(retention, support::pg());
 
 mod migrations {
     use super::*;
@@ -16,7 +18,7 @@ mod migrations {
         assert_eq!(
             fx.store.schema_status().await.unwrap(),
             SchemaStatus::Behind {
-                missing: vec![1, 2]
+                missing: vec![1, 2, 3, 4]
             }
         );
         fx.store.migrate().await.unwrap();
@@ -49,7 +51,7 @@ mod migrations {
             .fetch_one(fx.store.pool())
             .await
             .unwrap();
-        assert_eq!(applied, 2);
+        assert_eq!(applied, 4);
         assert_eq!(
             fx.store.schema_status().await.unwrap(),
             SchemaStatus::Current
@@ -143,9 +145,13 @@ async fn claims_and_timer_reads_probe_by_key_on_a_fresh_connection() {
     .unwrap();
     let pool = store.pool();
     let first = store
-        .create_timer(chime_storage::contract::new_timer("plans", "t0"))
+        .create_timer(
+            chime_storage::contract::new_timer("plans", "t0"),
+            chime_domain::Horizon::DEFAULT,
+        )
         .await
-        .unwrap();
+        .unwrap()
+        .timer;
     // Many timers and due occurrences, with fresh statistics, as a burst leaves them.
     sqlx::query(
         "INSERT INTO timers (id, app, name, schedule_kind, spec, enabled, version, bucket, \

@@ -6,6 +6,8 @@ use chime_storage::{SchemaStatus, storage_contract};
 
 storage_contract!(timer_store, support::sqlite());
 storage_contract!(occurrence_store, support::sqlite());
+storage_contract!(materialize, support::sqlite());
+storage_contract!(retention, support::sqlite());
 
 mod migrations {
     use super::*;
@@ -16,7 +18,7 @@ mod migrations {
         assert_eq!(
             fx.store.schema_status().await.unwrap(),
             SchemaStatus::Behind {
-                missing: vec![1, 2]
+                missing: vec![1, 2, 3, 4]
             }
         );
         fx.store.migrate().await.unwrap();
@@ -41,9 +43,13 @@ mod migrations {
         .unwrap();
         store.migrate().await.unwrap();
         let t = store
-            .create_timer(chime_storage::contract::new_timer("dev", "hello"))
+            .create_timer(
+                chime_storage::contract::new_timer("dev", "hello"),
+                chime_domain::Horizon::DEFAULT,
+            )
             .await
-            .unwrap();
+            .unwrap()
+            .timer;
         assert_eq!(store.get_timer(t.id).await.unwrap(), t);
     }
 }

@@ -1,55 +1,26 @@
-//! A gateway served in-process on loopback ports over a private PostgreSQL schema, with a
-//! real gRPC migrator on loopback that records the MigrateTimer calls it gets.
+//! A gateway served in-process on loopback ports over a private PostgreSQL schema and a
+//! private Redis prefix for its hot index.
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::Arc;
 
-use chime_api_gateway::migrator::{GrpcMigrator, MigrateNotifier};
+use async_trait::async_trait;
 use chime_api_gateway::{TimerApi, TimerService};
-use chime_domain::SystemClock;
-use chime_proto::v1::migrator_service_server::{MigratorService, MigratorServiceServer};
-use chime_proto::v1::{MigrateTimerRequest, MigrateTimerResponse, MigrateTimersRequest};
-use chime_storage::testkit::{self, PgFixture};
+use chime_domain::{Horizon, ShardKey, SystemClock, TaskKey, Timestamp};
+use chime_storage::testkit::{self, PgFixture, RedisFixture};
+use chime_storage::{HotEntry, HotIndex, StoreError, StoreResult};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-#[derive(Clone, Default)]
-pub struct RecordingMigrator(pub Arc<Mutex<Vec<i64>>>);
-
-#[tonic::async_trait]
-impl MigratorService for RecordingMigrator {
-    async fn migrate_timer(
-        &self,
-        req: tonic::Request<MigrateTimerRequest>,
-    ) -> Result<tonic::Response<MigrateTimerResponse>, tonic::Status> {
-        self.0.lock().unwrap().push(req.into_inner().timer_id);
-        Ok(tonic::Response::new(MigrateTimerResponse {
-            materialized: 1,
-        }))
-    }
-
-    /// Records a batch's ids negated, so tests tell the two calls apart.
-    async fn migrate_timers(
-        &self,
-        req: tonic::Request<MigrateTimersRequest>,
-    ) -> Result<tonic::Response<MigrateTimerResponse>, tonic::Status> {
-        let ids = req.into_inner().timer_ids;
-        self.0.lock().unwrap().extend(ids.iter().map(|id| -id));
-        Ok(tonic::Response::new(MigrateTimerResponse {
-            materialized: ids.len() as u64,
-        }))
-    }
-}
-
 pub struct TestGateway {
     pub http: String,
     pub grpc: String,
-    pub migrated: Arc<Mutex<Vec<i64>>>,
     pub client: reqwest::Client,
     pub db: PgFixture,
+    /// The hot index the gateway writes to (a private Redis prefix), if it has one.
+    pub redis: Option<RedisFixture>,
     shutdown: CancellationToken,
 }
 
@@ -65,43 +36,53 @@ async fn loopback() -> (TcpListener, String) {
     (l, addr)
 }
 
-/// A gateway whose migrator answers and records.
+/// A hot index whose Redis is gone: every call fails as a lost connection does.
+pub struct DownIndex;
+
+#[async_trait]
+impl HotIndex for DownIndex {
+    async fn add(&self, _: &[HotEntry]) -> StoreResult<()> {
+        Err(StoreError::Unavailable("connection refused".into()))
+    }
+    async fn due(
+        &self,
+        _: ShardKey,
+        _: Timestamp,
+        _: usize,
+    ) -> StoreResult<Vec<(TaskKey, Timestamp)>> {
+        Err(StoreError::Unavailable("connection refused".into()))
+    }
+    async fn touch(&self, _: &[ShardKey]) -> StoreResult<()> {
+        Err(StoreError::Unavailable("connection refused".into()))
+    }
+    async fn remove(&self, _: ShardKey, _: &[TaskKey]) -> StoreResult<()> {
+        Err(StoreError::Unavailable("connection refused".into()))
+    }
+    async fn shard_exists(&self, _: ShardKey) -> StoreResult<bool> {
+        Err(StoreError::Unavailable("connection refused".into()))
+    }
+}
+
+/// A gateway on PostgreSQL and a Redis hot index.
 pub async fn start() -> TestGateway {
-    let recorder = RecordingMigrator::default();
-    let (listener, addr) = loopback().await;
-    let shutdown = CancellationToken::new();
-    let server = tonic::transport::Server::builder()
-        .add_service(MigratorServiceServer::new(recorder.clone()))
-        .serve_with_incoming_shutdown(
-            tonic::transport::server::TcpIncoming::from(listener),
-            shutdown.clone().cancelled_owned(),
-        );
-    tokio::spawn(server);
-    start_with(&format!("http://{addr}"), recorder.0, shutdown).await
+    let redis = testkit::redis().await;
+    let index = redis.hot_index();
+    start_with(Some(index), Some(redis)).await
 }
 
-/// A gateway whose migrator endpoint has nobody listening.
-pub async fn start_without_migrator() -> TestGateway {
-    start_with(
-        "http://127.0.0.1:1",
-        Arc::default(),
-        CancellationToken::new(),
-    )
-    .await
+/// A gateway whose hot index is down.
+pub async fn start_with_index_down() -> TestGateway {
+    start_with(Some(Arc::new(DownIndex)), None).await
 }
 
-async fn start_with(
-    migrator_url: &str,
-    migrated: Arc<Mutex<Vec<i64>>>,
-    shutdown: CancellationToken,
-) -> TestGateway {
+async fn start_with(index: Option<Arc<dyn HotIndex>>, redis: Option<RedisFixture>) -> TestGateway {
     let db = testkit::pg().await;
-    let migrator: Arc<dyn MigrateNotifier> =
-        Arc::new(GrpcMigrator::new(migrator_url, Duration::from_secs(1)).unwrap());
+    let shutdown = CancellationToken::new();
     let api: Arc<dyn TimerApi> = Arc::new(TimerService::new(
         db.store(),
         db.store(),
-        migrator,
+        index,
+        Horizon::DEFAULT,
         Arc::new(SystemClock),
     ));
     let (http, http_addr) = loopback().await;
@@ -116,9 +97,9 @@ async fn start_with(
     TestGateway {
         http: format!("http://{http_addr}"),
         grpc: format!("http://{grpc_addr}"),
-        migrated,
         client: chime_runtime::http_client().build().unwrap(),
         db,
+        redis,
         shutdown,
     }
 }

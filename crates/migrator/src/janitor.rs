@@ -1,0 +1,131 @@
+//! Retention: one replica at a time (a lease) removes what `[retention]` no longer keeps,
+//! in bounded batches with a pause between them, so writers never queue behind it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chime_domain::Clock;
+use chime_storage::{LeaseToken, Leases, PurgeBefore, Purged, Retention, StoreResult};
+use tokio_util::sync::CancellationToken;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetentionSettings {
+    pub history: Duration,
+    pub dead_letters: Duration,
+    pub idempotency_keys: Duration,
+    pub interval: Duration,
+    pub batch: u32,
+}
+
+impl RetentionSettings {
+    pub fn from_config(config: &chime_runtime::Config) -> Self {
+        let r = &config.retention;
+        Self {
+            history: r.history.get(),
+            dead_letters: r.dead_letters.get(),
+            idempotency_keys: r.idempotency_keys.get(),
+            interval: r.interval.get(),
+            batch: r.batch,
+        }
+    }
+}
+
+/// Most batches one run deletes; the next run goes on where it stopped.
+const MAX_BATCHES: usize = 1_000;
+/// Pause between batches: leaves the database to the hot path.
+const BREATHE: Duration = Duration::from_millis(10);
+const LEASE: &str = "janitor";
+
+pub struct Janitor {
+    store: Arc<dyn Retention>,
+    leases: Arc<dyn Leases>,
+    clock: Arc<dyn Clock>,
+    settings: RetentionSettings,
+    token: LeaseToken,
+}
+
+impl Janitor {
+    pub fn new(
+        store: Arc<dyn Retention>,
+        leases: Arc<dyn Leases>,
+        clock: Arc<dyn Clock>,
+        settings: RetentionSettings,
+    ) -> Self {
+        Self {
+            store,
+            leases,
+            clock,
+            settings,
+            token: LeaseToken::random(),
+        }
+    }
+
+    /// What is old enough to go, as of now.
+    pub fn cutoffs(&self) -> PurgeBefore {
+        let now = self.clock.now();
+        PurgeBefore {
+            history: now.saturating_sub(self.settings.history),
+            dead: now.saturating_sub(self.settings.dead_letters),
+            idempotency_keys: now.saturating_sub(self.settings.idempotency_keys),
+            deleted_timers: now.saturating_sub(self.settings.history),
+        }
+    }
+
+    /// One run, if this replica holds the janitor lease: batches until nothing old is left
+    /// (or [`MAX_BATCHES`]). `None` when another replica holds the lease.
+    pub async fn run_once(&self) -> StoreResult<Option<Purged>> {
+        let ttl = self.settings.interval.saturating_mul(2);
+        let held = self.leases.renew(LEASE, &self.token, ttl).await?
+            || self.leases.acquire(LEASE, &self.token, ttl).await?;
+        if !held {
+            return Ok(None);
+        }
+        let before = self.cutoffs();
+        let mut total = Purged::default();
+        for _ in 0..MAX_BATCHES {
+            let batch = self.store.purge(&before, self.settings.batch).await?;
+            total += batch;
+            let limit = u64::from(self.settings.batch);
+            if batch.occurrences < limit && batch.idempotency_keys < limit && batch.timers < limit {
+                break;
+            }
+            self.leases.renew(LEASE, &self.token, ttl).await?;
+            tokio::time::sleep(BREATHE).await;
+        }
+        Ok(Some(total))
+    }
+
+    /// Runs every `interval` until `shutdown`.
+    pub async fn run(&self, shutdown: CancellationToken) {
+        loop {
+            let run = tokio::select! {
+                () = shutdown.cancelled() => break,
+                run = self.run_once() => run,
+            };
+            match run {
+                Ok(Some(p)) => {
+                    metrics::counter!("chime_migrator_purged_occurrences_total")
+                        .increment(p.occurrences);
+                    metrics::counter!("chime_migrator_purged_idempotency_keys_total")
+                        .increment(p.idempotency_keys);
+                    metrics::counter!("chime_migrator_purged_timers_total").increment(p.timers);
+                    if p != Purged::default() {
+                        tracing::info!(
+                            occurrences = p.occurrences,
+                            idempotency_keys = p.idempotency_keys,
+                            timers = p.timers,
+                            "retention: removed old rows"
+                        );
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => tracing::warn!(error = %e, "retention run failed; retrying"),
+            }
+            tokio::select! {
+                () = shutdown.cancelled() => break,
+                () = tokio::time::sleep(self.settings.interval) => {}
+            }
+        }
+        let _ = self.leases.release(LEASE, &self.token).await;
+    }
+}

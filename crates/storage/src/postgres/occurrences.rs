@@ -1,0 +1,297 @@
+//! [`OccurrenceStore`] on PostgreSQL: batched inserts, claims, outcomes and the listings.
+
+use async_trait::async_trait;
+use chime_domain::{
+    Bucket, Claim, ClaimedOccurrence, NewOccurrence, Occurrence, Outcome, Page, TaskKey, Timestamp,
+};
+
+use super::PgStore;
+use crate::rows;
+use crate::{
+    DeadFilter, OccurrenceStore, PageRequest, Redrive, RunFilter, StoreResult, decode_page_token,
+    into_page,
+};
+
+#[async_trait]
+impl OccurrenceStore for PgStore {
+    async fn insert_occurrences(&self, batch: &[NewOccurrence]) -> StoreResult<u64> {
+        insert_new(&self.pool, batch).await
+    }
+
+    async fn claim(&self, keys: &[TaskKey], claim: Claim) -> StoreResult<Vec<ClaimedOccurrence>> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (ids, run_ats) = split_keys(keys);
+        // Lock each claimable key's row, skipping rows another claimer holds (so racing
+        // claimers never wait, hence never deadlock, and each row is won once), then update
+        // the locked rows by their tuple ids. Both steps are index or TID lookups whatever
+        // the plan cache decides: as joins, the custom plans of a statement's first
+        // executions on a connection hashed every claimable row (measured: twice the time
+        // per claim), and a fresh deployment's burst runs mostly on those. One corner: a row
+        // another transaction updated after this statement's snapshot is locked at its new
+        // version, which the TID scan cannot see, so it is not claimed this time; it stays
+        // claimable for the sweeper. That needs a timer's version rewrite by the migrator,
+        // or an outcome written just as a lapsed claim is taken over, in that instant.
+        let rows = sqlx::query(
+            "WITH cand AS ( \
+               SELECT c.tid FROM UNNEST($1::bigint[], $2::bigint[]) AS k(timer_id, run_at) \
+               CROSS JOIN LATERAL ( \
+                 SELECT o.ctid AS tid FROM occurrences o \
+                 WHERE o.timer_id = k.timer_id AND o.run_at = k.run_at \
+                   AND (o.status IN ('pending', 'retrying') \
+                        OR (o.status = 'running' AND o.lease_until < $3)) \
+                 FOR UPDATE SKIP LOCKED) c) \
+             UPDATE occurrences o SET status = 'running', attempt = o.attempt + 1, \
+               lease_until = $4 \
+             WHERE o.ctid = ANY(ARRAY(SELECT tid FROM cand)) \
+             RETURNING o.timer_id, o.run_at, o.timer_version, o.bucket, o.attempt, \
+               COALESCE(o.next_attempt_at, o.run_at) AS due",
+        )
+        .bind(ids)
+        .bind(run_ats)
+        .bind(claim.now.as_millis())
+        .bind(claim.lease_until.as_millis())
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(rows::claimed).collect()
+    }
+
+    async fn record_outcomes(&self, outcomes: &[Outcome]) -> StoreResult<u64> {
+        if outcomes.is_empty() {
+            return Ok(0);
+        }
+        let cols = crate::OutcomeColumns::new(outcomes)?;
+        let done = sqlx::query(
+            "UPDATE occurrences o SET status = u.status, fired_at = u.fired_at, \
+               lateness_ms = u.fired_at - o.run_at, http_status = u.http_status, \
+               output = u.output, error = u.error, next_attempt_at = u.next_attempt_at, \
+               lease_until = NULL \
+             FROM UNNEST($1::bigint[], $2::bigint[], $3::integer[], $4::text[], $5::bigint[], \
+                         $6::integer[], $7::text[], $8::text[], $9::bigint[]) \
+               AS u(timer_id, run_at, attempt, status, fired_at, http_status, output, error, \
+                    next_attempt_at) \
+             WHERE o.timer_id = u.timer_id AND o.run_at = u.run_at \
+               AND o.status = 'running' AND o.attempt = u.attempt",
+        )
+        .bind(cols.timer_ids)
+        .bind(cols.run_ats)
+        .bind(cols.attempts)
+        .bind(cols.statuses)
+        .bind(cols.fired_ats)
+        .bind(cols.http_statuses)
+        .bind(cols.outputs)
+        .bind(cols.errors)
+        .bind(cols.next_attempt_ats)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected())
+    }
+
+    async fn get_occurrence(&self, key: TaskKey) -> StoreResult<Option<Occurrence>> {
+        let row = sqlx::query(concat!(
+            "SELECT ",
+            occurrence_cols!(),
+            " FROM occurrences WHERE timer_id = $1 AND run_at = $2"
+        ))
+        .bind(key.timer_id.get())
+        .bind(key.run_at.as_millis())
+        .fetch_optional(&self.pool)
+        .await?;
+        row.as_ref().map(rows::occurrence).transpose()
+    }
+
+    async fn list_runs(
+        &self,
+        filter: &RunFilter,
+        page: &PageRequest,
+    ) -> StoreResult<Page<Occurrence>> {
+        let scope = filter.scope();
+        let before = filter.before(decode_page_token(page, &scope)?);
+        let rows = sqlx::query(concat!(
+            "SELECT ",
+            occurrence_cols!(),
+            " FROM occurrences WHERE timer_id = $1 AND ($2::text IS NULL OR status = $2) \
+              AND run_at < $3 ORDER BY run_at DESC LIMIT $4"
+        ))
+        .bind(filter.timer_id.get())
+        .bind(filter.status.map(|s| s.as_str()))
+        .bind(before)
+        .bind(i64::from(page.size.get()) + 1)
+        .fetch_all(&self.pool)
+        .await?;
+        let items = rows::occurrences(&rows)?;
+        Ok(into_page(items, page.size, &scope, |o| {
+            (o.key.run_at.as_millis(), 0)
+        }))
+    }
+
+    async fn skip_occurrences(&self, keys: &[TaskKey], reason: &str) -> StoreResult<u64> {
+        if keys.is_empty() {
+            return Ok(0);
+        }
+        let (ids, run_ats) = split_keys(keys);
+        let done = sqlx::query(
+            "UPDATE occurrences o SET status = 'skipped', error = $3, lease_until = NULL \
+             FROM UNNEST($1::bigint[], $2::bigint[]) AS k(timer_id, run_at) \
+             WHERE o.timer_id = k.timer_id AND o.run_at = k.run_at \
+               AND o.status IN ('pending', 'retrying')",
+        )
+        .bind(ids)
+        .bind(run_ats)
+        .bind(reason)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected())
+    }
+
+    async fn list_dead(
+        &self,
+        filter: &DeadFilter,
+        page: &PageRequest,
+    ) -> StoreResult<Page<Occurrence>> {
+        let scope = filter.scope();
+        let (after_id, after_run) = decode_page_token(page, &scope)?.unwrap_or((0, i64::MIN));
+        let rows = sqlx::query(concat!(
+            "SELECT ",
+            occurrence_cols!(),
+            " FROM occurrences WHERE status = 'dead' \
+               AND ($1::bigint IS NULL OR timer_id = $1) \
+               AND ($2::text IS NULL OR timer_id IN \
+                    (SELECT id FROM timers WHERE app = $2)) \
+               AND (timer_id, run_at) > ($3, $4) \
+             ORDER BY timer_id, run_at LIMIT $5"
+        ))
+        .bind(filter.timer_id.map(|t| t.get()))
+        .bind(filter.app.as_ref().map(chime_domain::AppName::as_str))
+        .bind(after_id)
+        .bind(after_run)
+        .bind(i64::from(page.size.get()) + 1)
+        .fetch_all(&self.pool)
+        .await?;
+        let items = rows::occurrences(&rows)?;
+        Ok(into_page(items, page.size, &scope, |o| {
+            (o.key.timer_id.get(), o.key.run_at.as_millis())
+        }))
+    }
+
+    async fn redrive(&self, what: Redrive, now: Timestamp) -> StoreResult<u64> {
+        let (timer, run_at) = what.parts();
+        let done = sqlx::query(
+            "UPDATE occurrences SET status = 'pending', attempt = 0, next_attempt_at = $3, \
+               lease_until = NULL, error = NULL \
+             WHERE status = 'dead' AND timer_id = $1 AND ($2::bigint IS NULL OR run_at = $2)",
+        )
+        .bind(timer)
+        .bind(run_at)
+        .bind(now.as_millis())
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected())
+    }
+
+    async fn find_overdue(
+        &self,
+        due_before: Timestamp,
+        now: Timestamp,
+        limit: u32,
+    ) -> StoreResult<Vec<Occurrence>> {
+        let rows = sqlx::query(concat!(
+            "(SELECT ",
+            occurrence_cols!(),
+            " FROM occurrences WHERE status IN ('pending', 'retrying') \
+               AND COALESCE(next_attempt_at, run_at) < $1 \
+               ORDER BY COALESCE(next_attempt_at, run_at) LIMIT $3) \
+             UNION ALL (SELECT ",
+            occurrence_cols!(),
+            " FROM occurrences WHERE status = 'running' AND lease_until < $2 \
+               ORDER BY lease_until LIMIT $3)"
+        ))
+        .bind(due_before.as_millis())
+        .bind(now.as_millis())
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        let items = rows::occurrences(&rows)?;
+        Ok(crate::oldest_first(items, limit))
+    }
+
+    async fn due_in_bucket(
+        &self,
+        bucket: Bucket,
+        from: Timestamp,
+        to: Timestamp,
+        limit: u32,
+    ) -> StoreResult<Vec<(TaskKey, Timestamp)>> {
+        let rows = sqlx::query(
+            "SELECT timer_id, run_at, COALESCE(next_attempt_at, run_at) AS due FROM occurrences \
+             WHERE status IN ('pending', 'retrying') AND bucket = $1 \
+               AND COALESCE(next_attempt_at, run_at) >= $2 \
+               AND COALESCE(next_attempt_at, run_at) < $3 \
+             ORDER BY due LIMIT $4",
+        )
+        .bind(bucket.get() as i32)
+        .bind(from.as_millis())
+        .bind(to.as_millis())
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(rows::due_pair).collect()
+    }
+}
+
+fn split_keys(keys: &[TaskKey]) -> (Vec<i64>, Vec<i64>) {
+    keys.iter()
+        .map(|k| (k.timer_id.get(), k.run_at.as_millis()))
+        .unzip()
+}
+
+/// Inserts the occurrences that do not exist yet, and lets a pending row of an older timer
+/// version adopt the newer one; in one statement, on `db` (the pool or a transaction).
+pub(super) async fn insert_new<'e, E>(db: E, batch: &[NewOccurrence]) -> StoreResult<u64>
+where
+    E: sqlx::PgExecutor<'e>,
+{
+    let batch = crate::dedup_new_occurrences(batch);
+    if batch.is_empty() {
+        return Ok(0);
+    }
+    let (mut ids, mut run_ats, mut versions, mut buckets) = (
+        Vec::with_capacity(batch.len()),
+        Vec::with_capacity(batch.len()),
+        Vec::with_capacity(batch.len()),
+        Vec::with_capacity(batch.len()),
+    );
+    for o in &batch {
+        ids.push(o.key.timer_id.get());
+        run_ats.push(o.key.run_at.as_millis());
+        versions.push(o.timer_version);
+        buckets.push(o.bucket.get() as i32);
+    }
+    // Not `ON CONFLICT DO UPDATE … WHERE`: that locks every conflicting row, even those
+    // it leaves alone, so a step re-writing its horizon held the rows executors were
+    // claiming (claims skipped them, late to the sweeper) and deadlocked with outcome
+    // writes. Only a pending row of an older version is updated, so only it is locked.
+    let written: i64 = sqlx::query_scalar(
+        "WITH new AS ( \
+           SELECT * FROM UNNEST($1::bigint[], $2::bigint[], $3::bigint[], $4::integer[]) \
+             AS n(timer_id, run_at, timer_version, bucket)), \
+         adopted AS ( \
+           UPDATE occurrences o SET timer_version = n.timer_version, bucket = n.bucket \
+           FROM new n WHERE o.timer_id = n.timer_id AND o.run_at = n.run_at \
+             AND o.status = 'pending' AND o.timer_version < n.timer_version \
+           RETURNING 1), \
+         inserted AS ( \
+           INSERT INTO occurrences (timer_id, run_at, timer_version, bucket) \
+           SELECT * FROM new ON CONFLICT (timer_id, run_at) DO NOTHING \
+           RETURNING 1) \
+         SELECT (SELECT count(*) FROM adopted) + (SELECT count(*) FROM inserted)",
+    )
+    .bind(ids)
+    .bind(run_ats)
+    .bind(versions)
+    .bind(buckets)
+    .fetch_one(db)
+    .await?;
+    Ok(u64::try_from(written).unwrap_or(0))
+}

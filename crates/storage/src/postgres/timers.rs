@@ -1,0 +1,357 @@
+//! [`TimerStore`] on PostgreSQL. Every write that can make a timer fire stores its first
+//! occurrences and watermark in the same transaction.
+
+use async_trait::async_trait;
+use chime_domain::{
+    Bucket, Horizon, NewOccurrence, NewTimer, Page, Timer, TimerId, TimerSpec, Timestamp,
+};
+use sqlx::{Postgres, Transaction};
+
+use super::PgStore;
+use super::create::{PendingCreate, insert_timers};
+use super::occurrences::insert_new;
+use crate::rows::{self, spec_json, timer_not_found};
+use crate::{
+    Behind, CreateTimer, PageRequest, StoreError, StoreResult, TimerFilter, TimerStore, Watermark,
+    Written, decode_page_token, first_occurrences, into_page,
+};
+
+impl PgStore {
+    /// A timer about to be created: id, bucket, version 1, its first occurrences and
+    /// watermark.
+    fn new_written(&self, id: TimerId, new: &NewTimer, horizon: Horizon) -> (Written, Timestamp) {
+        let now = self.clock.now();
+        let timer = rows::new_timer_row(id, new, self.buckets, now);
+        let (occurrences, watermark) = first_occurrences(&timer, now, horizon);
+        (Written { timer, occurrences }, watermark)
+    }
+
+    /// After a change locked `timer` in `tx`: writes its first occurrences from now and its
+    /// watermark, if it is enabled.
+    async fn materialize_in(
+        &self,
+        tx: &mut Transaction<'_, Postgres>,
+        timer: &Timer,
+        horizon: Horizon,
+    ) -> StoreResult<Vec<NewOccurrence>> {
+        if !timer.enabled {
+            return Ok(Vec::new());
+        }
+        let (rows, watermark) = first_occurrences(timer, timer.updated_at, horizon);
+        insert_new(&mut **tx, &rows).await?;
+        sqlx::query("UPDATE timers SET materialized_until = $2 WHERE id = $1")
+            .bind(timer.id.get())
+            .bind(watermark.as_millis())
+            .execute(&mut **tx)
+            .await?;
+        Ok(rows)
+    }
+}
+
+#[async_trait]
+impl TimerStore for PgStore {
+    async fn create_timer(&self, new: NewTimer, horizon: Horizon) -> StoreResult<Written> {
+        let id = self
+            .next_ids(1)
+            .await?
+            .pop()
+            .ok_or_else(|| StoreError::Internal("no timer id reserved".into()))?;
+        let (written, watermark) = self.new_written(id, &new, horizon);
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let gone = || StoreError::Unavailable("timer writer stopped".into());
+        self.create_queue()
+            .await
+            .send(PendingCreate {
+                written,
+                watermark,
+                reply,
+            })
+            .await
+            .map_err(|_| gone())?;
+        answer.await.map_err(|_| gone())?
+    }
+
+    async fn create_timers(
+        &self,
+        batch: Vec<CreateTimer>,
+        horizon: Horizon,
+    ) -> StoreResult<Vec<Written>> {
+        if batch.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids = self.next_ids(batch.len()).await?;
+        let mut tx = self.pool.begin().await?;
+        // Each request's result: a timer created earlier under its idempotency key, or the
+        // index of a fresh one in `fresh`.
+        let mut results: Vec<Result<Written, usize>> = Vec::with_capacity(batch.len());
+        let mut fresh: Vec<(Written, Timestamp)> = Vec::new();
+        for (req, id) in batch.iter().zip(ids) {
+            if let Some(idem) = &req.idempotency {
+                // Waits for a concurrent holder of the same key, then sees its commit.
+                let first_use = sqlx::query(
+                    "INSERT INTO idempotency_keys (app, key, fingerprint, timer_id, created_at) \
+                     VALUES ($1, $2, $3, $4, $5) ON CONFLICT (app, key) DO NOTHING",
+                )
+                .bind(req.timer.spec.app.as_str())
+                .bind(&idem.key)
+                .bind(&idem.fingerprint)
+                .bind(id.get())
+                .bind(self.clock.now().as_millis())
+                .execute(&mut *tx)
+                .await?
+                .rows_affected()
+                    == 1;
+                if !first_use {
+                    let (fingerprint, original): (String, i64) = sqlx::query_as(
+                        "SELECT fingerprint, timer_id FROM idempotency_keys \
+                         WHERE app = $1 AND key = $2",
+                    )
+                    .bind(req.timer.spec.app.as_str())
+                    .bind(&idem.key)
+                    .fetch_one(&mut *tx)
+                    .await?;
+                    rows::check_fingerprint(idem, &fingerprint)?;
+                    let row = sqlx::query(concat!(
+                        "SELECT ",
+                        timer_cols!(),
+                        " FROM timers WHERE id = $1"
+                    ))
+                    .bind(original)
+                    .fetch_one(&mut *tx)
+                    .await?;
+                    results.push(Ok(Written {
+                        timer: rows::timer(&row)?,
+                        occurrences: Vec::new(),
+                    }));
+                    continue;
+                }
+            }
+            results.push(Err(fresh.len()));
+            fresh.push(self.new_written(id, &req.timer, horizon));
+        }
+        if !fresh.is_empty() {
+            let group: Vec<(&Written, Timestamp)> = fresh.iter().map(|(w, m)| (w, *m)).collect();
+            let inserted = insert_timers(&mut *tx, &group).await?;
+            // All or none: the first name already taken fails the batch (the transaction
+            // rolls back when dropped).
+            if let Some((w, _)) = fresh
+                .iter()
+                .find(|(w, _)| !inserted.contains(&w.timer.id.get()))
+            {
+                return Err(rows::name_taken(&w.timer.spec));
+            }
+        }
+        tx.commit().await?;
+        let mut fresh = fresh.into_iter().map(|(w, _)| Some(w)).collect::<Vec<_>>();
+        results
+            .into_iter()
+            .map(|r| match r {
+                Ok(w) => Ok(w),
+                Err(i) => fresh
+                    .get_mut(i)
+                    .and_then(Option::take)
+                    .ok_or_else(|| StoreError::Internal("batch result out of place".into())),
+            })
+            .collect()
+    }
+
+    async fn get_timer(&self, id: TimerId) -> StoreResult<Timer> {
+        let row = sqlx::query(concat!(
+            "SELECT ",
+            timer_cols!(),
+            " FROM timers WHERE id = $1 AND deleted_at IS NULL"
+        ))
+        .bind(id.get())
+        .fetch_optional(&self.pool)
+        .await?
+        .ok_or_else(|| timer_not_found(id))?;
+        rows::timer(&row)
+    }
+
+    async fn get_timers(&self, ids: &[TimerId]) -> StoreResult<Vec<Timer>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids: Vec<i64> = ids.iter().map(|id| id.get()).collect();
+        // One primary-key probe per id, whatever the plan cache decides: a LATERAL
+        // subquery with OFFSET 0 is never flattened into a join. As a join, the custom plans
+        // PostgreSQL makes for a statement's first executions on a connection may hash a
+        // scan of the whole table (they did for small timers), and `id = ANY($1)`'s generic
+        // plan walked the partial index timers_app_live, every entry of it per call.
+        sqlx::query(concat!(
+            "SELECT t.* FROM (SELECT DISTINCT UNNEST($1::bigint[]) AS id) k \
+             CROSS JOIN LATERAL (SELECT ",
+            timer_cols!(),
+            " FROM timers WHERE id = k.id AND deleted_at IS NULL OFFSET 0) t ORDER BY t.id"
+        ))
+        .bind(ids)
+        .fetch_all(&self.pool)
+        .await?
+        .iter()
+        .map(rows::timer)
+        .collect()
+    }
+
+    async fn list_timers(
+        &self,
+        filter: &TimerFilter,
+        page: &PageRequest,
+    ) -> StoreResult<Page<Timer>> {
+        let scope = filter.scope();
+        let after = decode_page_token(page, &scope)?.map_or(0, |(id, _)| id);
+        let rows = sqlx::query(concat!(
+            "SELECT ",
+            timer_cols!(),
+            " FROM timers WHERE deleted_at IS NULL \
+              AND ($1::text IS NULL OR app = $1) \
+              AND ($2::boolean IS NULL OR enabled = $2) \
+              AND ($3::integer IS NULL OR bucket = $3) \
+              AND id > $4 ORDER BY id LIMIT $5"
+        ))
+        .bind(filter.app.as_ref().map(|a| a.as_str()))
+        .bind(filter.enabled)
+        .bind(filter.bucket.map(|b| b.get() as i32))
+        .bind(after)
+        .bind(i64::from(page.size.get()) + 1)
+        .fetch_all(&self.pool)
+        .await?;
+        let items = rows::timers(&rows)?;
+        Ok(into_page(items, page.size, &scope, |t| (t.id.get(), 0)))
+    }
+
+    async fn update_timer(
+        &self,
+        id: TimerId,
+        expected_version: Option<i64>,
+        spec: TimerSpec,
+        horizon: Horizon,
+    ) -> StoreResult<Written> {
+        let mut tx = self.pool.begin().await?;
+        let row = sqlx::query(concat!(
+            "UPDATE timers SET app = $2, name = $3, schedule_kind = $4, spec = $5::jsonb, \
+             version = version + 1, updated_at = $6 \
+             WHERE id = $1 AND deleted_at IS NULL AND ($7::bigint IS NULL OR version = $7) \
+             RETURNING ",
+            timer_cols!()
+        ))
+        .bind(id.get())
+        .bind(spec.app.as_str())
+        .bind(spec.name.as_str())
+        .bind(spec.schedule.kind_name())
+        .bind(spec_json(&spec)?)
+        .bind(self.clock.now().as_millis())
+        .bind(expected_version)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(rows::name_taken_or(&spec))?;
+        let Some(row) = row else {
+            drop(tx);
+            return match (self.current_version(id).await?, expected_version) {
+                (Some(actual), Some(expected)) => {
+                    Err(StoreError::VersionConflict { expected, actual })
+                }
+                _ => Err(timer_not_found(id)),
+            };
+        };
+        let timer = rows::timer(&row)?;
+        let occurrences = self.materialize_in(&mut tx, &timer, horizon).await?;
+        tx.commit().await?;
+        Ok(Written { timer, occurrences })
+    }
+
+    async fn set_timer_enabled(
+        &self,
+        id: TimerId,
+        enabled: bool,
+        horizon: Horizon,
+    ) -> StoreResult<Written> {
+        let mut tx = self.pool.begin().await?;
+        let row = sqlx::query(concat!(
+            "UPDATE timers SET enabled = $2, version = version + 1, updated_at = $3 \
+             WHERE id = $1 AND deleted_at IS NULL AND enabled <> $2 RETURNING ",
+            timer_cols!()
+        ))
+        .bind(id.get())
+        .bind(enabled)
+        .bind(self.clock.now().as_millis())
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(row) = row else {
+            // Already in that state (or gone): nothing changed, report what is stored.
+            drop(tx);
+            return Ok(Written {
+                timer: self.get_timer(id).await?,
+                occurrences: Vec::new(),
+            });
+        };
+        let timer = rows::timer(&row)?;
+        let occurrences = self.materialize_in(&mut tx, &timer, horizon).await?;
+        tx.commit().await?;
+        Ok(Written { timer, occurrences })
+    }
+
+    async fn delete_timer(&self, id: TimerId) -> StoreResult<()> {
+        let done = sqlx::query(
+            "UPDATE timers SET deleted_at = $2, updated_at = $2, version = version + 1 \
+             WHERE id = $1 AND deleted_at IS NULL",
+        )
+        .bind(id.get())
+        .bind(self.clock.now().as_millis())
+        .execute(&self.pool)
+        .await?;
+        if done.rows_affected() == 0 {
+            return Err(timer_not_found(id));
+        }
+        Ok(())
+    }
+
+    async fn timers_behind(
+        &self,
+        bucket: Bucket,
+        before: Timestamp,
+        after: Option<(Timestamp, TimerId)>,
+        limit: u32,
+    ) -> StoreResult<Vec<Behind>> {
+        let (after_mark, after_id) =
+            after.map_or((i64::MIN, 0), |(m, id)| (m.as_millis(), id.get()));
+        let rows = sqlx::query(concat!(
+            "SELECT ",
+            timer_cols!(),
+            ", materialized_until FROM timers \
+             WHERE bucket = $1 AND enabled AND deleted_at IS NULL \
+               AND materialized_until < $2 AND (materialized_until, id) > ($3, $4) \
+             ORDER BY materialized_until, id LIMIT $5"
+        ))
+        .bind(bucket.get() as i32)
+        .bind(before.as_millis())
+        .bind(after_mark)
+        .bind(after_id)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(rows::behind).collect()
+    }
+
+    async fn advance_watermarks(&self, marks: &[Watermark]) -> StoreResult<u64> {
+        if marks.is_empty() {
+            return Ok(0);
+        }
+        let (mut ids, mut versions, mut untils) = (Vec::new(), Vec::new(), Vec::new());
+        for m in marks {
+            ids.push(m.id.get());
+            versions.push(m.version);
+            untils.push(m.until.as_millis());
+        }
+        let done = sqlx::query(
+            "UPDATE timers t SET materialized_until = u.until \
+             FROM UNNEST($1::bigint[], $2::bigint[], $3::bigint[]) AS u(id, version, until) \
+             WHERE t.id = u.id AND t.version = u.version AND t.materialized_until < u.until",
+        )
+        .bind(ids)
+        .bind(versions)
+        .bind(untils)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected())
+    }
+}

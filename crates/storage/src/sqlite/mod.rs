@@ -1,0 +1,156 @@
+//! SQLite backend for [`TimerStore`] and [`OccurrenceStore`]: the embedded store of
+//! `chime dev`. All writes go through one connection (SQLite allows one writer at a time, and
+//! queueing in the pool beats spinning on SQLITE_BUSY); reads use a small pool beside it.
+
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chime_domain::{BucketCount, Clock, Horizon, NewOccurrence, NewTimer, Timer, Timestamp};
+use sqlx::Row;
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+};
+
+use crate::migrate::{SchemaStatus, applied_versions_or_none, compare, sqlite_migrator};
+use crate::rows::{self, spec_json};
+use crate::{StoreError, StoreResult, Written, first_occurrences};
+use occurrences::insert_new;
+
+macro_rules! timer_cols {
+    () => {
+        "id, app, name, spec, enabled, version, bucket, created_at, updated_at, deleted_at"
+    };
+}
+
+mod occurrences;
+mod retention;
+mod timers;
+
+#[derive(Debug, Clone)]
+pub struct SqliteStore {
+    writer: SqlitePool,
+    reader: SqlitePool,
+    clock: Arc<dyn Clock>,
+    buckets: BucketCount,
+}
+
+impl SqliteStore {
+    /// Opens (creating if missing) the database at `url`: `sqlite://path/to/file.db`, or
+    /// `sqlite::memory:` for a private in-memory database that lives as long as the store.
+    pub async fn open(url: &str, clock: Arc<dyn Clock>, buckets: BucketCount) -> StoreResult<Self> {
+        let in_memory = url.contains(":memory:") || url.contains("mode=memory");
+        let options = SqliteConnectOptions::from_str(url)
+            .map_err(|e| StoreError::Internal(format!("invalid SQLite URL {url:?}: {e}")))?
+            .create_if_missing(true)
+            .journal_mode(if in_memory {
+                SqliteJournalMode::Memory
+            } else {
+                SqliteJournalMode::Wal
+            })
+            .synchronous(SqliteSynchronous::Normal)
+            .busy_timeout(Duration::from_secs(10))
+            .foreign_keys(true);
+        let writer = SqlitePoolOptions::new()
+            .max_connections(1)
+            // An in-memory database vanishes with its last connection: keep this one.
+            .min_connections(1)
+            .idle_timeout(None)
+            .max_lifetime(None)
+            .connect_with(options.clone())
+            .await?;
+        let reader = if in_memory {
+            writer.clone()
+        } else {
+            SqlitePoolOptions::new()
+                .max_connections(4)
+                .connect_with(options.read_only(true))
+                .await?
+        };
+        Ok(Self {
+            writer,
+            reader,
+            clock,
+            buckets,
+        })
+    }
+
+    /// Applies pending migrations; a no-op when current.
+    pub async fn migrate(&self) -> StoreResult<()> {
+        sqlite_migrator().run(&self.writer).await?;
+        Ok(())
+    }
+
+    pub async fn schema_status(&self) -> StoreResult<SchemaStatus> {
+        let applied = sqlx::query_scalar::<_, i64>(
+            "SELECT version FROM _sqlx_migrations WHERE success ORDER BY version",
+        )
+        .fetch_all(&self.reader)
+        .await;
+        Ok(compare(
+            &sqlite_migrator(),
+            &applied_versions_or_none(applied)?,
+        ))
+    }
+
+    /// Inserts one timer inside a write transaction, with its first occurrences and
+    /// watermark; the bucket derives from the id, which SQLite assigns on insert.
+    async fn insert_timer(
+        &self,
+        tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+        new: &NewTimer,
+        horizon: Horizon,
+    ) -> StoreResult<Written> {
+        let now = self.clock.now().as_millis();
+        let inserted = sqlx::query(
+            "INSERT INTO timers (app, name, schedule_kind, spec, enabled, version, bucket, \
+             created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, 1, 0, ?6, ?6) RETURNING id",
+        )
+        .bind(new.spec.app.as_str())
+        .bind(new.spec.name.as_str())
+        .bind(new.spec.schedule.kind_name())
+        .bind(spec_json(&new.spec)?)
+        .bind(new.enabled)
+        .bind(now)
+        .fetch_one(&mut **tx)
+        .await
+        .map_err(rows::name_taken_or(&new.spec))?;
+        let id = rows::timer_id(inserted.try_get("id")?)?;
+        let timer = rows::new_timer_row(id, new, self.buckets, Timestamp::from_millis(now));
+        let (occurrences, watermark) = first_occurrences(&timer, timer.created_at, horizon);
+        sqlx::query("UPDATE timers SET bucket = ?2, materialized_until = ?3 WHERE id = ?1")
+            .bind(id.get())
+            .bind(timer.bucket.get() as i32)
+            .bind(watermark.as_millis())
+            .execute(&mut **tx)
+            .await?;
+        insert_new(&mut **tx, &occurrences).await?;
+        Ok(Written { timer, occurrences })
+    }
+
+    /// After a change to `timer` in `tx`: its first occurrences from now and its watermark,
+    /// if it is enabled.
+    async fn materialize_in(
+        &self,
+        tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+        timer: &Timer,
+        horizon: Horizon,
+    ) -> StoreResult<Vec<NewOccurrence>> {
+        if !timer.enabled {
+            return Ok(Vec::new());
+        }
+        let (rows, watermark) = first_occurrences(timer, timer.updated_at, horizon);
+        insert_new(&mut **tx, &rows).await?;
+        sqlx::query("UPDATE timers SET materialized_until = ?2 WHERE id = ?1")
+            .bind(timer.id.get())
+            .bind(watermark.as_millis())
+            .execute(&mut **tx)
+            .await?;
+        Ok(rows)
+    }
+
+    pub async fn close(&self) {
+        self.reader.close().await;
+        self.writer.close().await;
+    }
+}

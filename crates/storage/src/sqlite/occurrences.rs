@@ -1,0 +1,272 @@
+//! [`OccurrenceStore`] on SQLite: batches as JSON arrays through `json_each`.
+
+use async_trait::async_trait;
+use chime_domain::{
+    Bucket, Claim, ClaimedOccurrence, NewOccurrence, Occurrence, Outcome, Page, TaskKey, Timestamp,
+};
+use serde_json::json;
+
+use super::SqliteStore;
+use crate::rows;
+use crate::{
+    DeadFilter, OccurrenceStore, PageRequest, Redrive, RunFilter, StoreResult, decode_page_token,
+    into_page,
+};
+
+#[async_trait]
+impl OccurrenceStore for SqliteStore {
+    async fn insert_occurrences(&self, batch: &[NewOccurrence]) -> StoreResult<u64> {
+        insert_new(&self.writer, batch).await
+    }
+
+    async fn claim(&self, keys: &[TaskKey], claim: Claim) -> StoreResult<Vec<ClaimedOccurrence>> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let rows = sqlx::query(
+            "UPDATE occurrences SET status = 'running', attempt = attempt + 1, lease_until = ?3 \
+             WHERE (timer_id, run_at) IN (SELECT value ->> 0, value ->> 1 FROM json_each(?1)) \
+               AND (status IN ('pending', 'retrying') \
+                    OR (status = 'running' AND lease_until < ?2)) \
+             RETURNING timer_id, run_at, timer_version, bucket, attempt, \
+               COALESCE(next_attempt_at, run_at) AS due",
+        )
+        .bind(keys_json(keys))
+        .bind(claim.now.as_millis())
+        .bind(claim.lease_until.as_millis())
+        .fetch_all(&self.writer)
+        .await?;
+        rows.iter().map(rows::claimed).collect()
+    }
+
+    async fn record_outcomes(&self, outcomes: &[Outcome]) -> StoreResult<u64> {
+        if outcomes.is_empty() {
+            return Ok(0);
+        }
+        let c = crate::OutcomeColumns::new(outcomes)?;
+        let rows: Vec<_> = (0..outcomes.len())
+            .map(|i| {
+                json!([
+                    c.timer_ids[i],
+                    c.run_ats[i],
+                    c.attempts[i],
+                    c.statuses[i],
+                    c.fired_ats[i],
+                    c.http_statuses[i],
+                    c.outputs[i],
+                    c.errors[i],
+                    c.next_attempt_ats[i]
+                ])
+            })
+            .collect();
+        let done = sqlx::query(
+            "UPDATE occurrences SET status = u.status, fired_at = u.fired_at, \
+               lateness_ms = u.fired_at - occurrences.run_at, http_status = u.http_status, \
+               output = u.output, error = u.error, next_attempt_at = u.next_attempt_at, \
+               lease_until = NULL \
+             FROM (SELECT value ->> 0 AS timer_id, value ->> 1 AS run_at, value ->> 2 AS attempt, \
+                          value ->> 3 AS status, value ->> 4 AS fired_at, \
+                          value ->> 5 AS http_status, value ->> 6 AS output, \
+                          value ->> 7 AS error, value ->> 8 AS next_attempt_at \
+                   FROM json_each(?1)) AS u \
+             WHERE occurrences.timer_id = u.timer_id AND occurrences.run_at = u.run_at \
+               AND occurrences.status = 'running' AND occurrences.attempt = u.attempt",
+        )
+        .bind(serde_json::Value::Array(rows).to_string())
+        .execute(&self.writer)
+        .await?;
+        Ok(done.rows_affected())
+    }
+
+    async fn get_occurrence(&self, key: TaskKey) -> StoreResult<Option<Occurrence>> {
+        let row = sqlx::query(concat!(
+            "SELECT ",
+            occurrence_cols!(),
+            " FROM occurrences WHERE timer_id = ?1 AND run_at = ?2"
+        ))
+        .bind(key.timer_id.get())
+        .bind(key.run_at.as_millis())
+        .fetch_optional(&self.reader)
+        .await?;
+        row.as_ref().map(rows::occurrence).transpose()
+    }
+
+    async fn list_runs(
+        &self,
+        filter: &RunFilter,
+        page: &PageRequest,
+    ) -> StoreResult<Page<Occurrence>> {
+        let scope = filter.scope();
+        let before = filter.before(decode_page_token(page, &scope)?);
+        let rows = sqlx::query(concat!(
+            "SELECT ",
+            occurrence_cols!(),
+            " FROM occurrences WHERE timer_id = ?1 AND (?2 IS NULL OR status = ?2) \
+              AND run_at < ?3 ORDER BY run_at DESC LIMIT ?4"
+        ))
+        .bind(filter.timer_id.get())
+        .bind(filter.status.map(|s| s.as_str()))
+        .bind(before)
+        .bind(i64::from(page.size.get()) + 1)
+        .fetch_all(&self.reader)
+        .await?;
+        let items = rows::occurrences(&rows)?;
+        Ok(into_page(items, page.size, &scope, |o| {
+            (o.key.run_at.as_millis(), 0)
+        }))
+    }
+
+    async fn skip_occurrences(&self, keys: &[TaskKey], reason: &str) -> StoreResult<u64> {
+        if keys.is_empty() {
+            return Ok(0);
+        }
+        let done = sqlx::query(
+            "UPDATE occurrences SET status = 'skipped', error = ?2, lease_until = NULL \
+             WHERE (timer_id, run_at) IN (SELECT value ->> 0, value ->> 1 FROM json_each(?1)) \
+               AND status IN ('pending', 'retrying')",
+        )
+        .bind(keys_json(keys))
+        .bind(reason)
+        .execute(&self.writer)
+        .await?;
+        Ok(done.rows_affected())
+    }
+
+    async fn list_dead(
+        &self,
+        filter: &DeadFilter,
+        page: &PageRequest,
+    ) -> StoreResult<Page<Occurrence>> {
+        let scope = filter.scope();
+        let (after_id, after_run) = decode_page_token(page, &scope)?.unwrap_or((0, i64::MIN));
+        let rows = sqlx::query(concat!(
+            "SELECT ",
+            occurrence_cols!(),
+            " FROM occurrences WHERE status = 'dead' \
+               AND (?1 IS NULL OR timer_id = ?1) \
+               AND (?2 IS NULL OR timer_id IN (SELECT id FROM timers WHERE app = ?2)) \
+               AND (timer_id, run_at) > (?3, ?4) \
+             ORDER BY timer_id, run_at LIMIT ?5"
+        ))
+        .bind(filter.timer_id.map(|t| t.get()))
+        .bind(filter.app.as_ref().map(chime_domain::AppName::as_str))
+        .bind(after_id)
+        .bind(after_run)
+        .bind(i64::from(page.size.get()) + 1)
+        .fetch_all(&self.reader)
+        .await?;
+        let items = rows::occurrences(&rows)?;
+        Ok(into_page(items, page.size, &scope, |o| {
+            (o.key.timer_id.get(), o.key.run_at.as_millis())
+        }))
+    }
+
+    async fn redrive(&self, what: Redrive, now: Timestamp) -> StoreResult<u64> {
+        let (timer, run_at) = what.parts();
+        let done = sqlx::query(
+            "UPDATE occurrences SET status = 'pending', attempt = 0, next_attempt_at = ?3, \
+               lease_until = NULL, error = NULL \
+             WHERE status = 'dead' AND timer_id = ?1 AND (?2 IS NULL OR run_at = ?2)",
+        )
+        .bind(timer)
+        .bind(run_at)
+        .bind(now.as_millis())
+        .execute(&self.writer)
+        .await?;
+        Ok(done.rows_affected())
+    }
+
+    async fn find_overdue(
+        &self,
+        due_before: Timestamp,
+        now: Timestamp,
+        limit: u32,
+    ) -> StoreResult<Vec<Occurrence>> {
+        let rows = sqlx::query(concat!(
+            "SELECT * FROM (SELECT ",
+            occurrence_cols!(),
+            " FROM occurrences WHERE status IN ('pending', 'retrying') \
+               AND COALESCE(next_attempt_at, run_at) < ?1 \
+               ORDER BY COALESCE(next_attempt_at, run_at) LIMIT ?3) \
+             UNION ALL SELECT * FROM (SELECT ",
+            occurrence_cols!(),
+            " FROM occurrences WHERE status = 'running' AND lease_until < ?2 \
+               ORDER BY lease_until LIMIT ?3)"
+        ))
+        .bind(due_before.as_millis())
+        .bind(now.as_millis())
+        .bind(i64::from(limit))
+        .fetch_all(&self.reader)
+        .await?;
+        let items = rows::occurrences(&rows)?;
+        Ok(crate::oldest_first(items, limit))
+    }
+
+    async fn due_in_bucket(
+        &self,
+        bucket: Bucket,
+        from: Timestamp,
+        to: Timestamp,
+        limit: u32,
+    ) -> StoreResult<Vec<(TaskKey, Timestamp)>> {
+        let rows = sqlx::query(
+            "SELECT timer_id, run_at, COALESCE(next_attempt_at, run_at) AS due FROM occurrences \
+             WHERE status IN ('pending', 'retrying') AND bucket = ?1 \
+               AND COALESCE(next_attempt_at, run_at) >= ?2 \
+               AND COALESCE(next_attempt_at, run_at) < ?3 \
+             ORDER BY due LIMIT ?4",
+        )
+        .bind(bucket.get() as i32)
+        .bind(from.as_millis())
+        .bind(to.as_millis())
+        .bind(i64::from(limit))
+        .fetch_all(&self.reader)
+        .await?;
+        rows.iter().map(rows::due_pair).collect()
+    }
+}
+
+fn keys_json(keys: &[TaskKey]) -> String {
+    serde_json::Value::Array(
+        keys.iter()
+            .map(|k| json!([k.timer_id.get(), k.run_at.as_millis()]))
+            .collect(),
+    )
+    .to_string()
+}
+
+/// Inserts the occurrences that do not exist yet; a pending row of an older timer version
+/// adopts the newer one. On `db`: the writer or a transaction.
+pub(super) async fn insert_new<'e, E>(db: E, batch: &[NewOccurrence]) -> StoreResult<u64>
+where
+    E: sqlx::SqliteExecutor<'e>,
+{
+    let batch = crate::dedup_new_occurrences(batch);
+    if batch.is_empty() {
+        return Ok(0);
+    }
+    let rows: Vec<_> = batch
+        .iter()
+        .map(|o| {
+            json!([
+                o.key.timer_id.get(),
+                o.key.run_at.as_millis(),
+                o.timer_version,
+                o.bucket.get()
+            ])
+        })
+        .collect();
+    // `WHERE true` lets SQLite parse ON CONFLICT after a SELECT.
+    let done = sqlx::query(
+        "INSERT INTO occurrences (timer_id, run_at, timer_version, bucket) \
+         SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3 FROM json_each(?1) WHERE true \
+         ON CONFLICT (timer_id, run_at) DO UPDATE \
+           SET timer_version = excluded.timer_version, bucket = excluded.bucket \
+           WHERE occurrences.status = 'pending' \
+             AND occurrences.timer_version < excluded.timer_version",
+    )
+    .bind(serde_json::Value::Array(rows).to_string())
+    .execute(db)
+    .await?;
+    Ok(done.rows_affected())
+}

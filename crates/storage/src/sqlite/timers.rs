@@ -1,0 +1,270 @@
+//! [`TimerStore`] on SQLite. Every write that can make a timer fire stores its first
+//! occurrences and watermark in the same transaction.
+
+use async_trait::async_trait;
+use chime_domain::{Bucket, Horizon, NewTimer, Page, Timer, TimerId, TimerSpec, Timestamp};
+use serde_json::json;
+
+use super::SqliteStore;
+use crate::rows::{self, spec_json, timer_not_found};
+use crate::{
+    Behind, CreateTimer, PageRequest, StoreError, StoreResult, TimerFilter, TimerStore, Watermark,
+    Written, decode_page_token, into_page,
+};
+
+#[async_trait]
+impl TimerStore for SqliteStore {
+    async fn create_timer(&self, new: NewTimer, horizon: Horizon) -> StoreResult<Written> {
+        let mut tx = self.writer.begin().await?;
+        let written = self.insert_timer(&mut tx, &new, horizon).await?;
+        tx.commit().await?;
+        Ok(written)
+    }
+
+    async fn create_timers(
+        &self,
+        batch: Vec<CreateTimer>,
+        horizon: Horizon,
+    ) -> StoreResult<Vec<Written>> {
+        let mut tx = self.writer.begin().await?;
+        let mut created = Vec::with_capacity(batch.len());
+        for req in &batch {
+            if let Some(idem) = &req.idempotency {
+                let seen: Option<(String, i64)> = sqlx::query_as(
+                    "SELECT fingerprint, timer_id FROM idempotency_keys WHERE app = ?1 AND key = ?2",
+                )
+                .bind(req.timer.spec.app.as_str())
+                .bind(&idem.key)
+                .fetch_optional(&mut *tx)
+                .await?;
+                if let Some((fingerprint, original)) = seen {
+                    rows::check_fingerprint(idem, &fingerprint)?;
+                    let row = sqlx::query(concat!(
+                        "SELECT ",
+                        timer_cols!(),
+                        " FROM timers WHERE id = ?1"
+                    ))
+                    .bind(original)
+                    .fetch_one(&mut *tx)
+                    .await?;
+                    created.push(Written {
+                        timer: rows::timer(&row)?,
+                        occurrences: Vec::new(),
+                    });
+                    continue;
+                }
+            }
+            let written = self.insert_timer(&mut tx, &req.timer, horizon).await?;
+            let timer = &written.timer;
+            if let Some(idem) = &req.idempotency {
+                sqlx::query(
+                    "INSERT INTO idempotency_keys (app, key, fingerprint, timer_id, created_at) \
+                     VALUES (?1, ?2, ?3, ?4, ?5)",
+                )
+                .bind(timer.spec.app.as_str())
+                .bind(&idem.key)
+                .bind(&idem.fingerprint)
+                .bind(timer.id.get())
+                .bind(timer.created_at.as_millis())
+                .execute(&mut *tx)
+                .await?;
+            }
+            created.push(written);
+        }
+        tx.commit().await?;
+        Ok(created)
+    }
+
+    async fn get_timer(&self, id: TimerId) -> StoreResult<Timer> {
+        let row = sqlx::query(concat!(
+            "SELECT ",
+            timer_cols!(),
+            " FROM timers WHERE id = ?1 AND deleted_at IS NULL"
+        ))
+        .bind(id.get())
+        .fetch_optional(&self.reader)
+        .await?
+        .ok_or_else(|| timer_not_found(id))?;
+        rows::timer(&row)
+    }
+
+    async fn get_timers(&self, ids: &[TimerId]) -> StoreResult<Vec<Timer>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids: Vec<i64> = ids.iter().map(|id| id.get()).collect();
+        let ids = serde_json::to_string(&ids)
+            .map_err(|e| StoreError::Internal(format!("encoding timer ids: {e}")))?;
+        sqlx::query(concat!(
+            "SELECT ",
+            timer_cols!(),
+            " FROM timers WHERE id IN (SELECT value FROM json_each(?1)) \
+              AND deleted_at IS NULL ORDER BY id"
+        ))
+        .bind(ids)
+        .fetch_all(&self.reader)
+        .await?
+        .iter()
+        .map(rows::timer)
+        .collect()
+    }
+
+    async fn list_timers(
+        &self,
+        filter: &TimerFilter,
+        page: &PageRequest,
+    ) -> StoreResult<Page<Timer>> {
+        let scope = filter.scope();
+        let after = decode_page_token(page, &scope)?.map_or(0, |(id, _)| id);
+        let rows = sqlx::query(concat!(
+            "SELECT ",
+            timer_cols!(),
+            " FROM timers WHERE deleted_at IS NULL \
+              AND (?1 IS NULL OR app = ?1) AND (?2 IS NULL OR enabled = ?2) \
+              AND (?3 IS NULL OR bucket = ?3) AND id > ?4 ORDER BY id LIMIT ?5"
+        ))
+        .bind(filter.app.as_ref().map(|a| a.as_str()))
+        .bind(filter.enabled)
+        .bind(filter.bucket.map(|b| b.get() as i32))
+        .bind(after)
+        .bind(i64::from(page.size.get()) + 1)
+        .fetch_all(&self.reader)
+        .await?;
+        let items = rows::timers(&rows)?;
+        Ok(into_page(items, page.size, &scope, |t| (t.id.get(), 0)))
+    }
+
+    async fn update_timer(
+        &self,
+        id: TimerId,
+        expected_version: Option<i64>,
+        spec: TimerSpec,
+        horizon: Horizon,
+    ) -> StoreResult<Written> {
+        let mut tx = self.writer.begin().await?;
+        let row = sqlx::query(concat!(
+            "UPDATE timers SET app = ?2, name = ?3, schedule_kind = ?4, spec = ?5, \
+             version = version + 1, updated_at = ?6 \
+             WHERE id = ?1 AND deleted_at IS NULL AND (?7 IS NULL OR version = ?7) RETURNING ",
+            timer_cols!()
+        ))
+        .bind(id.get())
+        .bind(spec.app.as_str())
+        .bind(spec.name.as_str())
+        .bind(spec.schedule.kind_name())
+        .bind(spec_json(&spec)?)
+        .bind(self.clock.now().as_millis())
+        .bind(expected_version)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(rows::name_taken_or(&spec))?;
+        if let Some(row) = row {
+            let timer = rows::timer(&row)?;
+            let occurrences = self.materialize_in(&mut tx, &timer, horizon).await?;
+            tx.commit().await?;
+            return Ok(Written { timer, occurrences });
+        }
+        let actual: Option<i64> =
+            sqlx::query_scalar("SELECT version FROM timers WHERE id = ?1 AND deleted_at IS NULL")
+                .bind(id.get())
+                .fetch_optional(&mut *tx)
+                .await?;
+        match (actual, expected_version) {
+            (Some(actual), Some(expected)) => Err(StoreError::VersionConflict { expected, actual }),
+            _ => Err(timer_not_found(id)),
+        }
+    }
+
+    async fn set_timer_enabled(
+        &self,
+        id: TimerId,
+        enabled: bool,
+        horizon: Horizon,
+    ) -> StoreResult<Written> {
+        let mut tx = self.writer.begin().await?;
+        let row = sqlx::query(concat!(
+            "UPDATE timers SET enabled = ?2, version = version + 1, updated_at = ?3 \
+             WHERE id = ?1 AND deleted_at IS NULL AND enabled <> ?2 RETURNING ",
+            timer_cols!()
+        ))
+        .bind(id.get())
+        .bind(enabled)
+        .bind(self.clock.now().as_millis())
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(row) = row else {
+            drop(tx);
+            return Ok(Written {
+                timer: self.get_timer(id).await?,
+                occurrences: Vec::new(),
+            });
+        };
+        let timer = rows::timer(&row)?;
+        let occurrences = self.materialize_in(&mut tx, &timer, horizon).await?;
+        tx.commit().await?;
+        Ok(Written { timer, occurrences })
+    }
+
+    async fn delete_timer(&self, id: TimerId) -> StoreResult<()> {
+        let done = sqlx::query(
+            "UPDATE timers SET deleted_at = ?2, updated_at = ?2, version = version + 1 \
+             WHERE id = ?1 AND deleted_at IS NULL",
+        )
+        .bind(id.get())
+        .bind(self.clock.now().as_millis())
+        .execute(&self.writer)
+        .await?;
+        if done.rows_affected() == 0 {
+            return Err(timer_not_found(id));
+        }
+        Ok(())
+    }
+
+    async fn timers_behind(
+        &self,
+        bucket: Bucket,
+        before: Timestamp,
+        after: Option<(Timestamp, TimerId)>,
+        limit: u32,
+    ) -> StoreResult<Vec<Behind>> {
+        let (after_mark, after_id) =
+            after.map_or((i64::MIN, 0), |(m, id)| (m.as_millis(), id.get()));
+        let rows = sqlx::query(concat!(
+            "SELECT ",
+            timer_cols!(),
+            ", materialized_until FROM timers \
+             WHERE bucket = ?1 AND enabled = 1 AND deleted_at IS NULL \
+               AND materialized_until < ?2 AND (materialized_until, id) > (?3, ?4) \
+             ORDER BY materialized_until, id LIMIT ?5"
+        ))
+        .bind(bucket.get() as i32)
+        .bind(before.as_millis())
+        .bind(after_mark)
+        .bind(after_id)
+        .bind(i64::from(limit))
+        .fetch_all(&self.reader)
+        .await?;
+        rows.iter().map(rows::behind).collect()
+    }
+
+    async fn advance_watermarks(&self, marks: &[Watermark]) -> StoreResult<u64> {
+        if marks.is_empty() {
+            return Ok(0);
+        }
+        let marks: Vec<_> = marks
+            .iter()
+            .map(|m| json!([m.id.get(), m.version, m.until.as_millis()]))
+            .collect();
+        let done = sqlx::query(
+            "UPDATE timers SET materialized_until = u.until \
+             FROM (SELECT value ->> 0 AS id, value ->> 1 AS version, value ->> 2 AS until \
+                   FROM json_each(?1)) AS u \
+             WHERE timers.id = u.id AND timers.version = u.version \
+               AND timers.materialized_until < u.until",
+        )
+        .bind(serde_json::Value::Array(marks).to_string())
+        .execute(&self.writer)
+        .await?;
+        Ok(done.rows_affected())
+    }
+}

@@ -1,0 +1,228 @@
+//! A timer the API accepted fires, whichever other service is down when it is created: the
+//! gateway stores every timer with its first occurrences in one transaction and needs neither
+//! the migrator nor Redis. Real processes, real PostgreSQL and Redis, a loopback sink; lost
+//! and duplicated counts come from the sink.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use chime_bench::sink::Sink;
+use chime_e2e::cluster::{Cluster, Spec};
+use chime_e2e::servers::PrivateRedis;
+use chime_e2e::timers::{
+    create, deliveries, due_over, duplicates, ms, now, one_shots, wait_delivered,
+};
+use chime_storage::testkit;
+use serde_json::json;
+
+/// The lead these tests run with: short, so that the rows written with a timer run out
+/// within the test and what fires after that needed the migrator.
+const LEAD_MS: i64 = 20_000;
+
+/// An every-second timer as created.
+struct Ticker {
+    id: i64,
+    /// Its first fire time.
+    first: i64,
+    /// When the store wrote it: its rows cover `[first, created + lead)`.
+    created: i64,
+}
+
+async fn tickers(rest: &str, url: &str, n: usize) -> Vec<Ticker> {
+    let mut out = Vec::new();
+    for i in 0..n {
+        let t = create(
+            rest,
+            json!({ "app": "durability", "name": format!("tick-{i}"),
+                    "schedule": { "every": "1s" }, "callback": { "url": url } }),
+        )
+        .await;
+        out.push(Ticker {
+            id: t["id"].as_i64().unwrap(),
+            first: ms(t["next_runs"][0]["utc"].as_str().unwrap()),
+            created: ms(t["created_at"].as_str().unwrap()),
+        });
+    }
+    out
+}
+
+/// The fire times of `t` the sink received, each once or more.
+fn ticks_received(sink: &Sink, t: &Ticker) -> BTreeSet<i64> {
+    deliveries(sink)
+        .keys()
+        .filter_map(|k| {
+            let (id, at) = k.split_once(':')?;
+            (id.parse::<i64>().ok()? == t.id).then(|| at.parse().ok())?
+        })
+        .collect()
+}
+
+/// Fire times of `t` in `[from, to]` the sink never received.
+fn ticks_missing(sink: &Sink, t: &Ticker, from: i64, to: i64) -> Vec<i64> {
+    let got = ticks_received(sink, t);
+    (0..)
+        .map(|k| t.first + k * 1_000)
+        .skip_while(|at| *at < from)
+        .take_while(|at| *at <= to)
+        .filter(|at| !got.contains(at))
+        .collect()
+}
+
+async fn cluster(
+    test: &'static str,
+    db: &testkit::PgFixture,
+    redis_url: String,
+    prefix: &str,
+) -> Cluster {
+    Cluster::start(Spec {
+        test,
+        database_url: db.url(),
+        redis_url,
+        redis_prefix: prefix.to_owned(),
+        schedulers: 1,
+        executors: 1,
+        env: vec![("CHIME_MIGRATOR__LEAD", format!("{}s", LEAD_MS / 1000))],
+    })
+    .await
+}
+
+async fn sleep_until_ms(at: i64) {
+    let wait = (at - now()).max(0) as u64;
+    tokio::time::sleep(Duration::from_millis(wait)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timers_created_while_the_migrator_is_dead_fire_exactly_once() {
+    let db = testkit::pg_unmigrated().await;
+    let redis = testkit::redis().await;
+    let sink = Sink::start().await.unwrap();
+    let mut c = cluster(
+        "migrator-dead-restarted",
+        &db,
+        testkit::redis_url(),
+        redis.backend.prefix(),
+    )
+    .await;
+    c.migrator.service.kill9();
+    let killed = now();
+    let created = now();
+    let shots = one_shots(
+        &c.rest,
+        &sink.url("/hook"),
+        &due_over(created + 20_000, 20_000, 300),
+    )
+    .await;
+    let ticks = tickers(&c.rest, &sink.url("/hook"), 3).await;
+    sleep_until_ms(killed + 10_000).await;
+    c.migrator.restart().await;
+
+    wait_delivered(&sink, &shots, Duration::from_secs(60)).await;
+    // Past the first lead: the ticks since needed the restarted migrator.
+    sleep_until_ms(created + 2 * LEAD_MS + 5_000).await;
+    let end = now() - 2_000;
+    for t in &ticks {
+        let missing = ticks_missing(&sink, t, t.first, end);
+        assert!(
+            missing.is_empty(),
+            "timer {}: {} ticks missing: {missing:?}",
+            t.id,
+            missing.len()
+        );
+    }
+    let dupes = duplicates(&sink);
+    eprintln!(
+        "migrator killed before the creates, back 10 s later: 300 one-shots and {} ticks \
+         delivered, 0 lost, {dupes} duplicates",
+        ticks
+            .iter()
+            .map(|t| ticks_received(&sink, t).len())
+            .sum::<usize>()
+    );
+    assert_eq!(dupes, 0);
+    c.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_migrator_gone_for_good_timers_fire_for_the_lead() {
+    let db = testkit::pg_unmigrated().await;
+    let redis = testkit::redis().await;
+    let sink = Sink::start().await.unwrap();
+    let mut c = cluster(
+        "migrator-dead",
+        &db,
+        testkit::redis_url(),
+        redis.backend.prefix(),
+    )
+    .await;
+    c.migrator.service.kill9();
+    let created = now();
+    let shots = one_shots(
+        &c.rest,
+        &sink.url("/hook"),
+        &due_over(created + 20_000, 20_000, 300),
+    )
+    .await;
+    let ticks = tickers(&c.rest, &sink.url("/hook"), 3).await;
+
+    // One-shots never depend on the migrator.
+    wait_delivered(&sink, &shots, Duration::from_secs(60)).await;
+    // Recurring timers fire for the lead after their creation, exactly, and then stop.
+    sleep_until_ms(ticks.iter().map(|t| t.created).max().unwrap() + LEAD_MS + 3_000).await;
+    for t in &ticks {
+        let expected: BTreeSet<i64> = (0..)
+            .map(|k| t.first + k * 1_000)
+            .take_while(|at| *at < t.created + LEAD_MS)
+            .collect();
+        assert_eq!(ticks_received(&sink, t), expected, "timer {}", t.id);
+    }
+    assert_eq!(duplicates(&sink), 0);
+    eprintln!(
+        "migrator gone: 300 one-shots delivered; every-second timers fired {} s each, then stopped",
+        LEAD_MS / 1000
+    );
+    c.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timers_created_while_redis_is_down_fire_once_it_is_back() {
+    let db = testkit::pg_unmigrated().await;
+    let mut redis = PrivateRedis::start();
+    let sink = Sink::start().await.unwrap();
+    let mut c = cluster("redis-down", &db, redis.url(), "chime").await;
+    redis.stop();
+    let created = now();
+    let shots = one_shots(
+        &c.rest,
+        &sink.url("/hook"),
+        &due_over(created + 15_000, 15_000, 300),
+    )
+    .await;
+    let ticks = tickers(&c.rest, &sink.url("/hook"), 3).await;
+    let took = now() - created;
+    assert!(took < 10_000, "creates with Redis down took {took} ms");
+    sleep_until_ms(created + 8_000).await;
+    redis.start_again();
+    let back = now();
+
+    wait_delivered(&sink, &shots, Duration::from_secs(60)).await;
+    let end = now() - 2_000;
+    for t in &ticks {
+        let missing = ticks_missing(&sink, t, back + 5_000, end);
+        assert!(
+            missing.is_empty(),
+            "timer {}: {} ticks missing: {missing:?}",
+            t.id,
+            missing.len()
+        );
+    }
+    let got = deliveries(&sink);
+    let shot_dupes: usize = shots.iter().map(|k| got[k].len() - 1).sum();
+    eprintln!(
+        "Redis down during the creates ({took} ms for 303), back 8 s later: 300 one-shots \
+         delivered, {shot_dupes} duplicates; ticks every second from 5 s after"
+    );
+    assert_eq!(shot_dupes, 0);
+    c.stop().await;
+}

@@ -1,0 +1,153 @@
+//! What the fault and durability tests share: creating timers over REST, and reading what
+//! the loopback sink received ("lost" and "duplicated" come from the sink, never from
+//! Chime's tables).
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use chime_bench::sink::{Received, Sink};
+use chime_domain::{Clock, SystemClock, Timestamp};
+use futures::StreamExt;
+use serde_json::{Value, json};
+
+pub fn now() -> i64 {
+    SystemClock.now().as_millis()
+}
+
+pub fn ms(rfc3339: &str) -> i64 {
+    Timestamp::parse_rfc3339(rfc3339).unwrap().as_millis()
+}
+
+pub fn client() -> reqwest::Client {
+    chime_runtime::http_client().build().unwrap()
+}
+
+pub async fn get_json(url: String) -> Value {
+    client()
+        .get(url)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+/// Creates one-shot timers calling `url`, due at each of `at` (unix ms), 100 per batch, four
+/// batches at a time. Returns the expected task keys.
+pub async fn one_shots(rest: &str, url: &str, at: &[i64]) -> HashSet<String> {
+    let c = client();
+    let batches: Vec<Vec<(usize, i64)>> = at
+        .iter()
+        .copied()
+        .enumerate()
+        .collect::<Vec<_>>()
+        .chunks(100)
+        .map(<[_]>::to_vec)
+        .collect();
+    let created: Vec<Vec<String>> = futures::stream::iter(batches)
+        .map(|batch| {
+            let (c, rest) = (c.clone(), rest.to_owned());
+            let requests: Vec<Value> = batch
+                .iter()
+                .map(|(i, due)| {
+                    json!({ "timer": { "app": "faults", "name": format!("once-{i}"),
+                        "schedule": { "at": Timestamp::from_millis(*due).to_rfc3339() },
+                        "callback": { "url": url } } })
+                })
+                .collect();
+            async move {
+                let r = c
+                    .post(format!("{rest}/v1/timers:batchCreate"))
+                    .json(&json!({ "requests": requests }))
+                    .send()
+                    .await
+                    .unwrap();
+                assert_eq!(r.status(), 201);
+                let body: Value = r.json().await.unwrap();
+                body["timers"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|t| {
+                        format!(
+                            "{}:{}",
+                            t["id"].as_i64().unwrap(),
+                            ms(t["schedule"]["at"].as_str().unwrap())
+                        )
+                    })
+                    .collect()
+            }
+        })
+        .buffer_unordered(4)
+        .collect()
+        .await;
+    created.into_iter().flatten().collect()
+}
+
+pub async fn create(rest: &str, body: Value) -> Value {
+    let r = client()
+        .post(format!("{rest}/v1/timers"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    r.json().await.unwrap()
+}
+
+/// Deliveries per Idempotency-Key.
+pub fn deliveries(sink: &Sink) -> HashMap<String, Vec<Received>> {
+    let mut by_key: HashMap<String, Vec<Received>> = HashMap::new();
+    for r in sink.received() {
+        let key = r.header("idempotency-key").unwrap().to_owned();
+        by_key.entry(key).or_default().push(r);
+    }
+    by_key
+}
+
+/// Waits until every expected key was delivered, or fails naming how many were lost.
+pub async fn wait_delivered(sink: &Sink, expected: &HashSet<String>, within: Duration) {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let got = deliveries(sink);
+        let lost = expected.iter().filter(|k| !got.contains_key(*k)).count();
+        if lost == 0 {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{lost} of {} occurrences lost",
+            expected.len()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Duplicates (second and later deliveries of a key); each necessarily shares the key.
+/// Prints a few, with their attempt numbers and arrival times, to tell retries from
+/// double hand-offs.
+pub fn duplicates(sink: &Sink) -> usize {
+    let all = deliveries(sink);
+    let twice: Vec<_> = all.iter().filter(|(_, v)| v.len() > 1).collect();
+    for (key, v) in twice.iter().take(5) {
+        let seen: Vec<String> = v
+            .iter()
+            .map(|r| {
+                format!(
+                    "attempt {} at {}",
+                    r.header("x-chime-attempt").unwrap_or("?"),
+                    r.at_ms
+                )
+            })
+            .collect();
+        eprintln!("duplicate {key}: {}", seen.join(", "));
+    }
+    all.values().map(|v| v.len() - 1).sum()
+}
+
+pub fn due_over(from_ms: i64, span_ms: i64, n: usize) -> Vec<i64> {
+    (0..n)
+        .map(|i| from_ms + span_ms * i as i64 / n as i64)
+        .collect()
+}
