@@ -5,14 +5,14 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
 use std::time::Duration;
 
 use chime_bench::sink::Sink;
 use chime_e2e::cluster::{Cluster, Spec};
 use chime_e2e::servers::PrivateRedis;
 use chime_e2e::timers::{
-    create, deliveries, due_over, duplicates, ms, now, one_shots, wait_delivered,
+    create, deliveries, due_over, duplicates, ms, now, one_shots, one_shots_named, wait_delivered,
 };
 use chime_storage::testkit;
 use serde_json::json;
@@ -31,11 +31,15 @@ struct Ticker {
 }
 
 async fn tickers(rest: &str, url: &str, n: usize) -> Vec<Ticker> {
+    tickers_named(rest, url, "tick", n).await
+}
+
+async fn tickers_named(rest: &str, url: &str, prefix: &str, n: usize) -> Vec<Ticker> {
     let mut out = Vec::new();
     for i in 0..n {
         let t = create(
             rest,
-            json!({ "app": "durability", "name": format!("tick-{i}"),
+            json!({ "app": "durability", "name": format!("{prefix}-{i}"),
                     "schedule": { "every": "1s" }, "callback": { "url": url } }),
         )
         .await;
@@ -224,5 +228,77 @@ async fn timers_created_while_redis_is_down_fire_once_it_is_back() {
          delivered, {shot_dupes} duplicates; ticks every second from 5 s after"
     );
     assert_eq!(shot_dupes, 0);
+    c.stop().await;
+}
+
+/// Restarts every process one at a time with `CHIME_BUCKETS=buckets`, as a rolling update
+/// does: schedulers, executors, migrator, then the gateway. Two replicas of the firing
+/// stages keep one of each up throughout.
+async fn roll_buckets(c: &mut Cluster, buckets: u32) {
+    let nodes = c
+        .schedulers
+        .iter_mut()
+        .chain(c.executors.iter_mut())
+        .chain([&mut c.migrator, &mut c.gateway]);
+    for node in nodes {
+        node.set_env("CHIME_BUCKETS", buckets.to_string());
+        node.service.stop().await;
+        node.restart().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changing_the_bucket_count_under_load_loses_and_repeats_nothing() {
+    let db = testkit::pg_unmigrated().await;
+    let redis = testkit::redis().await;
+    let sink = Sink::start().await.unwrap();
+    let mut c = Cluster::start(Spec {
+        test: "rebucket",
+        database_url: db.url(),
+        redis_url: testkit::redis_url(),
+        redis_prefix: redis.backend.prefix().to_owned(),
+        schedulers: 2,
+        executors: 2,
+        // A short lead: a timer left in a bucket out of range would stop firing within the
+        // test (no migrator of the new count would extend it), not merely fire late.
+        env: vec![
+            ("CHIME_BUCKETS", "16".into()),
+            ("CHIME_MIGRATOR__LEAD", format!("{}s", LEAD_MS / 1000)),
+        ],
+    })
+    .await;
+    let url = sink.url("/hook");
+    let first = now();
+    let mut shots = one_shots(&c.rest, &url, &due_over(first + 8_000, 60_000, 300)).await;
+    let mut ticks = tickers(&c.rest, &url, 3).await;
+    roll_buckets(&mut c, 64).await;
+    // Created under 64 buckets: most land in buckets the way back leaves out of range.
+    let second = now();
+    let more = due_over(second + 8_000, 40_000, 300);
+    let more: HashSet<String> = one_shots_named(&c.rest, &url, "again", &more).await;
+    shots.extend(more);
+    ticks.extend(tickers_named(&c.rest, &url, "again", 3).await);
+    roll_buckets(&mut c, 16).await;
+
+    wait_delivered(&sink, &shots, Duration::from_secs(90)).await;
+    // Well past the lead of the timers created under 64 buckets.
+    sleep_until_ms(second + 2 * LEAD_MS + 5_000).await;
+    let end = now() - 2_000;
+    for t in &ticks {
+        let missing = ticks_missing(&sink, t, t.first, end);
+        assert!(
+            missing.is_empty(),
+            "timer {}: {} ticks missing: {missing:?}",
+            t.id,
+            missing.len()
+        );
+    }
+    let dupes = duplicates(&sink);
+    eprintln!(
+        "CHIME_BUCKETS 16 → 64 → 16, rolled under load: {} one-shots and every tick delivered, \
+         {dupes} duplicates",
+        shots.len()
+    );
+    assert_eq!(dupes, 0);
     c.stop().await;
 }

@@ -8,3 +8,6 @@ ALTER TABLE timers ADD COLUMN materialized_until BIGINT NOT NULL DEFAULT 0;
 -- The migrator reads the enabled timers of one bucket by watermark, oldest first.
 CREATE INDEX timers_bucket_watermark ON timers (bucket, materialized_until, id)
     WHERE enabled AND deleted_at IS NULL;
+
+-- After CHIME_BUCKETS shrinks, the migrator finds the live timers whose bucket is out of range.
+CREATE INDEX timers_bucket_live ON timers (bucket) WHERE deleted_at IS NULL;

@@ -36,6 +36,11 @@ pub async fn get_json(url: String) -> Value {
 /// Creates one-shot timers calling `url`, due at each of `at` (unix ms), 100 per batch, four
 /// batches at a time. Returns the expected task keys.
 pub async fn one_shots(rest: &str, url: &str, at: &[i64]) -> HashSet<String> {
+    one_shots_named(rest, url, "once", at).await
+}
+
+/// [`one_shots`] named `{prefix}-{i}`, so one test can create several sets.
+pub async fn one_shots_named(rest: &str, url: &str, prefix: &str, at: &[i64]) -> HashSet<String> {
     let c = client();
     let batches: Vec<Vec<(usize, i64)>> = at
         .iter()
@@ -51,7 +56,7 @@ pub async fn one_shots(rest: &str, url: &str, at: &[i64]) -> HashSet<String> {
             let requests: Vec<Value> = batch
                 .iter()
                 .map(|(i, due)| {
-                    json!({ "timer": { "app": "faults", "name": format!("once-{i}"),
+                    json!({ "timer": { "app": "faults", "name": format!("{prefix}-{i}"),
                         "schedule": { "at": Timestamp::from_millis(*due).to_rfc3339() },
                         "callback": { "url": url } } })
                 })

@@ -112,10 +112,12 @@ fn grpc_request(tag: &str, i: usize) -> pb::CreateTimerRequest {
     }
 }
 
-/// REST and gRPC, single and batch: `timers` each, from `concurrency` clients.
+/// REST and gRPC, single and batch: `timers` each, from `concurrency` clients. `round`
+/// keeps timer names of successive measurements apart.
 pub async fn measure(
     rest: &str,
     grpc: &str,
+    round: &str,
     timers: usize,
     concurrency: usize,
 ) -> anyhow::Result<Vec<ApiReport>> {
@@ -128,16 +130,18 @@ pub async fn measure(
         .context("gateway gRPC")?;
     let mut reports = Vec::new();
     for (name, size) in [("rest_single", 1), ("rest_batch", BATCH)] {
+        let tag = format!("{round}-{name}");
         let (http, url) = (http.clone(), format!("{rest}/v1/timers"));
         let batch_url = format!("{rest}/v1/timers:batchCreate");
         let call: Call = Arc::new(move |first, size| {
             let (http, url, batch_url) = (http.clone(), url.clone(), batch_url.clone());
+            let tag = tag.clone();
             Box::pin(async move {
                 let resp = if size == 1 {
-                    http.post(&url).json(&rest_body(name, first)).send().await?
+                    http.post(&url).json(&rest_body(&tag, first)).send().await?
                 } else {
                     let requests: Vec<_> = (first..first + size)
-                        .map(|i| json!({"timer": rest_body(name, i)}))
+                        .map(|i| json!({"timer": rest_body(&tag, i)}))
                         .collect();
                     http.post(&batch_url)
                         .json(&json!({ "requests": requests }))
@@ -157,15 +161,17 @@ pub async fn measure(
         reports.push(drive(name, timers, size, concurrency, call).await?);
     }
     for (name, size) in [("grpc_single", 1), ("grpc_batch", BATCH)] {
+        let tag = format!("{round}-{name}");
         let client = TimerServiceClient::new(channel.clone());
         let call: Call = Arc::new(move |first, size| {
             let mut client = client.clone();
+            let tag = tag.clone();
             Box::pin(async move {
                 if size == 1 {
-                    client.create_timer(grpc_request(name, first)).await?;
+                    client.create_timer(grpc_request(&tag, first)).await?;
                 } else {
                     let requests = (first..first + size)
-                        .map(|i| grpc_request(name, i))
+                        .map(|i| grpc_request(&tag, i))
                         .collect();
                     client
                         .batch_create_timers(pb::BatchCreateTimersRequest { requests })

@@ -250,6 +250,12 @@ pub mod cluster {
             }
         }
 
+        /// Sets `key` for the next (re)start, as a rolling change of configuration does.
+        pub fn set_env(&mut self, key: &'static str, value: String) {
+            self.env.retain(|(k, _)| *k != key);
+            self.env.push((key, value));
+        }
+
         /// Starts the process again with the same settings (after it stopped or was killed),
         /// and waits until it is ready.
         pub async fn restart(&mut self) {

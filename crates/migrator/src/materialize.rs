@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chime_domain::{
-    Bucket, Clock, Horizon, NewOccurrence, ShardKey, TaskKey, Timer, TimerId, Timestamp,
+    Bucket, BucketCount, Clock, Horizon, NewOccurrence, ShardKey, TaskKey, Timer, TimerId,
+    Timestamp,
 };
 use chime_storage::{HotEntry, HotIndex, OccurrenceStore, StoreResult, TimerStore, Watermark};
 
@@ -117,6 +118,39 @@ impl Materializer {
         }
         pass.built_shards = self.build_missing_shards(bucket, now).await?;
         Ok(pass)
+    }
+
+    /// After `CHIME_BUCKETS` shrank: moves the timers whose bucket is out of range for
+    /// `count` to their new bucket, with their claimable occurrences, and indexes those in
+    /// the new buckets' shards of the window (no scheduler of the new count works the old
+    /// ones; one of the old count still may, and a key handed off from both is claimed once).
+    /// Returns how many buckets received timers.
+    pub async fn rebucket(&self, count: BucketCount) -> StoreResult<usize> {
+        let mut touched = std::collections::BTreeSet::new();
+        loop {
+            let moved = self.timers.rebucket(count, self.page_size).await?;
+            if moved.is_empty() {
+                break;
+            }
+            touched.extend(moved);
+        }
+        let now = self.clock.now();
+        let (from, to) = (
+            now.saturating_sub(CATCH_UP),
+            now.saturating_add(self.horizon.lead),
+        );
+        for bucket in &touched {
+            let due = self
+                .occurrences
+                .due_in_bucket(*bucket, from, to, REPAIR_LIMIT)
+                .await?;
+            let entries: Vec<HotEntry> = due
+                .iter()
+                .map(|(key, due)| HotEntry::new(*key, *due, *bucket))
+                .collect();
+            self.index.add(&entries).await?;
+        }
+        Ok(touched.len())
     }
 
     /// Materializes one timer on demand (`MigrateTimer`) from its last change, at most

@@ -51,6 +51,8 @@ pub struct PassReport {
     pub built_shards: u64,
     /// The largest watermark lag among the buckets worked.
     pub lag: Duration,
+    /// Buckets that received timers moved from out-of-range buckets.
+    pub rebucketed: usize,
 }
 
 pub struct Migrator {
@@ -105,9 +107,13 @@ impl Migrator {
             || self.leases.acquire(name, &self.token, ttl).await?)
     }
 
-    /// One pass over every bucket this replica holds or can take.
+    /// One pass: first moves timers a larger bucket count left out of range (after
+    /// `CHIME_BUCKETS` shrank), then every bucket this replica holds or can take.
     pub async fn run_pass(&self) -> StoreResult<PassReport> {
-        let mut report = PassReport::default();
+        let mut report = PassReport {
+            rebucketed: self.materializer.rebucket(self.settings.buckets).await?,
+            ..PassReport::default()
+        };
         for bucket in self.settings.buckets.all() {
             let name = Self::lease_name(bucket);
             if !self.hold(&name).await? {
@@ -175,6 +181,12 @@ impl Migrator {
                         .increment(r.materialized.indexed);
                     metrics::counter!("chime_migrator_shards_built_total")
                         .increment(r.built_shards);
+                    if r.rebucketed > 0 {
+                        tracing::info!(
+                            buckets = r.rebucketed,
+                            "moved timers from buckets out of range after the bucket count shrank"
+                        );
+                    }
                     if r.materialized.written > 0 {
                         tracing::debug!(
                             buckets = r.buckets,

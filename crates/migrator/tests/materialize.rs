@@ -458,3 +458,50 @@ async fn on_demand_catches_up_fire_times_since_the_change() {
     assert_eq!(rows.len(), 59 + 90);
     assert_eq!(rows[59], 170_000);
 }
+
+#[tokio::test]
+async fn a_smaller_bucket_count_moves_timers_and_their_members() {
+    let s = setup().await;
+    let t0 = s.clock.now();
+    let mut timers = Vec::new();
+    for i in 0..20 {
+        timers.push(create(&s, &format!("t{i}"), every("10s"), true).await);
+    }
+    assert!(timers.iter().any(|t| t.bucket.get() >= 4));
+    let four = BucketCount::new(4).unwrap();
+    let mut settings = MigratorSettings::new(MINUTE, four);
+    settings.work_lease = Duration::from_secs(3);
+    let m = Migrator::new(
+        Materializer::new(
+            s.store.clone(),
+            s.store.clone(),
+            s.index.clone(),
+            Arc::new(s.clock.clone()),
+            MINUTE,
+        ),
+        s.redis.leases(),
+        settings,
+    );
+    let report = m.run_pass().await.unwrap();
+    assert!(
+        report.rebucketed > 0 && report.rebucketed <= 4,
+        "{report:?}"
+    );
+    assert_eq!(report.buckets, 4);
+    for t in &timers {
+        let now = s.store.get_timer(t.id).await.unwrap();
+        assert!(now.bucket.get() < 4);
+        // Every row of the timer is a member of its new bucket's shards.
+        assert_eq!(
+            indexed(&s, &now, t0).await,
+            stored(&s, &now, t0).await,
+            "timer {}",
+            t.id
+        );
+    }
+    assert_eq!(
+        m.run_pass().await.unwrap().rebucketed,
+        0,
+        "nothing left to move"
+    );
+}

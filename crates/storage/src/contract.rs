@@ -1426,6 +1426,7 @@ macro_rules! storage_contract {
             idempotent_repeats_write_nothing_more,
             enabling_and_updating_write_rows_at_the_new_version,
             timers_behind_page_by_watermark_and_advance_forward_only,
+            shrinking_the_bucket_count_moves_out_of_range_timers,
         ]);
     };
     (retention, $make:expr) => {

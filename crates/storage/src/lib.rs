@@ -35,9 +35,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chime_domain::{
-    AppName, Bucket, Claim, ClaimedOccurrence, Horizon, NewOccurrence, NewTimer, Occurrence,
-    OccurrenceStatus, Outcome, Page, PageSize, ShardKey, TaskKey, Timer, TimerId, TimerSpec,
-    Timestamp,
+    AppName, Bucket, BucketCount, Claim, ClaimedOccurrence, Horizon, NewOccurrence, NewTimer,
+    Occurrence, OccurrenceStatus, Outcome, Page, PageSize, ShardKey, TaskKey, Timer, TimerId,
+    TimerSpec, Timestamp,
 };
 
 pub(crate) use batch::{OutcomeColumns, dedup_new_occurrences, oldest_first};
@@ -271,6 +271,24 @@ pub trait TimerStore: Send + Sync + 'static {
 
     /// Moves watermarks forward. Returns how many moved.
     async fn advance_watermarks(&self, marks: &[Watermark]) -> StoreResult<u64>;
+
+    /// After the bucket count shrank: moves up to `limit` live timers whose stored bucket is
+    /// out of range for `count` to their bucket under `count`, with their claimable
+    /// occurrences, in one transaction. Returns the buckets that received timers (empty when
+    /// none is left out of range).
+    async fn rebucket(&self, count: BucketCount, limit: u32) -> StoreResult<Vec<Bucket>>;
+}
+
+/// New buckets for `ids` under `count`, as parallel columns, and the distinct buckets.
+pub(crate) fn new_buckets(ids: &[i64], count: BucketCount) -> StoreResult<(Vec<i32>, Vec<Bucket>)> {
+    let mut columns = Vec::with_capacity(ids.len());
+    let mut touched = std::collections::BTreeSet::new();
+    for id in ids {
+        let b = Bucket::of(rows::timer_id(*id)?, count);
+        columns.push(b.get() as i32);
+        touched.insert(b);
+    }
+    Ok((columns, touched.into_iter().collect()))
 }
 
 /// The durable record of occurrences and their attempts.

@@ -330,3 +330,53 @@ where
     store.delete_timer(timers[1].id).await.unwrap();
     assert_eq!(watermark_of(&*store, &timers[1], EXHAUSTED).await, None);
 }
+
+pub async fn shrinking_the_bucket_count_moves_out_of_range_timers<S>(store: Arc<S>)
+where
+    S: TimerStore + OccurrenceStore,
+{
+    let mut written = Vec::new();
+    for i in 0..30 {
+        let enabled = i % 10 != 0;
+        written.push(
+            store
+                .create_timer(
+                    new(every_second("m", &format!("r{i}")), enabled),
+                    TEN_SECONDS,
+                )
+                .await
+                .unwrap(),
+        );
+    }
+    let deleted = written.pop().unwrap();
+    store.delete_timer(deleted.timer.id).await.unwrap();
+    // Growing moves nothing: every stored bucket is still in range.
+    let more = chime_domain::BucketCount::new(64).unwrap();
+    assert!(store.rebucket(more, 100).await.unwrap().is_empty());
+
+    let four = chime_domain::BucketCount::new(4).unwrap();
+    let mut received = HashSet::new();
+    loop {
+        let moved = store.rebucket(four, 7).await.unwrap();
+        if moved.is_empty() {
+            break;
+        }
+        assert!(moved.len() <= 4);
+        received.extend(moved);
+    }
+    assert!(!received.is_empty());
+    for w in &written {
+        let t = store.get_timer(w.timer.id).await.unwrap();
+        let expected = if w.timer.bucket.get() < 4 {
+            w.timer.bucket
+        } else {
+            Bucket::of(t.id, four)
+        };
+        assert_eq!(t.bucket, expected, "timer {}", t.id);
+        assert!(t.bucket.get() < 4);
+        for o in &w.occurrences {
+            let row = store.get_occurrence(o.key).await.unwrap().unwrap();
+            assert_eq!(row.bucket, expected, "occurrence {}", o.key);
+        }
+    }
+}

@@ -3,7 +3,8 @@
 
 use async_trait::async_trait;
 use chime_domain::{
-    Bucket, Horizon, NewOccurrence, NewTimer, Page, Timer, TimerId, TimerSpec, Timestamp,
+    Bucket, BucketCount, Horizon, NewOccurrence, NewTimer, Page, Timer, TimerId, TimerSpec,
+    Timestamp,
 };
 use sqlx::{Postgres, Transaction};
 
@@ -353,5 +354,40 @@ impl TimerStore for PgStore {
         .execute(&self.pool)
         .await?;
         Ok(done.rows_affected())
+    }
+
+    async fn rebucket(&self, count: BucketCount, limit: u32) -> StoreResult<Vec<Bucket>> {
+        let mut tx = self.pool.begin().await?;
+        let ids: Vec<i64> = sqlx::query_scalar(
+            "SELECT id FROM timers WHERE bucket >= $1 AND deleted_at IS NULL \
+             ORDER BY id LIMIT $2 FOR UPDATE",
+        )
+        .bind(count.get() as i32)
+        .bind(i64::from(limit))
+        .fetch_all(&mut *tx)
+        .await?;
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (buckets, touched) = crate::new_buckets(&ids, count)?;
+        sqlx::query(
+            "UPDATE timers t SET bucket = u.bucket \
+             FROM UNNEST($1::bigint[], $2::integer[]) AS u(id, bucket) WHERE t.id = u.id",
+        )
+        .bind(&ids)
+        .bind(&buckets)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query(
+            "UPDATE occurrences o SET bucket = u.bucket \
+             FROM UNNEST($1::bigint[], $2::integer[]) AS u(id, bucket) \
+             WHERE o.timer_id = u.id AND o.status IN ('pending', 'retrying')",
+        )
+        .bind(&ids)
+        .bind(&buckets)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(touched)
     }
 }

@@ -2,7 +2,9 @@
 //! occurrences and watermark in the same transaction.
 
 use async_trait::async_trait;
-use chime_domain::{Bucket, Horizon, NewTimer, Page, Timer, TimerId, TimerSpec, Timestamp};
+use chime_domain::{
+    Bucket, BucketCount, Horizon, NewTimer, Page, Timer, TimerId, TimerSpec, Timestamp,
+};
 use serde_json::json;
 
 use super::SqliteStore;
@@ -266,5 +268,44 @@ impl TimerStore for SqliteStore {
         .execute(&self.writer)
         .await?;
         Ok(done.rows_affected())
+    }
+
+    async fn rebucket(&self, count: BucketCount, limit: u32) -> StoreResult<Vec<Bucket>> {
+        let mut tx = self.writer.begin().await?;
+        let ids: Vec<i64> = sqlx::query_scalar(
+            "SELECT id FROM timers WHERE bucket >= ?1 AND deleted_at IS NULL ORDER BY id LIMIT ?2",
+        )
+        .bind(count.get() as i32)
+        .bind(i64::from(limit))
+        .fetch_all(&mut *tx)
+        .await?;
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (buckets, touched) = crate::new_buckets(&ids, count)?;
+        let moves: Vec<_> = ids
+            .iter()
+            .zip(&buckets)
+            .map(|(id, b)| json!([id, b]))
+            .collect();
+        let moves = serde_json::Value::Array(moves).to_string();
+        sqlx::query(
+            "UPDATE timers SET bucket = u.bucket \
+             FROM (SELECT value ->> 0 AS id, value ->> 1 AS bucket FROM json_each(?1)) AS u \
+             WHERE timers.id = u.id",
+        )
+        .bind(&moves)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query(
+            "UPDATE occurrences SET bucket = u.bucket \
+             FROM (SELECT value ->> 0 AS id, value ->> 1 AS bucket FROM json_each(?1)) AS u \
+             WHERE occurrences.timer_id = u.id AND occurrences.status IN ('pending', 'retrying')",
+        )
+        .bind(&moves)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(touched)
     }
 }
