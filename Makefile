@@ -44,7 +44,8 @@ bench: ## Pipeline benchmark on release binaries: burst, steady, sparse, materia
 # Small sizes on the debug binaries `make test` built: checks that every scenario completes
 # and delivers everything, not the targets.
 SMOKE_SIZES := --burst 2000 --rate 300 --duration 10 --sparse-rate 50 --sparse-duration 5 \
-	--materialize 50000 --api-requests 500 --api-concurrency 8
+	--materialize 50000 --api-requests 500 --api-concurrency 8 \
+	--purge-rows 20000 --purge-rate 50 --purge-duration 5
 bench-smoke: ## The pipeline benchmark at small sizes (CI): everything delivered, no targets
 	$(CARGO) build --workspace --bins
 	$(TEST_SERVICES) target/debug/chime-bench pipeline --smoke $(SMOKE_SIZES) --out target/bench/pipeline-smoke.json

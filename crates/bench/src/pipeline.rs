@@ -35,6 +35,7 @@ pub enum Scenario {
     Sparse,
     Materialize,
     Api,
+    Purge,
 }
 
 #[derive(Debug, clap::Args)]
@@ -44,7 +45,7 @@ pub struct Args {
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "burst,steady,sparse,materialize,api"
+        default_value = "burst,steady,sparse,materialize,api,purge"
     )]
     pub scenarios: Vec<Scenario>,
     /// burst: one-shot timers due at the same instant.
@@ -68,6 +69,14 @@ pub struct Args {
     /// api: timers created per measurement (REST and gRPC, single and batch).
     #[arg(long, default_value_t = 20_000)]
     pub api_requests: usize,
+    /// purge: finished occurrences, eight days old, the janitor removes during the run.
+    #[arg(long, default_value_t = 2_000_000)]
+    pub purge_rows: usize,
+    /// purge: firings per second (every-second timers) during the run, and its seconds.
+    #[arg(long, default_value_t = 2_000)]
+    pub purge_rate: usize,
+    #[arg(long, default_value_t = 40)]
+    pub purge_duration: u64,
     /// api: concurrent clients, one measurement per level (comma-separated).
     #[arg(long, value_delimiter = ',', default_values_t = [1, 8, 32])]
     pub api_concurrency: Vec<usize>,
@@ -401,6 +410,108 @@ async fn burst(args: &Args) -> anyhow::Result<Outcome> {
     Ok(o)
 }
 
+/// The same firing and creating load twice, on a database holding `purge_rows` finished
+/// occurrences eight days old: once with retention keeping them (3650 days), once with the
+/// janitor removing them (the default 7 days, run every second). Retention must leave the
+/// firing and create tails as they were.
+async fn purge(args: &Args) -> anyhow::Result<Outcome> {
+    let mut o = Outcome::new("purge");
+    let creates = (args.purge_rate * 2).max(200);
+    let mut runs = Vec::new();
+    for (label, env) in [
+        ("kept", vec![("CHIME_RETENTION__HISTORY", "3650d")]),
+        ("purged", vec![("CHIME_RETENTION__INTERVAL", "1s")]),
+    ] {
+        let run = periodic(
+            args,
+            "purge",
+            args.purge_rate,
+            args.purge_duration,
+            Extra {
+                env,
+                seed_rows: args.purge_rows,
+                creates,
+            },
+        )
+        .await?;
+        o.failed
+            .extend(run.o.failed.iter().map(|f| format!("{label}: {f}")));
+        runs.push((label, run));
+    }
+    let worst = |r: &Periodic| {
+        windows(&r.ds, r.start, 10_000)
+            .iter()
+            .map(|(_, l)| l.p99_ms)
+            .max()
+            .unwrap_or(0)
+    };
+    let create_p99 = |r: &Periodic| {
+        r.api
+            .iter()
+            .filter(|a| a.name.ends_with("single"))
+            .map(|a| a.p99_ms)
+            .fold(0.0, f64::max)
+    };
+    let mut figures = serde_json::Map::new();
+    for (label, r) in &runs {
+        let l = Lateness::of(&r.ds);
+        lateness_row(&mut o, &format!("{label}: lateness, all"), &l, "");
+        o.row(
+            &format!("{label}: worst 10 s window p99"),
+            format!("{} ms", worst(r)),
+            "within 20 ms or 1.5× of kept",
+        );
+        o.row(
+            &format!("{label}: single create p99"),
+            format!("{:.1} ms", create_p99(r)),
+            "within 20 ms or 1.5× of kept",
+        );
+        o.row(
+            &format!("{label}: occurrences purged"),
+            format!("{:.0}", r.purged),
+            "",
+        );
+        figures.insert(
+            (*label).to_owned(),
+            json!({
+                "lateness": l,
+                "worst_window_p99_ms": worst(r),
+                "single_create_p99_ms": create_p99(r),
+                "purged": r.purged,
+                "creates": r.api,
+            }),
+        );
+    }
+    let (kept, purged) = (&runs[0].1, &runs[1].1);
+    o.target(
+        purged.purged >= args.purge_rows as f64,
+        format!(
+            "the janitor removed {:.0} of {} old rows during the run",
+            purged.purged, args.purge_rows
+        ),
+    );
+    // "Unchanged" on a noisy two-core machine: within 20 ms or 1.5× of the run without it.
+    let same = |with: f64, without: f64| with <= (without * 1.5).max(without + 20.0);
+    o.target(
+        same(worst(purged) as f64, worst(kept) as f64),
+        format!(
+            "worst firing window p99 {} ms while purging, {} ms without",
+            worst(purged),
+            worst(kept)
+        ),
+    );
+    o.target(
+        same(create_p99(purged), create_p99(kept)),
+        format!(
+            "single create p99 {:.1} ms while purging, {:.1} ms without",
+            create_p99(purged),
+            create_p99(kept)
+        ),
+    );
+    o.figures = serde_json::Value::Object(figures);
+    Ok(o)
+}
+
 /// `rate` timers firing every second for `seconds`, their phases spread evenly over the
 /// second, starting `lead_ms` from now. Returns the specs, the first instant and the count
 /// of firings expected.
@@ -424,15 +535,49 @@ fn every_second(rate: usize, seconds: u64, url: &str, lead_ms: i64) -> (Vec<pb::
     (specs, start)
 }
 
-/// steady and sparse: the same shape at different rates.
+/// What a periodic run does besides firing.
+#[derive(Default)]
+struct Extra {
+    /// Settings for every service.
+    env: Vec<(&'static str, &'static str)>,
+    /// Finished occurrences, eight days old, written straight to PostgreSQL before the
+    /// timers are created.
+    seed_rows: usize,
+    /// Creates (each of REST and gRPC, single and batch, 8 clients) during the firing.
+    creates: usize,
+}
+
+/// What a periodic run measured.
+struct Periodic {
+    o: Outcome,
+    ds: Vec<Delivery>,
+    start: i64,
+    cpu: BTreeMap<String, f64>,
+    /// The creates made during the firing.
+    api: Vec<crate::api::ApiReport>,
+    /// Occurrences the janitor removed during the run.
+    purged: f64,
+}
+
+/// steady, sparse and purge: the same shape at different rates.
 async fn periodic(
     args: &Args,
     name: &'static str,
     rate: usize,
     seconds: u64,
-) -> anyhow::Result<(Outcome, Vec<Delivery>, i64, BTreeMap<String, f64>)> {
+    extra: Extra,
+) -> anyhow::Result<Periodic> {
     let mut o = Outcome::new(name);
-    let d = Deployment::start(args, leak(&format!("bench-{name}")), &[]).await?;
+    let d = Deployment::start(args, leak(&format!("bench-{name}")), &extra.env).await?;
+    if extra.seed_rows > 0 {
+        let t = Instant::now();
+        seed_finished(d._db.store.pool(), extra.seed_rows).await?;
+        eprintln!(
+            "  {} finished occurrences written in {:.1} s",
+            extra.seed_rows,
+            t.elapsed().as_secs_f64()
+        );
+    }
     let url = d.sink.url(&format!("/{name}"));
     let lead_ms = 3_000 + (rate as i64) * 1_000 / 2_500;
     let (specs, start) = every_second(rate, seconds, &url, lead_ms);
@@ -444,9 +589,24 @@ async fn periodic(
     let expected = rate * seconds as usize;
     until(start - 200).await;
     let cpu0 = CpuSample::take(&d.processes());
+    let creating = (extra.creates > 0).then(|| {
+        let (rest, grpc) = (d.cluster.rest.clone(), d.cluster.grpc.clone());
+        tokio::spawn(
+            async move { crate::api::measure(&rest, &grpc, "during", extra.creates, 8).await },
+        )
+    });
     let end = start + seconds as i64 * 1000;
     until(end).await;
     let cpu1 = CpuSample::take(&d.processes());
+    let api = match creating {
+        Some(task) => task.await??,
+        None => Vec::new(),
+    };
+    let purged = d
+        .cluster
+        .migrator
+        .counter("chime_migrator_purged_occurrences_total")
+        .await;
     let ds = collect(
         &d,
         expected,
@@ -467,11 +627,45 @@ async fn periodic(
         "create_seconds": created.as_secs_f64(),
         "cpu_seconds_per_1000": cpu,
     });
-    Ok((o, ds, start, cpu))
+    Ok(Periodic {
+        o,
+        ds,
+        start,
+        cpu,
+        api,
+        purged,
+    })
+}
+
+/// `rows` succeeded occurrences of made-up timers, due eight days ago and before: what a
+/// week of history leaves for the janitor.
+async fn seed_finished(pool: &sqlx::PgPool, rows: usize) -> anyhow::Result<()> {
+    let base = now_ms() - 8 * 86_400_000;
+    for chunk_start in (0..rows).step_by(500_000) {
+        let n = (rows - chunk_start).min(500_000) as i64;
+        sqlx::query(
+            "INSERT INTO occurrences (timer_id, run_at, timer_version, bucket, status, attempt, \
+               fired_at, lateness_ms, http_status) \
+             SELECT 1000000000 + g % 100000, $1 - g, 1, 0, 'succeeded', 1, $1 - g, 1, 200 \
+             FROM generate_series($2::bigint, $3::bigint) g",
+        )
+        .bind(base)
+        .bind(chunk_start as i64 + 1)
+        .bind(chunk_start as i64 + n)
+        .execute(pool)
+        .await?;
+    }
+    Ok(())
 }
 
 async fn steady(args: &Args) -> anyhow::Result<Outcome> {
-    let (mut o, ds, start, cpu) = periodic(args, "steady", args.rate, args.duration).await?;
+    let Periodic {
+        mut o,
+        ds,
+        start,
+        cpu,
+        ..
+    } = periodic(args, "steady", args.rate, args.duration, Extra::default()).await?;
     let overall = Lateness::of(&ds);
     let per_window = windows(&ds, start, 10_000);
     for (from_s, l) in &per_window {
@@ -521,8 +715,14 @@ async fn steady(args: &Args) -> anyhow::Result<Outcome> {
 }
 
 async fn sparse(args: &Args) -> anyhow::Result<Outcome> {
-    let (mut o, ds, _, _) =
-        periodic(args, "sparse", args.sparse_rate, args.sparse_duration).await?;
+    let Periodic { mut o, ds, .. } = periodic(
+        args,
+        "sparse",
+        args.sparse_rate,
+        args.sparse_duration,
+        Extra::default(),
+    )
+    .await?;
     let l = Lateness::of(&ds);
     o.target(
         l.p99_ms <= 10,
@@ -763,6 +963,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             Scenario::Sparse => sparse(&args).await,
             Scenario::Materialize => materialize(&args).await,
             Scenario::Api => api(&args).await,
+            Scenario::Purge => purge(&args).await,
         }
         .with_context(|| format!("scenario {s:?}"))?;
         eprintln!("  done in {:.0} s", t.elapsed().as_secs_f64());
