@@ -30,6 +30,14 @@ impl RetentionSettings {
     }
 }
 
+/// Counts a batch as it is removed, so a long run shows its progress.
+fn count(batch: &Purged) {
+    metrics::counter!("chime_migrator_purged_occurrences_total").increment(batch.occurrences);
+    metrics::counter!("chime_migrator_purged_idempotency_keys_total")
+        .increment(batch.idempotency_keys);
+    metrics::counter!("chime_migrator_purged_timers_total").increment(batch.timers);
+}
+
 /// Most batches one run deletes; the next run goes on where it stopped.
 const MAX_BATCHES: usize = 1_000;
 /// Pause between batches: leaves the database to the hot path.
@@ -84,6 +92,7 @@ impl Janitor {
         let mut total = Purged::default();
         for _ in 0..MAX_BATCHES {
             let batch = self.store.purge(&before, self.settings.batch).await?;
+            count(&batch);
             total += batch;
             let limit = u64::from(self.settings.batch);
             if batch.occurrences < limit && batch.idempotency_keys < limit && batch.timers < limit {
@@ -104,11 +113,6 @@ impl Janitor {
             };
             match run {
                 Ok(Some(p)) => {
-                    metrics::counter!("chime_migrator_purged_occurrences_total")
-                        .increment(p.occurrences);
-                    metrics::counter!("chime_migrator_purged_idempotency_keys_total")
-                        .increment(p.idempotency_keys);
-                    metrics::counter!("chime_migrator_purged_timers_total").increment(p.timers);
                     if p != Purged::default() {
                         tracing::info!(
                             occurrences = p.occurrences,
