@@ -63,6 +63,52 @@ fn ticks_received(sink: &Sink, t: &Ticker) -> BTreeSet<i64> {
         .collect()
 }
 
+/// Asserts that every fire time of each ticker from `from(t)` to `end` arrived.
+fn assert_every_tick(sink: &Sink, ticks: &[Ticker], from: impl Fn(&Ticker) -> i64, end: i64) {
+    for t in ticks {
+        let missing = ticks_missing(sink, t, from(t), end);
+        assert!(
+            missing.is_empty(),
+            "timer {}: {} ticks missing: {missing:?}",
+            t.id,
+            missing.len()
+        );
+    }
+}
+
+/// A cluster (lead 20 s) on a fresh schema and prefix whose migrator was killed before
+/// 300 one-shots due 20–40 s later and 3 every-second timers were created.
+struct MigratorKilled {
+    _db: testkit::PgFixture,
+    _redis: testkit::RedisFixture,
+    sink: Sink,
+    c: Cluster,
+    killed: i64,
+    shots: HashSet<String>,
+    ticks: Vec<Ticker>,
+}
+
+async fn create_with_the_migrator_killed(test: &'static str) -> MigratorKilled {
+    let db = testkit::pg_unmigrated().await;
+    let redis = testkit::redis().await;
+    let sink = Sink::start().await.unwrap();
+    let mut c = cluster(test, &db, testkit::redis_url(), redis.backend.prefix()).await;
+    c.migrator.service.kill9();
+    let killed = now();
+    let url = sink.url("/hook");
+    let shots = one_shots(&c.rest, &url, &due_over(killed + 20_000, 20_000, 300)).await;
+    let ticks = tickers(&c.rest, &url, 3).await;
+    MigratorKilled {
+        _db: db,
+        _redis: redis,
+        sink,
+        c,
+        killed,
+        shots,
+        ticks,
+    }
+}
+
 /// Fire times of `t` in `[from, to]` the sink never received.
 fn ticks_missing(sink: &Sink, t: &Ticker, from: i64, to: i64) -> Vec<i64> {
     let got = ticks_received(sink, t);
@@ -99,42 +145,23 @@ async fn sleep_until_ms(at: i64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn timers_created_while_the_migrator_is_dead_fire_exactly_once() {
-    let db = testkit::pg_unmigrated().await;
-    let redis = testkit::redis().await;
-    let sink = Sink::start().await.unwrap();
-    let mut c = cluster(
-        "migrator-dead-restarted",
-        &db,
-        testkit::redis_url(),
-        redis.backend.prefix(),
-    )
-    .await;
-    c.migrator.service.kill9();
-    let killed = now();
-    let created = now();
-    let shots = one_shots(
-        &c.rest,
-        &sink.url("/hook"),
-        &due_over(created + 20_000, 20_000, 300),
-    )
-    .await;
-    let ticks = tickers(&c.rest, &sink.url("/hook"), 3).await;
+    // Bound by name, not `..`: the fixtures must live as long as the test.
+    let MigratorKilled {
+        _db,
+        _redis,
+        sink,
+        mut c,
+        killed,
+        shots,
+        ticks,
+    } = create_with_the_migrator_killed("migrator-dead-restarted").await;
     sleep_until_ms(killed + 10_000).await;
     c.migrator.restart().await;
 
     wait_delivered(&sink, &shots, Duration::from_secs(60)).await;
     // Past the first lead: the ticks since needed the restarted migrator.
-    sleep_until_ms(created + 2 * LEAD_MS + 5_000).await;
-    let end = now() - 2_000;
-    for t in &ticks {
-        let missing = ticks_missing(&sink, t, t.first, end);
-        assert!(
-            missing.is_empty(),
-            "timer {}: {} ticks missing: {missing:?}",
-            t.id,
-            missing.len()
-        );
-    }
+    sleep_until_ms(killed + 2 * LEAD_MS + 5_000).await;
+    assert_every_tick(&sink, &ticks, |t| t.first, now() - 2_000);
     let dupes = duplicates(&sink);
     eprintln!(
         "migrator killed before the creates, back 10 s later: 300 one-shots and {} ticks \
@@ -150,25 +177,15 @@ async fn timers_created_while_the_migrator_is_dead_fire_exactly_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_the_migrator_gone_for_good_timers_fire_for_the_lead() {
-    let db = testkit::pg_unmigrated().await;
-    let redis = testkit::redis().await;
-    let sink = Sink::start().await.unwrap();
-    let mut c = cluster(
-        "migrator-dead",
-        &db,
-        testkit::redis_url(),
-        redis.backend.prefix(),
-    )
-    .await;
-    c.migrator.service.kill9();
-    let created = now();
-    let shots = one_shots(
-        &c.rest,
-        &sink.url("/hook"),
-        &due_over(created + 20_000, 20_000, 300),
-    )
-    .await;
-    let ticks = tickers(&c.rest, &sink.url("/hook"), 3).await;
+    let MigratorKilled {
+        _db,
+        _redis,
+        sink,
+        mut c,
+        shots,
+        ticks,
+        ..
+    } = create_with_the_migrator_killed("migrator-dead").await;
 
     // One-shots never depend on the migrator.
     wait_delivered(&sink, &shots, Duration::from_secs(60)).await;
@@ -211,16 +228,7 @@ async fn timers_created_while_redis_is_down_fire_once_it_is_back() {
     let back = now();
 
     wait_delivered(&sink, &shots, Duration::from_secs(60)).await;
-    let end = now() - 2_000;
-    for t in &ticks {
-        let missing = ticks_missing(&sink, t, back + 5_000, end);
-        assert!(
-            missing.is_empty(),
-            "timer {}: {} ticks missing: {missing:?}",
-            t.id,
-            missing.len()
-        );
-    }
+    assert_every_tick(&sink, &ticks, |_| back + 5_000, now() - 2_000);
     let got = deliveries(&sink);
     let shot_dupes: usize = shots.iter().map(|k| got[k].len() - 1).sum();
     eprintln!(
@@ -283,16 +291,7 @@ async fn changing_the_bucket_count_under_load_loses_and_repeats_nothing() {
     wait_delivered(&sink, &shots, Duration::from_secs(90)).await;
     // Well past the lead of the timers created under 64 buckets.
     sleep_until_ms(second + 2 * LEAD_MS + 5_000).await;
-    let end = now() - 2_000;
-    for t in &ticks {
-        let missing = ticks_missing(&sink, t, t.first, end);
-        assert!(
-            missing.is_empty(),
-            "timer {}: {} ticks missing: {missing:?}",
-            t.id,
-            missing.len()
-        );
-    }
+    assert_every_tick(&sink, &ticks, |t| t.first, now() - 2_000);
     let dupes = duplicates(&sink);
     eprintln!(
         "CHIME_BUCKETS 16 → 64 → 16, rolled under load: {} one-shots and every tick delivered, \
