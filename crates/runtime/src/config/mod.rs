@@ -1,0 +1,232 @@
+//! One `Config` for every binary, a section per role. Layers, later wins:
+//! built-in defaults < TOML file (`--config` / `CHIME_CONFIG`) < `CHIME_*` environment.
+//!
+//! The documented flat variables (`CHIME_DATABASE_URL`, `CHIME_HTTP_ADDR`, …) map onto their
+//! sections; any other setting is reachable as `CHIME_<SECTION>__<KEY>`, e.g.
+//! `CHIME_SCHEDULER__LEASE_TTL=5s`.
+
+mod args;
+mod sections;
+#[cfg(test)]
+mod tests;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use chime_domain::BucketCount;
+use figment::Figment;
+use figment::providers::{Env, Format, Serialized, Toml};
+use serde::{Deserialize, Serialize};
+
+pub use args::CommonArgs;
+pub use sections::{
+    DatabaseConfig, ExecutorConfig, GatewayConfig, LogConfig, LogFormat, MigratorConfig,
+    RedisConfig, RetentionConfig, SchedulerConfig, Seconds,
+};
+
+/// Flat environment names from ARCHITECTURE §4 and the config keys they set.
+const ENV_ALIASES: &[(&str, &str)] = &[
+    ("database_url", "database.url"),
+    ("redis_url", "redis.url"),
+    ("redis_prefix", "redis.prefix"),
+    ("http_addr", "gateway.http_addr"),
+    ("grpc_addr", "gateway.grpc_addr"),
+    ("migrator_endpoint", "gateway.migrator_endpoint"),
+    ("executor_addr", "executor.addr"),
+    ("migrator_addr", "migrator.addr"),
+    ("executor_endpoints", "scheduler.executor_endpoints"),
+    ("admin_addr", "admin_addr"),
+    ("buckets", "buckets"),
+    ("log_format", "log.format"),
+    ("log", "log.filter"),
+    ("shutdown_grace", "shutdown_grace"),
+];
+
+/// Variables that steer loading itself rather than set a value.
+const ENV_IGNORED: &[&str] = &["config", "test_database_url", "test_redis_url", "server"];
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("invalid configuration: {0}")]
+    Invalid(String),
+    #[error("cannot read config file {path}: {source}")]
+    File {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+impl From<figment::Error> for ConfigError {
+    fn from(e: figment::Error) -> Self {
+        // figment names the key and the layer it came from; keep that, drop the noise.
+        Self::Invalid(e.to_string())
+    }
+}
+
+/// A duration written as `5s`, `1m30s`, `250ms`.
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Work is split into this many buckets (`CHIME_BUCKETS`); every service must agree.
+    pub buckets: BucketCount,
+    /// `/healthz`, `/readyz`, `/metrics`; each service picks its own default when absent.
+    pub admin_addr: Option<SocketAddr>,
+    /// How long a stopping service may drain in-flight work.
+    pub shutdown_grace: Seconds,
+    pub database: DatabaseConfig,
+    pub redis: RedisConfig,
+    pub gateway: GatewayConfig,
+    pub migrator: MigratorConfig,
+    pub retention: RetentionConfig,
+    pub scheduler: SchedulerConfig,
+    pub executor: ExecutorConfig,
+    pub log: LogConfig,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            buckets: BucketCount::DEFAULT,
+            admin_addr: None,
+            shutdown_grace: Seconds::secs(30),
+            database: DatabaseConfig::default(),
+            redis: RedisConfig::default(),
+            gateway: GatewayConfig::default(),
+            migrator: MigratorConfig::default(),
+            retention: RetentionConfig::default(),
+            scheduler: SchedulerConfig::default(),
+            executor: ExecutorConfig::default(),
+            log: LogConfig::default(),
+        }
+    }
+}
+
+fn env_key(key: &str) -> String {
+    let lower = key.to_ascii_lowercase();
+    ENV_ALIASES
+        .iter()
+        .find(|(flat, _)| *flat == lower)
+        .map(|(_, path)| (*path).to_owned())
+        .unwrap_or_else(|| lower.replace("__", "."))
+}
+
+impl Config {
+    /// Loads defaults, then the file (if any), then the process environment.
+    pub fn load(file: Option<&Path>) -> Result<Self, ConfigError> {
+        Self::load_over(Config::default(), file)
+    }
+
+    /// [`Self::load`] over other defaults (`chime dev` has a few of its own): the file and
+    /// the environment still win.
+    pub fn load_over(defaults: Config, file: Option<&Path>) -> Result<Self, ConfigError> {
+        Self::load_from(defaults, file, Env::prefixed("CHIME_"))
+    }
+
+    fn load_from(defaults: Config, file: Option<&Path>, env: Env) -> Result<Self, ConfigError> {
+        let mut figment = Figment::from(Serialized::defaults(defaults));
+        if let Some(path) = file {
+            // A named file that is missing is an error, not an empty layer.
+            std::fs::metadata(path).map_err(|source| ConfigError::File {
+                path: path.to_owned(),
+                source,
+            })?;
+            figment = figment.merge(Toml::file(path));
+        }
+        let env = env.ignore(ENV_IGNORED).map(|k| env_key(k.as_str()).into());
+        let config: Config = figment.merge(env).extract()?;
+        config.check()?;
+        Ok(config)
+    }
+
+    fn check(&self) -> Result<(), ConfigError> {
+        let bad = |m: &str| Err(ConfigError::Invalid(m.to_owned()));
+        if self.redis.prefix.is_empty() || self.redis.prefix.contains(char::is_whitespace) {
+            return bad("redis.prefix must be non-empty and contain no white space");
+        }
+        if self.database.max_connections == 0 {
+            return bad("database.max_connections must be at least 1");
+        }
+        if self.executor.max_in_flight == 0 {
+            return bad("executor.max_in_flight must be at least 1");
+        }
+        if self.migrator.lead.get() < Duration::from_secs(10) {
+            return bad("migrator.lead must be at least 10s");
+        }
+        if self.migrator.max_ahead == 0 {
+            return bad("migrator.max_ahead must be at least 1");
+        }
+        if self.migrator.interval.get() < Duration::from_millis(100)
+            || self.migrator.interval.get() * 4 > self.migrator.lead.get()
+        {
+            return bad(
+                "migrator.interval must be at least 100ms and at most a quarter of migrator.lead",
+            );
+        }
+        if self.migrator.work_lease.get() < Duration::from_secs(1) {
+            return bad("migrator.work_lease must be at least 1s");
+        }
+        if self.retention.batch == 0 || self.retention.interval.get() < Duration::from_secs(1) {
+            return bad("retention.batch must be at least 1 and retention.interval at least 1s");
+        }
+        if self.retention.history.get() < Duration::from_secs(3600)
+            || self.retention.dead_letters.get() < Duration::from_secs(3600)
+        {
+            return bad("retention.history and retention.dead_letters must be at least 1h");
+        }
+        if self.scheduler.lease_ttl.get() < Duration::from_secs(1) {
+            return bad("scheduler.lease_ttl must be at least 1s");
+        }
+        if self.scheduler.sweep_interval.get() < Duration::from_millis(100) {
+            return bad("scheduler.sweep_interval must be at least 100ms");
+        }
+        if self.scheduler.misfire_threshold.get() < self.scheduler.sweep_after.get() {
+            return bad("scheduler.misfire_threshold must not be below scheduler.sweep_after");
+        }
+        Ok(())
+    }
+
+    /// How far ahead timers are materialized (`migrator.lead`, `migrator.max_ahead`): the
+    /// gateway writes a timer's first occurrences with it, the migrator extends by it.
+    pub fn horizon(&self) -> chime_domain::Horizon {
+        chime_domain::Horizon {
+            lead: self.migrator.lead.get(),
+            max_rows: self.migrator.max_ahead,
+        }
+    }
+
+    /// The database URL, or a message naming the variable that sets it.
+    pub fn database_url(&self) -> Result<&str, ConfigError> {
+        self.database.url.as_deref().ok_or_else(|| {
+            ConfigError::Invalid(
+                "no database configured: set CHIME_DATABASE_URL (postgres://… or sqlite://…)"
+                    .into(),
+            )
+        })
+    }
+
+    /// The effective configuration as TOML, passwords in URLs masked: what `--dump-config`
+    /// prints, and a valid config file.
+    pub fn dump(&self) -> String {
+        let mut shown = self.clone();
+        shown.database.url = shown.database.url.as_deref().map(mask_password);
+        shown.redis.url = shown.redis.url.as_deref().map(mask_password);
+        toml::to_string_pretty(&shown).unwrap_or_else(|e| format!("# cannot render config: {e}\n"))
+    }
+}
+
+/// `postgres://user:secret@host/db` → `postgres://user:***@host/db`.
+fn mask_password(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) if userinfo.contains(':') => {
+            let user = userinfo.split(':').next().unwrap_or_default();
+            format!("{scheme}://{user}:***@{host}{path}")
+        }
+        _ => url.to_owned(),
+    }
+}

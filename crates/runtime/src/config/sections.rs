@@ -1,0 +1,260 @@
+//! The sections of [`Config`](super::Config), one struct per role, with their defaults.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use chime_domain::{format_duration, parse_duration};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Seconds(pub Duration);
+
+impl Seconds {
+    pub const fn secs(s: u64) -> Self {
+        Self(Duration::from_secs(s))
+    }
+
+    pub fn get(self) -> Duration {
+        self.0
+    }
+}
+
+impl Serialize for Seconds {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&format_duration(self.0))
+    }
+}
+
+impl<'de> Deserialize<'de> for Seconds {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Text(String),
+            Secs(u64),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Text(s) => parse_duration(&s)
+                .map(Self)
+                .map_err(serde::de::Error::custom),
+            Raw::Secs(n) => Ok(Self(Duration::from_secs(n))),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DatabaseConfig {
+    /// `postgres://…` or `sqlite://…`.
+    pub url: Option<String>,
+    pub max_connections: u32,
+    pub acquire_timeout: Seconds,
+}
+
+impl Default for DatabaseConfig {
+    fn default() -> Self {
+        Self {
+            url: None,
+            max_connections: 16,
+            acquire_timeout: Seconds::secs(5),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RedisConfig {
+    /// Absent in embedded mode.
+    pub url: Option<String>,
+    /// Prefix of every key, so deployments can share one Redis.
+    pub prefix: String,
+    pub pool_size: usize,
+    /// How long a hot-index shard outlives its minute.
+    pub shard_retention: Seconds,
+}
+
+impl Default for RedisConfig {
+    fn default() -> Self {
+        Self {
+            url: None,
+            prefix: "chime".into(),
+            pool_size: 4,
+            shard_retention: Seconds::secs(300),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct GatewayConfig {
+    pub http_addr: SocketAddr,
+    pub grpc_addr: SocketAddr,
+    /// The migrator asked to materialize a timer at once; absent: rely on the periodic step.
+    pub migrator_endpoint: Option<String>,
+}
+
+impl Default for GatewayConfig {
+    fn default() -> Self {
+        Self {
+            http_addr: SocketAddr::from(([0, 0, 0, 0], 8080)),
+            grpc_addr: SocketAddr::from(([0, 0, 0, 0], 50051)),
+            migrator_endpoint: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MigratorConfig {
+    pub addr: SocketAddr,
+    /// How far ahead every enabled timer's occurrences are written: by the gateway with the
+    /// timer, then by the migrator, which extends a timer once less than half is left.
+    /// Recurring timers keep firing at least this long with every migrator down.
+    pub lead: Seconds,
+    /// At most this many occurrences of one timer are written ahead, whatever `lead` says.
+    pub max_ahead: usize,
+    /// How often a migrator replica passes over its buckets.
+    pub interval: Seconds,
+    /// The lease on a bucket a replica works; a dead replica's buckets are taken over this
+    /// long after.
+    pub work_lease: Seconds,
+}
+
+impl Default for MigratorConfig {
+    fn default() -> Self {
+        Self {
+            addr: SocketAddr::from(([0, 0, 0, 0], 50071)),
+            lead: Seconds(chime_domain::Horizon::DEFAULT.lead),
+            max_ahead: chime_domain::Horizon::DEFAULT.max_rows,
+            interval: Seconds::secs(1),
+            work_lease: Seconds::secs(3),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RetentionConfig {
+    /// Succeeded, failed and skipped occurrences are kept this long after their due time,
+    /// and deleted timers this long after their deletion (then with all their rows).
+    pub history: Seconds,
+    /// Dead occurrences (attempts exhausted) are kept this long after their due time.
+    pub dead_letters: Seconds,
+    /// Create requests' idempotency keys are kept this long.
+    pub idempotency_keys: Seconds,
+    /// How often the janitor (one migrator replica at a time) looks for rows to remove.
+    pub interval: Seconds,
+    /// Rows one delete statement removes at most.
+    pub batch: u32,
+}
+
+impl Default for RetentionConfig {
+    fn default() -> Self {
+        Self {
+            history: Seconds::secs(7 * 86_400),
+            dead_letters: Seconds::secs(30 * 86_400),
+            idempotency_keys: Seconds::secs(86_400),
+            interval: Seconds::secs(60),
+            batch: 5_000,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SchedulerConfig {
+    /// Executor URLs, or one DNS name re-resolved periodically. Comma-separated in the env.
+    #[serde(deserialize_with = "comma_list")]
+    pub executor_endpoints: Vec<String>,
+    /// How long a shard lease lasts without renewal.
+    pub lease_ttl: Seconds,
+    /// How far ahead of due the holder reads a shard.
+    pub lookahead: Seconds,
+    /// How far ahead of due keys are handed to executors, which claim them at once and
+    /// call back at the due instant. At most `lookahead`.
+    pub dispatch_ahead: Seconds,
+    /// How often the sweeper looks for occurrences the hot path missed.
+    pub sweep_interval: Seconds,
+    /// How overdue a pending occurrence must be before the sweeper takes it over.
+    pub sweep_after: Seconds,
+    /// Occurrences overdue by more than this fall under their timer's misfire policy.
+    pub misfire_threshold: Seconds,
+}
+
+impl Default for SchedulerConfig {
+    fn default() -> Self {
+        Self {
+            executor_endpoints: Vec::new(),
+            lease_ttl: Seconds::secs(3),
+            lookahead: Seconds::secs(2),
+            dispatch_ahead: Seconds(Duration::from_millis(100)),
+            sweep_interval: Seconds::secs(1),
+            sweep_after: Seconds::secs(2),
+            misfire_threshold: Seconds::secs(10),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ExecutorConfig {
+    pub addr: SocketAddr,
+    /// Callbacks in flight at once before the executor answers "full".
+    pub max_in_flight: usize,
+    /// Added to the longest callback timeout of a batch to form its claim lease: past it,
+    /// the sweeper may hand the occurrence to another executor.
+    pub claim_lease_margin: Seconds,
+}
+
+impl Default for ExecutorConfig {
+    fn default() -> Self {
+        Self {
+            addr: SocketAddr::from(([0, 0, 0, 0], 50061)),
+            max_in_flight: 1024,
+            claim_lease_margin: Seconds::secs(5),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogConfig {
+    pub format: LogFormat,
+    /// An `EnvFilter` directive such as `info,chime_storage=debug`.
+    pub filter: String,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self {
+            format: LogFormat::Text,
+            filter: "info".into(),
+        }
+    }
+}
+
+fn comma_list<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Raw {
+        One(String),
+        Many(Vec<String>),
+    }
+    let items = match Raw::deserialize(d)? {
+        Raw::One(s) => s.split(',').map(str::to_owned).collect(),
+        Raw::Many(v) => v,
+    };
+    Ok(items
+        .into_iter()
+        .map(|s| s.trim().to_owned())
+        .filter(|s| !s.is_empty())
+        .collect())
+}

@@ -1,0 +1,187 @@
+//! Loading, layering, validation and `--dump-config`.
+
+// figment's Jail API fixes its closures' (large) error type.
+#![allow(clippy::result_large_err)]
+
+use super::*;
+
+fn load_with(file: Option<&str>, env: &[(&str, &str)]) -> Result<Config, ConfigError> {
+    // Jail gives each test a private environment and working directory.
+    let mut out = None;
+    figment::Jail::expect_with(|jail| {
+        jail.clear_env();
+        if let Some(body) = file {
+            jail.create_file("chime.toml", body)?;
+        }
+        for (k, v) in env {
+            jail.set_env(k, v);
+        }
+        out = Some(Config::load(file.map(|_| Path::new("chime.toml"))));
+        Ok(())
+    });
+    out.expect("jail ran")
+}
+
+#[test]
+fn defaults_match_the_documented_ones() {
+    let c = load_with(None, &[]).unwrap();
+    assert_eq!(c, Config::default());
+    assert_eq!(c.gateway.http_addr.to_string(), "0.0.0.0:8080");
+    assert_eq!(c.gateway.grpc_addr.to_string(), "0.0.0.0:50051");
+    assert_eq!(c.executor.addr.to_string(), "0.0.0.0:50061");
+    assert_eq!(c.migrator.addr.to_string(), "0.0.0.0:50071");
+    assert_eq!(c.redis.prefix, "chime");
+    assert_eq!(c.buckets.get(), 16);
+    assert_eq!(c.executor.max_in_flight, 1024);
+    assert_eq!(c.migrator.lead.get(), Duration::from_secs(60));
+    assert_eq!(c.migrator.max_ahead, 100);
+    assert!(c.database_url().is_err());
+}
+
+#[test]
+fn env_overrides_file_overrides_defaults() {
+    let file = r#"
+        buckets = 8
+        [database]
+        url = "postgres://file/db"
+        [redis]
+        prefix = "from-file"
+        [migrator]
+        lead = "10m"
+    "#;
+    let c = load_with(
+        Some(file),
+        &[
+            ("CHIME_DATABASE_URL", "postgres://env/db"),
+            ("CHIME_BUCKETS", "32"),
+            ("CHIME_EXECUTOR_ENDPOINTS", "http://a:50061, http://b:50061"),
+            ("CHIME_HTTP_ADDR", "127.0.0.1:9000"),
+            ("CHIME_SCHEDULER__LEASE_TTL", "3s"),
+        ],
+    )
+    .unwrap();
+    assert_eq!(c.database.url.as_deref(), Some("postgres://env/db"));
+    assert_eq!(c.buckets.get(), 32);
+    assert_eq!(c.redis.prefix, "from-file");
+    assert_eq!(c.migrator.lead.get(), Duration::from_secs(600));
+    assert_eq!(
+        c.scheduler.executor_endpoints,
+        vec!["http://a:50061".to_owned(), "http://b:50061".to_owned()]
+    );
+    assert_eq!(c.gateway.http_addr.to_string(), "127.0.0.1:9000");
+    assert_eq!(c.scheduler.lease_ttl.get(), Duration::from_secs(3));
+}
+
+#[test]
+fn bad_values_are_reported_with_their_key() {
+    let err = load_with(None, &[("CHIME_BUCKETS", "0")])
+        .unwrap_err()
+        .to_string()
+        .to_lowercase();
+    assert!(err.contains("buckets"), "{err}");
+    let err = load_with(None, &[("CHIME_HTTP_ADDR", "not-an-addr")])
+        .unwrap_err()
+        .to_string()
+        .to_lowercase();
+    assert!(err.contains("http_addr"), "{err}");
+    let err = load_with(None, &[("CHIME_MIGRATOR__LEAD", "soon")])
+        .unwrap_err()
+        .to_string()
+        .to_lowercase();
+    assert!(err.contains("lead"), "{err}");
+    let err = load_with(None, &[("CHIME_MIGRATOR__INTERVAL", "30s")])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("migrator.interval"), "{err}");
+    let err = load_with(Some("[gateway]\nhttp_port = 1\n"), &[])
+        .unwrap_err()
+        .to_string()
+        .to_lowercase();
+    assert!(err.contains("http_port"), "{err}");
+    assert!(Config::load(Some(Path::new("/nonexistent/chime.toml"))).is_err());
+}
+
+#[test]
+fn dump_is_valid_toml_that_loads_back_with_passwords_masked() {
+    let c = load_with(
+        None,
+        &[
+            (
+                "CHIME_DATABASE_URL",
+                "postgres://chime:s3cret@db:5432/chime",
+            ),
+            ("CHIME_REDIS_URL", "redis://cache:6379"),
+        ],
+    )
+    .unwrap();
+    let dumped = c.dump();
+    assert!(!dumped.contains("s3cret"), "{dumped}");
+    assert!(
+        dumped.contains("postgres://chime:***@db:5432/chime"),
+        "{dumped}"
+    );
+    let back = load_with(Some(&dumped), &[]).unwrap();
+    assert_eq!(back.redis, c.redis);
+    assert_eq!(back.scheduler, c.scheduler);
+    assert_eq!(back.buckets, c.buckets);
+}
+
+#[test]
+fn dump_config_flag_prints_and_stops() {
+    use clap::Parser;
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        common: CommonArgs,
+    }
+    let mut out = None;
+    figment::Jail::expect_with(|jail| {
+        jail.clear_env();
+        jail.set_env("CHIME_REDIS_PREFIX", "dumped");
+        let dump = Cli::parse_from(["chime-test", "--dump-config"]);
+        let run = Cli::parse_from(["chime-test"]);
+        let mut printed = Vec::new();
+        let stopped = dump.common.load_or_dump(&mut printed).map(|c| c.is_none());
+        let started = run
+            .common
+            .load_or_dump(&mut Vec::new())
+            .map(|c| c.is_some());
+        out = Some((
+            stopped,
+            started,
+            String::from_utf8_lossy(&printed).into_owned(),
+        ));
+        Ok(())
+    });
+    let (stopped, started, printed) = out.expect("jail ran");
+    assert!(stopped.unwrap() && started.unwrap());
+    assert!(printed.contains("prefix = \"dumped\""), "{printed}");
+}
+
+#[test]
+fn other_defaults_still_yield_to_file_and_env() {
+    let mut defaults = Config::default();
+    defaults.migrator.lead = Seconds::secs(30);
+    let mut out = None;
+    figment::Jail::expect_with(|jail| {
+        jail.clear_env();
+        let plain = Config::load_over(defaults.clone(), None);
+        jail.set_env("CHIME_MIGRATOR__LEAD", "1h");
+        let overridden = Config::load_over(defaults.clone(), None);
+        out = Some((plain, overridden));
+        Ok(())
+    });
+    let (plain, overridden) = out.expect("jail ran");
+    assert_eq!(plain.unwrap().migrator.lead, Seconds::secs(30));
+    assert_eq!(overridden.unwrap().migrator.lead, Seconds::secs(3600));
+}
+
+#[test]
+fn masking_leaves_password_free_urls_alone() {
+    assert_eq!(
+        mask_password("sqlite://chime-dev.db"),
+        "sqlite://chime-dev.db"
+    );
+    assert_eq!(mask_password("postgres://u@h/db"), "postgres://u@h/db");
+    assert_eq!(mask_password("redis://:pw@h:6379"), "redis://:***@h:6379");
+}
