@@ -1,0 +1,202 @@
+//! What every scenario shares: a deployment of its own, creating timers, collecting and
+//! reporting what the sink received.
+
+use super::*;
+
+/// A deployment for one scenario, removed when dropped.
+pub(super) struct Deployment {
+    pub(super) cluster: Cluster,
+    pub(super) sink: Sink,
+    pub(super) _db: testkit::PgFixture,
+    pub(super) _redis: testkit::RedisFixture,
+}
+
+impl Deployment {
+    pub(super) async fn start(
+        args: &Args,
+        name: &'static str,
+        env: &[(&str, &str)],
+    ) -> anyhow::Result<Self> {
+        let db = testkit::pg().await;
+        let redis = testkit::redis().await;
+        let sink = Sink::start_lean().await?;
+        let mut all: Vec<(&'static str, String)> = vec![
+            ("CHIME_LOG", "warn".into()),
+            ("CHIME_BUCKETS", args.buckets.to_string()),
+        ];
+        all.extend(env.iter().map(|(k, v)| (leak(k), (*v).to_owned())));
+        all.extend(args.env.iter().map(|(k, v)| (leak(k), v.clone())));
+        let cluster = Cluster::start(Spec {
+            test: name,
+            database_url: db.url(),
+            redis_url: testkit::redis_url(),
+            redis_prefix: redis.backend.prefix().to_owned(),
+            schedulers: args.schedulers,
+            executors: args.executors,
+            env: all,
+        })
+        .await;
+        Ok(Self {
+            cluster,
+            sink,
+            _db: db,
+            _redis: redis,
+        })
+    }
+
+    pub(super) fn processes(&self) -> Vec<(String, u32)> {
+        let c = &self.cluster;
+        [&c.gateway, &c.migrator]
+            .into_iter()
+            .chain(&c.schedulers)
+            .chain(&c.executors)
+            .map(|n| (n.service.name.clone(), n.service.pid()))
+            .collect()
+    }
+
+    pub(super) async fn grpc(
+        &self,
+    ) -> anyhow::Result<TimerServiceClient<tonic::transport::Channel>> {
+        Ok(TimerServiceClient::connect(self.cluster.grpc.clone()).await?)
+    }
+
+    pub(super) async fn stop(mut self) {
+        self.cluster.stop().await;
+    }
+}
+
+/// Setting names come from flags once per run; `Spec` wants them `'static`.
+pub(super) fn leak(s: &str) -> &'static str {
+    Box::leak(s.to_owned().into_boxed_str())
+}
+
+pub(super) fn spec(name: String, url: &str, schedule: pb::schedule::Kind) -> pb::TimerSpec {
+    pb::TimerSpec {
+        app: "bench".into(),
+        name,
+        schedule: Some(pb::Schedule {
+            kind: Some(schedule),
+            anchor: None,
+        }),
+        callback: Some(pb::Callback {
+            url: url.to_owned(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// Creates `specs` over gRPC in batches of 100, 8 batches at a time.
+pub(super) async fn create_all(
+    d: &Deployment,
+    specs: Vec<pb::TimerSpec>,
+) -> anyhow::Result<Duration> {
+    let client = d.grpc().await?;
+    let started = Instant::now();
+    let batches: Vec<Vec<pb::TimerSpec>> = specs.chunks(100).map(<[_]>::to_vec).collect();
+    futures::stream::iter(batches)
+        .map(|batch| {
+            let mut client = client.clone();
+            async move {
+                let requests = batch
+                    .into_iter()
+                    .map(|timer| pb::CreateTimerRequest {
+                        timer: Some(timer),
+                        ..Default::default()
+                    })
+                    .collect();
+                client
+                    .batch_create_timers(pb::BatchCreateTimersRequest { requests })
+                    .await
+                    .context("BatchCreateTimers")
+            }
+        })
+        .buffer_unordered(8)
+        .try_collect::<Vec<_>>()
+        .await?;
+    Ok(started.elapsed())
+}
+
+/// Waits until the sink holds `expected` callbacks or `deadline` passes, then `quiet` more
+/// for late duplicates. The deadline bounds a run that lost something.
+pub(super) async fn collect(
+    d: &Deployment,
+    expected: usize,
+    deadline: Instant,
+    quiet: Duration,
+) -> Vec<Delivery> {
+    while d.sink.count() < expected && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(quiet).await;
+    deliveries(&d.sink.received())
+}
+
+pub(super) fn dump(args: &Args, scenario: &str, ds: &[Delivery]) -> anyhow::Result<()> {
+    if !args.dump {
+        return Ok(());
+    }
+    let path = args
+        .out
+        .with_file_name(format!("{scenario}-deliveries.csv"));
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let mut csv = String::from("key,scheduled_ms,arrived_ms\n");
+    for d in ds {
+        csv.push_str(&format!("{},{},{}\n", d.key, d.scheduled_ms, d.at_ms));
+    }
+    std::fs::write(&path, csv)?;
+    eprintln!("  callbacks written to {}", path.display());
+    Ok(())
+}
+
+/// Waits until the wall clock reaches `at_ms`.
+pub(super) async fn until(at_ms: i64) {
+    let left = at_ms - now_ms();
+    if left > 0 {
+        tokio::time::sleep(Duration::from_millis(left as u64)).await;
+    }
+}
+
+pub(super) fn lateness_row(o: &mut Outcome, label: &str, l: &Lateness, target: &str) {
+    o.row(
+        label,
+        format!(
+            "p50 {} / p90 {} / p99 {} / max {} ms",
+            l.p50_ms, l.p90_ms, l.p99_ms, l.max_ms
+        ),
+        target,
+    );
+}
+
+/// What every firing scenario reports first: the timers created, and whether each of the
+/// `expected` keys arrived once (what is lost fails the run; duplicates miss the target).
+/// Returns (delivered, duplicates).
+pub(super) fn report_delivery(
+    o: &mut Outcome,
+    timers: usize,
+    created: Duration,
+    expected: usize,
+    ds: &[Delivery],
+) -> (usize, usize) {
+    let (delivered, duplicates) = distinct_and_duplicates(ds);
+    if delivered < expected {
+        o.failed.push(format!(
+            "{} of {expected} not delivered",
+            expected - delivered
+        ));
+    }
+    o.target(
+        duplicates == 0,
+        format!("{duplicates} duplicates (target 0)"),
+    );
+    o.row(
+        "timers created",
+        format!("{timers} in {:.1} s", created.as_secs_f64()),
+        "",
+    );
+    o.row("delivered", format!("{delivered} of {expected}"), "all");
+    o.row("duplicates", duplicates.to_string(), "0");
+    (delivered, duplicates)
+}

@@ -1,0 +1,338 @@
+//! steady, sparse and purge: every-second timers at a rate, the last on a database full of
+//! old rows the janitor removes.
+
+use super::*;
+
+/// The same firing and creating load twice, on a database holding `purge_rows` finished
+/// occurrences eight days old: once with retention keeping them (3650 days), once with the
+/// janitor removing them (the default 7 days, run every second). Retention must leave the
+/// firing and create tails as they were.
+pub(super) async fn purge(args: &Args) -> anyhow::Result<Outcome> {
+    let mut o = Outcome::new("purge");
+    let creates = (args.purge_rate / 4).max(100);
+    let mut runs = Vec::new();
+    for (label, env) in [
+        ("kept", vec![("CHIME_RETENTION__HISTORY", "3650d")]),
+        ("purged", vec![("CHIME_RETENTION__INTERVAL", "1s")]),
+    ] {
+        let run = periodic(
+            args,
+            "purge",
+            args.purge_rate,
+            args.purge_duration,
+            Extra {
+                env,
+                seed_rows: args.purge_rows,
+                creates,
+            },
+        )
+        .await?;
+        o.failed
+            .extend(run.o.failed.iter().map(|f| format!("{label}: {f}")));
+        runs.push((label, run));
+    }
+    let worst = |r: &Periodic| {
+        windows(&r.ds, r.start, 10_000)
+            .iter()
+            .map(|(_, l)| l.p99_ms)
+            .max()
+            .unwrap_or(0)
+    };
+    let create_p99 = |r: &Periodic| {
+        r.api
+            .iter()
+            .filter(|a| a.name.ends_with("single"))
+            .map(|a| a.p99_ms)
+            .fold(0.0, f64::max)
+    };
+    let mut figures = serde_json::Map::new();
+    for (label, r) in &runs {
+        let l = Lateness::of(&r.ds);
+        lateness_row(&mut o, &format!("{label}: lateness, all"), &l, "");
+        o.row(
+            &format!("{label}: worst 10 s window p99"),
+            format!("{} ms", worst(r)),
+            "within 20 ms or 1.5× of kept",
+        );
+        o.row(
+            &format!("{label}: single create p99"),
+            format!("{:.1} ms", create_p99(r)),
+            "within 20 ms or 1.5× of kept",
+        );
+        o.row(
+            &format!("{label}: occurrences purged"),
+            format!("{:.0}", r.purged),
+            "",
+        );
+        figures.insert(
+            (*label).to_owned(),
+            json!({
+                "lateness": l,
+                "worst_window_p99_ms": worst(r),
+                "single_create_p99_ms": create_p99(r),
+                "purged": r.purged,
+                "creates": r.api,
+            }),
+        );
+    }
+    let (kept, purged) = (&runs[0].1, &runs[1].1);
+    o.target(
+        purged.purged >= args.purge_rows as f64,
+        format!(
+            "the janitor removed {:.0} of {} old rows during the run",
+            purged.purged, args.purge_rows
+        ),
+    );
+    // "Unchanged" on a noisy two-core machine: within 20 ms or 1.5× of the run without it.
+    let same = |with: f64, without: f64| with <= (without * 1.5).max(without + 20.0);
+    o.target(
+        same(worst(purged) as f64, worst(kept) as f64),
+        format!(
+            "worst firing window p99 {} ms while purging, {} ms without",
+            worst(purged),
+            worst(kept)
+        ),
+    );
+    o.target(
+        same(create_p99(purged), create_p99(kept)),
+        format!(
+            "single create p99 {:.1} ms while purging, {:.1} ms without",
+            create_p99(purged),
+            create_p99(kept)
+        ),
+    );
+    o.figures = serde_json::Value::Object(figures);
+    Ok(o)
+}
+
+/// `rate` timers firing every second for `seconds`, their phases spread evenly over the
+/// second, starting `lead_ms` from now. Returns the specs, the first instant and the count
+/// of firings expected.
+pub(super) fn every_second(
+    rate: usize,
+    seconds: u64,
+    url: &str,
+    lead_ms: i64,
+) -> (Vec<pb::TimerSpec>, i64) {
+    let start = now_ms() + lead_ms;
+    let end = start + seconds as i64 * 1000 - 1;
+    let specs = (0..rate)
+        .map(|i| {
+            let phase = (i as i64) * 1000 / rate as i64;
+            pb::TimerSpec {
+                start_at: Some(pb_time(start + phase)),
+                end_at: Some(pb_time(end)),
+                ..spec(
+                    format!("every-{i}"),
+                    url,
+                    pb::schedule::Kind::Every("1s".into()),
+                )
+            }
+        })
+        .collect();
+    (specs, start)
+}
+
+/// What a periodic run does besides firing.
+#[derive(Default)]
+pub(super) struct Extra {
+    /// Settings for every service.
+    env: Vec<(&'static str, &'static str)>,
+    /// Finished occurrences, eight days old, written straight to PostgreSQL before the
+    /// timers are created.
+    seed_rows: usize,
+    /// Creates (each of REST and gRPC, single and batch, 8 clients) during the firing.
+    creates: usize,
+}
+
+/// What a periodic run measured.
+pub(super) struct Periodic {
+    o: Outcome,
+    ds: Vec<Delivery>,
+    start: i64,
+    cpu: BTreeMap<String, f64>,
+    /// The creates made during the firing.
+    api: Vec<crate::api::ApiReport>,
+    /// Occurrences the janitor removed during the run.
+    purged: f64,
+}
+
+/// steady, sparse and purge: the same shape at different rates.
+pub(super) async fn periodic(
+    args: &Args,
+    name: &'static str,
+    rate: usize,
+    seconds: u64,
+    extra: Extra,
+) -> anyhow::Result<Periodic> {
+    let mut o = Outcome::new(name);
+    let d = Deployment::start(args, leak(&format!("bench-{name}")), &extra.env).await?;
+    if extra.seed_rows > 0 {
+        let t = Instant::now();
+        seed_finished(d._db.store.pool(), extra.seed_rows).await?;
+        eprintln!(
+            "  {} finished occurrences written in {:.1} s",
+            extra.seed_rows,
+            t.elapsed().as_secs_f64()
+        );
+    }
+    let url = d.sink.url(&format!("/{name}"));
+    let lead_ms = 3_000 + (rate as i64) * 1_000 / 2_500;
+    let (specs, start) = every_second(rate, seconds, &url, lead_ms);
+    let created = create_all(&d, specs).await?;
+    ensure!(
+        now_ms() < start - 500,
+        "creating {rate} timers took {created:?}, past the first firing"
+    );
+    let expected = rate * seconds as usize;
+    until(start - 200).await;
+    let cpu0 = CpuSample::take(&d.processes());
+    let creating = (extra.creates > 0).then(|| {
+        let (rest, grpc) = (d.cluster.rest.clone(), d.cluster.grpc.clone());
+        tokio::spawn(
+            async move { crate::api::measure(&rest, &grpc, "during", extra.creates, 8).await },
+        )
+    });
+    let end = start + seconds as i64 * 1000;
+    until(end).await;
+    let cpu1 = CpuSample::take(&d.processes());
+    let api = match creating {
+        Some(task) => task.await??,
+        None => Vec::new(),
+    };
+    let purged = d
+        .cluster
+        .migrator
+        .counter("chime_migrator_purged_occurrences_total")
+        .await;
+    let ds = collect(
+        &d,
+        expected,
+        Instant::now() + Duration::from_secs(30),
+        Duration::from_secs(2),
+    )
+    .await;
+    d.stop().await;
+    dump(args, name, &ds)?;
+    let (delivered, duplicates) = report_delivery(&mut o, rate, created, expected, &ds);
+    let cpu = cpu0.per_thousand(&cpu1, delivered);
+    o.figures = json!({
+        "rate_per_second": rate,
+        "seconds": seconds,
+        "expected": expected,
+        "delivered": delivered,
+        "duplicates": duplicates,
+        "create_seconds": created.as_secs_f64(),
+        "cpu_seconds_per_1000": cpu,
+    });
+    Ok(Periodic {
+        o,
+        ds,
+        start,
+        cpu,
+        api,
+        purged,
+    })
+}
+
+/// `rows` succeeded occurrences of made-up timers, due eight days ago and before: what a
+/// week of history leaves for the janitor.
+pub(super) async fn seed_finished(pool: &sqlx::PgPool, rows: usize) -> anyhow::Result<()> {
+    let base = now_ms() - 8 * 86_400_000;
+    for chunk_start in (0..rows).step_by(500_000) {
+        let n = (rows - chunk_start).min(500_000) as i64;
+        sqlx::query(
+            "INSERT INTO occurrences (timer_id, run_at, timer_version, bucket, status, attempt, \
+               fired_at, lateness_ms, http_status) \
+             SELECT 1000000000 + g % 100000, $1 - g, 1, 0, 'succeeded', 1, $1 - g, 1, 200 \
+             FROM generate_series($2::bigint, $3::bigint) g",
+        )
+        .bind(base)
+        .bind(chunk_start as i64 + 1)
+        .bind(chunk_start as i64 + n)
+        .execute(pool)
+        .await?;
+    }
+    // As a week of history would be by then: vacuumed, its BRIN ranges summarized, and the
+    // checkpoint its writes caused behind it, so neither run pays for the seeding.
+    sqlx::query("VACUUM ANALYZE occurrences")
+        .execute(pool)
+        .await?;
+    sqlx::query("CHECKPOINT").execute(pool).await?;
+    Ok(())
+}
+
+pub(super) async fn steady(args: &Args) -> anyhow::Result<Outcome> {
+    let Periodic {
+        mut o,
+        ds,
+        start,
+        cpu,
+        ..
+    } = periodic(args, "steady", args.rate, args.duration, Extra::default()).await?;
+    let overall = Lateness::of(&ds);
+    let per_window = windows(&ds, start, 10_000);
+    for (from_s, l) in &per_window {
+        lateness_row(
+            &mut o,
+            &format!("lateness {from_s}–{} s", from_s + 10),
+            l,
+            "p99 ≤ 50 ms",
+        );
+        o.target(
+            l.p99_ms <= 50,
+            format!(
+                "window from {from_s} s: p99 {} ms (target ≤ 50 ms)",
+                l.p99_ms
+            ),
+        );
+    }
+    // Drift: the typical callback of the last window against the first.
+    let drift = match (per_window.first(), per_window.last()) {
+        (Some((_, a)), Some((_, b))) => b.p50_ms - a.p50_ms,
+        _ => 0,
+    };
+    o.target(
+        drift <= 10,
+        format!("p50 drifted {drift} ms from the first window to the last (target ≤ 10 ms)"),
+    );
+    lateness_row(&mut o, "lateness, all", &overall, "");
+    o.row(
+        "drift of p50, first → last window",
+        format!("{drift} ms"),
+        "≤ 10 ms",
+    );
+    for (process, secs) in &cpu {
+        o.row(
+            &format!("cpu {process}"),
+            format!("{secs:.3} s / 1,000 firings"),
+            "",
+        );
+    }
+    o.figures["lateness"] = json!(overall);
+    o.figures["drift_p50_ms"] = json!(drift);
+    o.figures["windows"] = per_window
+        .iter()
+        .map(|(from_s, l)| json!({"from_second": from_s, "lateness": l}))
+        .collect();
+    Ok(o)
+}
+
+pub(super) async fn sparse(args: &Args) -> anyhow::Result<Outcome> {
+    let Periodic { mut o, ds, .. } = periodic(
+        args,
+        "sparse",
+        args.sparse_rate,
+        args.sparse_duration,
+        Extra::default(),
+    )
+    .await?;
+    let l = Lateness::of(&ds);
+    o.target(
+        l.p99_ms <= 10,
+        format!("p99 {} ms (target ≤ 10 ms)", l.p99_ms),
+    );
+    lateness_row(&mut o, "lateness", &l, "p99 ≤ 10 ms");
+    o.figures["lateness"] = json!(l);
+    Ok(o)
+}
