@@ -175,11 +175,6 @@ pub async fn run(config: Config, args: DevArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `chime dev`'s own defaults, under the config file and environment: the services' own.
-pub fn defaults() -> Config {
-    Config::default()
-}
-
 fn mask(url: &str) -> String {
     match url.split_once('@') {
         Some((_, host)) => format!("…@{host}"),

@@ -66,7 +66,7 @@ enum Command {
 async fn main() -> ExitCode {
     match Cli::parse().command {
         Command::Dev { dev, common } => {
-            let config = match common.start_over(dev::defaults()) {
+            let config = match common.start() {
                 Ok(Some(c)) => c,
                 Ok(None) => return ExitCode::SUCCESS,
                 Err(e) => {

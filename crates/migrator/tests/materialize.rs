@@ -289,7 +289,17 @@ fn replica(
     leases: Arc<dyn chime_storage::Leases>,
     work_lease: Duration,
 ) -> Arc<Migrator> {
-    let mut settings = MigratorSettings::new(MINUTE, BucketCount::DEFAULT);
+    replica_of(s, leases, work_lease, BucketCount::DEFAULT)
+}
+
+/// A migrator replica on the test's store, index and clock, with `buckets`.
+fn replica_of(
+    s: &Setup,
+    leases: Arc<dyn chime_storage::Leases>,
+    work_lease: Duration,
+    buckets: BucketCount,
+) -> Arc<Migrator> {
+    let mut settings = MigratorSettings::new(MINUTE, buckets);
     settings.work_lease = work_lease;
     Arc::new(Migrator::new(
         Materializer::new(
@@ -469,19 +479,7 @@ async fn a_smaller_bucket_count_moves_timers_and_their_members() {
     }
     assert!(timers.iter().any(|t| t.bucket.get() >= 4));
     let four = BucketCount::new(4).unwrap();
-    let mut settings = MigratorSettings::new(MINUTE, four);
-    settings.work_lease = Duration::from_secs(3);
-    let m = Migrator::new(
-        Materializer::new(
-            s.store.clone(),
-            s.store.clone(),
-            s.index.clone(),
-            Arc::new(s.clock.clone()),
-            MINUTE,
-        ),
-        s.redis.leases(),
-        settings,
-    );
+    let m = replica_of(&s, s.redis.leases(), Duration::from_secs(3), four);
     let report = m.run_pass().await.unwrap();
     assert!(
         report.rebucketed > 0 && report.rebucketed <= 4,

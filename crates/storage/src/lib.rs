@@ -364,6 +364,9 @@ pub struct PurgeBefore {
     pub deleted_timers: Timestamp,
 }
 
+/// Statuses of finished occurrences kept for `retention.history` (dead ones are kept longer).
+pub(crate) const FINISHED_STATUSES: &[&str] = &["succeeded", "failed", "skipped"];
+
 /// Rows one purge removed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Purged {

@@ -2,35 +2,42 @@
 //! no writer waits behind a long one. Old rows are found through BRIN indexes on time.
 
 use async_trait::async_trait;
+use chime_domain::Timestamp;
 
 use super::PgStore;
 use crate::{PurgeBefore, Purged, Retention, StoreResult};
+
+impl PgStore {
+    /// Deletes at most `limit` occurrences in `statuses` due before `before`. A row changed
+    /// since the inner select (a dead letter redriven) has a new tuple id and is left alone.
+    async fn delete_old(
+        &self,
+        statuses: &[&str],
+        before: Timestamp,
+        limit: i64,
+    ) -> StoreResult<u64> {
+        Ok(sqlx::query(
+            "DELETE FROM occurrences WHERE ctid = ANY(ARRAY( \
+               SELECT ctid FROM occurrences \
+               WHERE run_at < $1 AND status = ANY($2::text[]) LIMIT $3))",
+        )
+        .bind(before.as_millis())
+        .bind(statuses)
+        .bind(limit)
+        .execute(&self.pool)
+        .await?
+        .rows_affected())
+    }
+}
 
 #[async_trait]
 impl Retention for PgStore {
     async fn purge(&self, before: &PurgeBefore, limit: u32) -> StoreResult<Purged> {
         let limit = i64::from(limit);
-        // A row changed since the inner select (a dead letter redriven) has a new tuple id
-        // and is left alone.
-        let finished = sqlx::query(
-            "DELETE FROM occurrences WHERE ctid = ANY(ARRAY( \
-               SELECT ctid FROM occurrences \
-               WHERE run_at < $1 AND status IN ('succeeded', 'failed', 'skipped') LIMIT $2))",
-        )
-        .bind(before.history.as_millis())
-        .bind(limit)
-        .execute(&self.pool)
-        .await?
-        .rows_affected();
-        let dead = sqlx::query(
-            "DELETE FROM occurrences WHERE ctid = ANY(ARRAY( \
-               SELECT ctid FROM occurrences WHERE run_at < $1 AND status = 'dead' LIMIT $2))",
-        )
-        .bind(before.dead.as_millis())
-        .bind(limit)
-        .execute(&self.pool)
-        .await?
-        .rows_affected();
+        let finished = self
+            .delete_old(crate::FINISHED_STATUSES, before.history, limit)
+            .await?;
+        let dead = self.delete_old(&["dead"], before.dead, limit).await?;
         let keys = sqlx::query(
             "DELETE FROM idempotency_keys WHERE ctid = ANY(ARRAY( \
                SELECT ctid FROM idempotency_keys WHERE created_at < $1 LIMIT $2))",

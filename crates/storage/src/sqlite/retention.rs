@@ -2,33 +2,41 @@
 //! tables are WITHOUT ROWID).
 
 use async_trait::async_trait;
+use chime_domain::Timestamp;
 
 use super::SqliteStore;
 use crate::{PurgeBefore, Purged, Retention, StoreResult};
+
+impl SqliteStore {
+    /// Deletes at most `limit` occurrences in `statuses` due before `before`.
+    async fn delete_old(
+        &self,
+        statuses: &[&str],
+        before: Timestamp,
+        limit: i64,
+    ) -> StoreResult<u64> {
+        Ok(sqlx::query(
+            "DELETE FROM occurrences WHERE (timer_id, run_at) IN (SELECT timer_id, run_at \
+             FROM occurrences WHERE run_at < ?1 \
+               AND status IN (SELECT value FROM json_each(?2)) LIMIT ?3)",
+        )
+        .bind(before.as_millis())
+        .bind(serde_json::Value::from(statuses.to_vec()).to_string())
+        .bind(limit)
+        .execute(&self.writer)
+        .await?
+        .rows_affected())
+    }
+}
 
 #[async_trait]
 impl Retention for SqliteStore {
     async fn purge(&self, before: &PurgeBefore, limit: u32) -> StoreResult<Purged> {
         let limit = i64::from(limit);
-        let finished = sqlx::query(
-            "DELETE FROM occurrences WHERE (timer_id, run_at) IN (SELECT timer_id, run_at \
-             FROM occurrences WHERE run_at < ?1 \
-               AND status IN ('succeeded', 'failed', 'skipped') LIMIT ?2)",
-        )
-        .bind(before.history.as_millis())
-        .bind(limit)
-        .execute(&self.writer)
-        .await?
-        .rows_affected();
-        let dead = sqlx::query(
-            "DELETE FROM occurrences WHERE (timer_id, run_at) IN (SELECT timer_id, run_at \
-             FROM occurrences WHERE run_at < ?1 AND status = 'dead' LIMIT ?2)",
-        )
-        .bind(before.dead.as_millis())
-        .bind(limit)
-        .execute(&self.writer)
-        .await?
-        .rows_affected();
+        let finished = self
+            .delete_old(crate::FINISHED_STATUSES, before.history, limit)
+            .await?;
+        let dead = self.delete_old(&["dead"], before.dead, limit).await?;
         let keys = sqlx::query(
             "DELETE FROM idempotency_keys WHERE (app, key) IN (SELECT app, key \
              FROM idempotency_keys WHERE created_at < ?1 LIMIT ?2)",
