@@ -26,6 +26,9 @@ pub struct ApiReport {
     pub p50_ms: f64,
     pub p99_ms: f64,
     pub max_ms: f64,
+    /// CPU time per timer created (µs), by process (`measure::CpuSample`'s labels): where
+    /// the machine's two cores go.
+    pub cpu_us_per_timer: std::collections::BTreeMap<String, f64>,
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> f64 {
@@ -81,6 +84,7 @@ async fn drive(
         p50_ms: percentile(&latencies, 0.50),
         p99_ms: percentile(&latencies, 0.99),
         max_ms: percentile(&latencies, 1.0),
+        cpu_us_per_timer: Default::default(),
     })
 }
 
@@ -113,14 +117,28 @@ fn grpc_request(tag: &str, i: usize) -> pb::CreateTimerRequest {
 }
 
 /// REST and gRPC, single and batch: `timers` each, from `concurrency` clients. `round`
-/// keeps timer names of successive measurements apart.
+/// keeps timer names of successive measurements apart; `processes` are the deployment's,
+/// whose CPU time each measurement reports.
 pub async fn measure(
     rest: &str,
     grpc: &str,
     round: &str,
     timers: usize,
     concurrency: usize,
+    processes: &[(String, u32)],
 ) -> anyhow::Result<Vec<ApiReport>> {
+    let measured = async |name: &str, size: usize, call: Call| {
+        let before = chime_bench::measure::CpuSample::take(processes);
+        let mut report = drive(name, timers, size, concurrency, call).await?;
+        let after = chime_bench::measure::CpuSample::take(processes);
+        // CPU seconds per 1,000 timers are milliseconds per timer.
+        report.cpu_us_per_timer = before
+            .per_thousand(&after, report.timers)
+            .into_iter()
+            .map(|(label, ms)| (label, (ms * 1000.0).round()))
+            .collect();
+        anyhow::Ok(report)
+    };
     let http = chime_runtime::http_client()
         .pool_max_idle_per_host(concurrency)
         .build()?;
@@ -158,7 +176,7 @@ pub async fn measure(
                 Ok(())
             })
         });
-        reports.push(drive(name, timers, size, concurrency, call).await?);
+        reports.push(measured(name, size, call).await?);
     }
     for (name, size) in [("grpc_single", 1), ("grpc_batch", BATCH)] {
         let tag = format!("{round}-{name}");
@@ -180,7 +198,7 @@ pub async fn measure(
                 Ok(())
             })
         });
-        reports.push(drive(name, timers, size, concurrency, call).await?);
+        reports.push(measured(name, size, call).await?);
     }
     Ok(reports)
 }

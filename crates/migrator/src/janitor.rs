@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chime_domain::Clock;
-use chime_storage::{LeaseToken, Leases, PurgeBefore, Purged, Retention, StoreResult};
+use chime_storage::{LeaseToken, Leases, PurgeBefore, Purged, Retention, Rotated, StoreResult};
 use tokio_util::sync::CancellationToken;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -15,6 +15,7 @@ pub struct RetentionSettings {
     pub idempotency_keys: Duration,
     pub interval: Duration,
     pub batch: u32,
+    pub partitions_ahead: Duration,
 }
 
 impl RetentionSettings {
@@ -26,8 +27,22 @@ impl RetentionSettings {
             idempotency_keys: r.idempotency_keys.get(),
             interval: r.interval.get(),
             batch: r.batch,
+            partitions_ahead: r.partitions_ahead.get(),
         }
     }
+}
+
+/// What one run removed: whole time ranges first, then batches of rows.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct JanitorRun {
+    pub rotated: Rotated,
+    pub purged: Purged,
+}
+
+fn count_rotated(r: &Rotated) {
+    metrics::counter!("chime_migrator_partitions_created_total").increment(r.created);
+    metrics::counter!("chime_migrator_partitions_dropped_total").increment(r.dropped);
+    metrics::counter!("chime_migrator_purged_occurrences_total").increment(r.occurrences);
 }
 
 /// Counts a batch as it is removed, so a long run shows its progress.
@@ -79,9 +94,10 @@ impl Janitor {
         }
     }
 
-    /// One run, if this replica holds the janitor lease: batches until nothing old is left
-    /// (or [`MAX_BATCHES`]). `None` when another replica holds the lease.
-    pub async fn run_once(&self) -> StoreResult<Option<Purged>> {
+    /// One run, if this replica holds the janitor lease: time ranges rotated, then batches
+    /// until nothing old is left (or [`MAX_BATCHES`]). `None` when another replica holds the
+    /// lease.
+    pub async fn run_once(&self) -> StoreResult<Option<JanitorRun>> {
         let ttl = self.settings.interval.saturating_mul(2);
         let held = self.leases.renew(LEASE, &self.token, ttl).await?
             || self.leases.acquire(LEASE, &self.token, ttl).await?;
@@ -89,6 +105,16 @@ impl Janitor {
             return Ok(None);
         }
         let before = self.cutoffs();
+        let now = self.clock.now();
+        let rotated = self
+            .store
+            .rotate(
+                now,
+                now.saturating_add(self.settings.partitions_ahead),
+                &before,
+            )
+            .await?;
+        count_rotated(&rotated);
         let mut total = Purged::default();
         for _ in 0..MAX_BATCHES {
             let batch = self.store.purge(&before, self.settings.batch).await?;
@@ -101,7 +127,10 @@ impl Janitor {
             self.leases.renew(LEASE, &self.token, ttl).await?;
             tokio::time::sleep(BREATHE).await;
         }
-        Ok(Some(total))
+        Ok(Some(JanitorRun {
+            rotated,
+            purged: total,
+        }))
     }
 
     /// Runs every `interval` until `shutdown`.
@@ -112,7 +141,18 @@ impl Janitor {
                 run = self.run_once() => run,
             };
             match run {
-                Ok(Some(p)) => {
+                Ok(Some(JanitorRun {
+                    rotated: r,
+                    purged: p,
+                })) => {
+                    if r != Rotated::default() {
+                        tracing::info!(
+                            created = r.created,
+                            dropped = r.dropped,
+                            occurrences = r.occurrences,
+                            "retention: rotated day partitions"
+                        );
+                    }
                     if p != Purged::default() {
                         tracing::info!(
                             occurrences = p.occurrences,

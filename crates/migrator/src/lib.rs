@@ -8,7 +8,7 @@ mod janitor;
 mod materialize;
 mod service;
 
-pub use janitor::{Janitor, RetentionSettings};
+pub use janitor::{Janitor, JanitorRun, RetentionSettings};
 pub use materialize::{BucketPass, CATCH_UP, Materialized, Materializer};
 pub use service::{Migrator, MigratorSettings, PassReport};
 

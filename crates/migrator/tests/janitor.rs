@@ -24,6 +24,7 @@ fn settings() -> RetentionSettings {
         idempotency_keys: DAY,
         interval: Duration::from_secs(60),
         batch: 2,
+        partitions_ahead: 7 * DAY,
     }
 }
 
@@ -110,7 +111,8 @@ async fn old_rows_go_by_kind_and_one_replica_runs_it() {
     // A day on: nothing is old enough.
     clock.advance(DAY);
     let first = janitor.run_once().await.unwrap().unwrap();
-    assert_eq!(first.occurrences, 0);
+    assert_eq!(first.purged.occurrences, 0);
+    assert_eq!(first.rotated.dropped, 0);
     assert!(
         other.run_once().await.unwrap().is_none(),
         "one replica at a time"
@@ -119,8 +121,8 @@ async fn old_rows_go_by_kind_and_one_replica_runs_it() {
     // Eight days on: history goes, dead letters stay, pending work stays.
     clock.advance(7 * DAY);
     let week = janitor.run_once().await.unwrap().unwrap();
-    assert_eq!(week.timers, 1, "the timer deleted a week ago");
-    assert!(week.occurrences > 1, "{week:?}");
+    assert_eq!(week.purged.timers, 1, "the timer deleted a week ago");
+    assert!(week.purged.occurrences > 1, "{week:?}");
     assert!(!exists(0).await);
     assert!(exists(1).await);
     assert!(exists(2).await);
@@ -134,4 +136,135 @@ async fn old_rows_go_by_kind_and_one_replica_runs_it() {
         exists(2).await,
         "pending rows of a live timer are never purged"
     );
+}
+
+/// The day partitions attached to `occurrences`, by name.
+async fn day_partitions(pool: &sqlx::PgPool) -> Vec<String> {
+    sqlx::query_scalar(
+        "SELECT c.relname::text FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid \
+         WHERE i.inhparent = 'occurrences'::regclass AND c.relname <> 'occurrences_default' \
+         ORDER BY 1",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
+async fn partition_of(pool: &sqlx::PgPool, key: chime_domain::TaskKey) -> String {
+    sqlx::query_scalar(
+        "SELECT tableoid::regclass::text FROM occurrences WHERE timer_id = $1 AND run_at = $2",
+    )
+    .bind(key.timer_id.get())
+    .bind(key.run_at.as_millis())
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+/// On PostgreSQL the janitor keeps day partitions ready ahead and drops a day whole once
+/// history no longer keeps it; the day's live rows and dead letters move to the default
+/// partition and stay usable.
+#[tokio::test]
+async fn old_days_go_whole_and_leave_live_rows() {
+    let db = testkit::pg().await;
+    let pool = db.store.pool().clone();
+    let clock = ManualClock::new(SystemClock.now());
+    let store = Arc::new(PgStore::from_pool(
+        pool.clone(),
+        Arc::new(clock.clone()),
+        BucketCount::DEFAULT,
+    ));
+    let leases = Arc::new(MemoryLeases::new(Arc::new(clock.clone())));
+    let janitor = Janitor::new(store.clone(), leases, Arc::new(clock.clone()), settings());
+
+    let first = janitor.run_once().await.unwrap().unwrap();
+    assert_eq!(first.rotated.created, 8, "today and the next 7 days");
+    assert_eq!(day_partitions(&pool).await.len(), 8);
+
+    let mut spec = chime_storage::contract::spec("billing", "every-10s");
+    spec.schedule = chime_domain::ScheduleInput {
+        every: Some("10s".into()),
+        ..Default::default()
+    }
+    .resolve(clock.now(), None, None)
+    .unwrap();
+    let written = store
+        .create_timer(
+            chime_domain::NewTimer {
+                spec,
+                enabled: true,
+            },
+            Horizon::DEFAULT,
+        )
+        .await
+        .unwrap();
+    let keys: Vec<_> = written.occurrences.iter().map(|o| o.key).collect();
+    assert!(keys.len() >= 5);
+    let today = partition_of(&pool, keys[0]).await;
+    assert!(today.starts_with("occurrences_p"), "{today}");
+    // First: succeeded; second: dead; third: running; the rest stay pending.
+    let now = clock.now();
+    store
+        .claim(
+            &keys[..3],
+            Claim {
+                now,
+                lease_until: now.add_millis(60_000),
+            },
+        )
+        .await
+        .unwrap();
+    let outcome = |i: usize, status| Outcome {
+        key: keys[i],
+        attempt: 1,
+        status,
+        fired_at: Some(now),
+        http_status: Some(200),
+        output: None,
+        error: None,
+        next_attempt_at: None,
+    };
+    store
+        .record_outcomes(&[
+            outcome(0, OccurrenceStatus::Succeeded),
+            outcome(1, OccurrenceStatus::Dead),
+        ])
+        .await
+        .unwrap();
+
+    // Eight days on the day is past history: it goes whole, with its one finished row.
+    clock.advance(8 * DAY);
+    let run = janitor.run_once().await.unwrap().unwrap();
+    assert_eq!(run.rotated.dropped, 1);
+    assert_eq!(run.rotated.occurrences, 1);
+    assert_eq!(run.rotated.created, 8, "the next 8 days");
+    let days = day_partitions(&pool).await;
+    assert_eq!(days.len(), 15);
+    assert!(!days.contains(&today));
+
+    let status = |i: usize| {
+        let store = store.clone();
+        let key = keys[i];
+        async move { store.get_occurrence(key).await.unwrap().map(|o| o.status) }
+    };
+    assert_eq!(status(0).await, None);
+    assert_eq!(status(1).await, Some(OccurrenceStatus::Dead));
+    assert_eq!(status(2).await, Some(OccurrenceStatus::Running));
+    assert_eq!(status(3).await, Some(OccurrenceStatus::Pending));
+    assert_eq!(partition_of(&pool, keys[3]).await, "occurrences_default");
+    let later = clock.now();
+    let claimed = store
+        .claim(
+            &keys[2..4],
+            Claim {
+                now: later,
+                lease_until: later.add_millis(60_000),
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 2, "moved rows are claimed as before");
+
+    let again = janitor.run_once().await.unwrap().unwrap();
+    assert_eq!(again.rotated, chime_storage::Rotated::default());
 }

@@ -1434,6 +1434,8 @@ macro_rules! storage_contract {
             finished_occurrences_go_after_their_retention,
             purges_are_bounded_batches,
             old_idempotency_keys_and_deleted_timers_go,
+            claims_take_only_their_rows_across_days,
+            rotation_keeps_live_rows_and_dead_letters,
         ]);
     };
     (hot_index, $make:expr) => {

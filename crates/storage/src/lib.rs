@@ -383,13 +383,40 @@ impl std::ops::AddAssign for Purged {
     }
 }
 
-/// Removing what retention no longer keeps, a bounded batch at a time, so writers are never
-/// held up by one long delete.
+/// What one [`Retention::rotate`] changed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Rotated {
+    /// Time ranges (PostgreSQL: day partitions) made ready for rows.
+    pub created: u64,
+    /// Time ranges removed whole.
+    pub dropped: u64,
+    /// Occurrences removed with them (their unfinished rows and kept dead letters moved on).
+    pub occurrences: u64,
+}
+
+/// Removing what retention no longer keeps, without holding writers up: whole time ranges
+/// where the backend has them, otherwise a bounded batch of rows at a time.
 #[async_trait]
 pub trait Retention: Send + Sync + 'static {
+    /// For a backend that stores occurrences by time range (PostgreSQL: one partition per
+    /// UTC day of `run_at`): makes the ranges from `now` to `until` ready, and removes each
+    /// range that ended before `before.history` at once, after moving out its pending,
+    /// retrying and running rows and the dead ones `before.dead` still keeps. Backends
+    /// without ranges do nothing here; [`Retention::purge`] removes their rows.
+    async fn rotate(
+        &self,
+        now: Timestamp,
+        until: Timestamp,
+        before: &PurgeBefore,
+    ) -> StoreResult<Rotated> {
+        let _ = (now, until, before);
+        Ok(Rotated::default())
+    }
+
     /// Deletes at most `limit` rows of each kind (finished occurrences, dead ones,
     /// idempotency keys, deleted timers) that `before` no longer keeps. Pending, retrying and
-    /// running occurrences of live timers are never touched.
+    /// running occurrences of live timers are never touched. Where [`Retention::rotate`]
+    /// removes whole ranges, this removes only the rows no range holds.
     async fn purge(&self, before: &PurgeBefore, limit: u32) -> StoreResult<Purged>;
 }
 

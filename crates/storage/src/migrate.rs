@@ -32,6 +32,11 @@ const POSTGRES: &[(i64, &str, &str)] = &[
         "retention",
         include_str!("../../../migrations/postgres/0004_retention.sql"),
     ),
+    (
+        5,
+        "partitions",
+        include_str!("../../../migrations/postgres/0005_partitions.sql"),
+    ),
 ];
 
 const SQLITE: &[(i64, &str, &str)] = &[
@@ -54,6 +59,11 @@ const SQLITE: &[(i64, &str, &str)] = &[
         4,
         "retention",
         include_str!("../../../migrations/sqlite/0004_retention.sql"),
+    ),
+    (
+        5,
+        "partitions",
+        include_str!("../../../migrations/sqlite/0005_partitions.sql"),
     ),
 ];
 

@@ -18,7 +18,7 @@ mod migrations {
         assert_eq!(
             fx.store.schema_status().await.unwrap(),
             SchemaStatus::Behind {
-                missing: vec![1, 2, 3, 4]
+                missing: vec![1, 2, 3, 4, 5]
             }
         );
         fx.store.migrate().await.unwrap();
@@ -51,7 +51,7 @@ mod migrations {
             .fetch_one(fx.store.pool())
             .await
             .unwrap();
-        assert_eq!(applied, 4);
+        assert_eq!(applied, 5);
         assert_eq!(
             fx.store.schema_status().await.unwrap(),
             SchemaStatus::Current
@@ -176,8 +176,8 @@ async fn claims_and_timer_reads_probe_by_key_on_a_fresh_connection() {
         .execute(pool)
         .await
         .unwrap();
-    // [index scans, sequential scans] of timers, then of occurrences, with everything this
-    // (only) connection did so far counted.
+    // [index scans, sequential scans] of timers, then of occurrences (all its partitions),
+    // with everything this (only) connection did so far counted.
     let scans = || async {
         sqlx::query("SELECT pg_stat_force_next_flush()")
             .execute(pool)
@@ -187,8 +187,8 @@ async fn claims_and_timer_reads_probe_by_key_on_a_fresh_connection() {
             "SELECT \
                COALESCE(SUM(idx_scan) FILTER (WHERE relname = 'timers'), 0)::bigint, \
                COALESCE(SUM(seq_scan) FILTER (WHERE relname = 'timers'), 0)::bigint, \
-               COALESCE(SUM(idx_scan) FILTER (WHERE relname = 'occurrences'), 0)::bigint, \
-               COALESCE(SUM(seq_scan) FILTER (WHERE relname = 'occurrences'), 0)::bigint \
+               COALESCE(SUM(idx_scan) FILTER (WHERE relname LIKE 'occurrences%'), 0)::bigint, \
+               COALESCE(SUM(seq_scan) FILTER (WHERE relname LIKE 'occurrences%'), 0)::bigint \
              FROM pg_stat_user_tables WHERE schemaname = current_schema()",
         )
         .fetch_one(pool)
@@ -220,4 +220,55 @@ async fn claims_and_timer_reads_probe_by_key_on_a_fresh_connection() {
         [KEYS, 0, KEYS, 0],
         "[index, sequential] scans of timers, then of occurrences"
     );
+}
+
+/// A day detached by a rotation that stopped before dropping it (a crash, a lost
+/// connection) is dropped by the next rotation and its rows counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rotation_drops_a_day_left_detached() {
+    use chime_domain::Timestamp;
+    use chime_storage::{PurgeBefore, Retention, Rotated};
+
+    const DAY: i64 = 86_400_000;
+    let fx = support::pg().await;
+    let (store, pool) = (&fx.store, fx.store.pool());
+    let t0 = Timestamp::from_millis(1_893_456_000_000); // 2030-01-01T00:00Z
+    let keep = PurgeBefore {
+        history: Timestamp::from_millis(0),
+        dead: Timestamp::from_millis(0),
+        idempotency_keys: Timestamp::from_millis(0),
+        deleted_timers: Timestamp::from_millis(0),
+    };
+    let made = store.rotate(t0, t0.add_millis(DAY), &keep).await.unwrap();
+    assert_eq!(made.created, 2);
+    sqlx::query(
+        "INSERT INTO occurrences (timer_id, run_at, timer_version, bucket, status) \
+         SELECT g, $1 + g, 1, 0, 'succeeded' FROM generate_series(1, 3) g",
+    )
+    .bind(t0.as_millis())
+    .execute(pool)
+    .await
+    .unwrap();
+    sqlx::query("ALTER TABLE occurrences DETACH PARTITION occurrences_p20300101")
+        .execute(pool)
+        .await
+        .unwrap();
+
+    let again = store.rotate(t0, t0.add_millis(DAY), &keep).await.unwrap();
+    assert_eq!(
+        again,
+        Rotated {
+            created: 0,
+            dropped: 1,
+            occurrences: 3
+        }
+    );
+    let left: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM pg_class WHERE relname = 'occurrences_p20300101' \
+         AND relnamespace = current_schema()::regnamespace",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    assert_eq!(left, 0);
 }

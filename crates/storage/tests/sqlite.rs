@@ -18,7 +18,7 @@ mod migrations {
         assert_eq!(
             fx.store.schema_status().await.unwrap(),
             SchemaStatus::Behind {
-                missing: vec![1, 2, 3, 4]
+                missing: vec![1, 2, 3, 4, 5]
             }
         );
         fx.store.migrate().await.unwrap();

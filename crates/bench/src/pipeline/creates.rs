@@ -13,6 +13,7 @@ pub(super) async fn api(args: &Args) -> anyhow::Result<Outcome> {
     // The whole deployment runs, migrator included: creates must not depend on it, and must
     // be fast beside it.
     let d = Deployment::start(args, "bench-api", &[]).await?;
+    let processes = d.processes();
     let mut all = Vec::new();
     for (round, clients) in args.api_concurrency.iter().copied().enumerate() {
         let reports = crate::api::measure(
@@ -21,6 +22,7 @@ pub(super) async fn api(args: &Args) -> anyhow::Result<Outcome> {
             &format!("c{round}"),
             args.api_requests,
             clients,
+            &processes,
         )
         .await;
         let reports = match reports {
@@ -48,6 +50,11 @@ pub(super) async fn api(args: &Args) -> anyhow::Result<Outcome> {
                 &target,
             );
             if clients == API_TARGET_CLIENTS {
+                o.row(
+                    &format!("{} × {clients} clients: CPU per timer", r.name),
+                    cpu_breakdown(&r.cpu_us_per_timer),
+                    "",
+                );
                 if single {
                     o.target(
                         r.timers_per_second >= API_SINGLE_RATE && r.p99_ms <= API_SINGLE_P99_MS,
@@ -72,4 +79,13 @@ pub(super) async fn api(args: &Args) -> anyhow::Result<Outcome> {
     d.stop().await;
     o.figures = json!({ "rounds": all });
     Ok(o)
+}
+
+/// "gateway 60, postgres 80, … = 190 µs": the busiest first, then the total.
+fn cpu_breakdown(us: &BTreeMap<String, f64>) -> String {
+    let mut parts: Vec<(&String, &f64)> = us.iter().filter(|(_, v)| **v > 0.0).collect();
+    parts.sort_by(|a, b| b.1.total_cmp(a.1));
+    let total: f64 = us.values().sum();
+    let listed: Vec<String> = parts.iter().map(|(k, v)| format!("{k} {v:.0}")).collect();
+    format!("{} = {total:.0} µs", listed.join(", "))
 }

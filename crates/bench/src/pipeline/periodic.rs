@@ -167,9 +167,14 @@ pub(super) async fn periodic(
 ) -> anyhow::Result<Periodic> {
     let mut o = Outcome::new(name);
     let d = Deployment::start(args, leak(&format!("bench-{name}")), &extra.env).await?;
+    // Rotation waits while the history is seeded and the timers are created, so the janitor
+    // drops the old day during the firing, not before it.
+    let mut paused = None;
     if extra.seed_rows > 0 {
+        let mut pause = d._db.store.pause_rotation().await?;
         let t = Instant::now();
-        seed_finished(d._db.store.pool(), extra.seed_rows).await?;
+        seed_finished(d._db.store.pool(), &mut pause, extra.seed_rows).await?;
+        paused = Some(pause);
         eprintln!(
             "  {} finished occurrences written in {:.1} s",
             extra.seed_rows,
@@ -186,12 +191,15 @@ pub(super) async fn periodic(
     );
     let expected = rate * seconds as usize;
     until(start - 200).await;
+    if let Some(pause) = paused {
+        pause.resume().await?;
+    }
     let cpu0 = CpuSample::take(&d.processes());
     let creating = (extra.creates > 0).then(|| {
         let (rest, grpc) = (d.cluster.rest.clone(), d.cluster.grpc.clone());
-        tokio::spawn(
-            async move { crate::api::measure(&rest, &grpc, "during", extra.creates, 8).await },
-        )
+        tokio::spawn(async move {
+            crate::api::measure(&rest, &grpc, "during", extra.creates, 8, &[]).await
+        })
     });
     let end = start + seconds as i64 * 1000;
     until(end).await;
@@ -235,10 +243,21 @@ pub(super) async fn periodic(
     })
 }
 
-/// `rows` succeeded occurrences of made-up timers, due eight days ago and before: what a
-/// week of history leaves for the janitor.
-pub(super) async fn seed_finished(pool: &sqlx::PgPool, rows: usize) -> anyhow::Result<()> {
+/// `rows` succeeded occurrences of made-up timers, due eight days ago and before, in their
+/// days' partitions: what a week of history leaves for the janitor.
+pub(super) async fn seed_finished(
+    pool: &sqlx::PgPool,
+    pause: &mut chime_storage::postgres::RotationPause,
+    rows: usize,
+) -> anyhow::Result<()> {
     let base = now_ms() - 8 * 86_400_000;
+    // Their days' partitions, as the janitor would have made them a week ago.
+    pause
+        .add_days(
+            Timestamp::from_millis(base - rows as i64),
+            Timestamp::from_millis(base),
+        )
+        .await?;
     for chunk_start in (0..rows).step_by(500_000) {
         let n = (rows - chunk_start).min(500_000) as i64;
         sqlx::query(
@@ -253,8 +272,8 @@ pub(super) async fn seed_finished(pool: &sqlx::PgPool, rows: usize) -> anyhow::R
         .execute(pool)
         .await?;
     }
-    // As a week of history would be by then: vacuumed, its BRIN ranges summarized, and the
-    // checkpoint its writes caused behind it, so neither run pays for the seeding.
+    // As a week of history would be by then: vacuumed, and the checkpoint its writes caused
+    // behind it, so neither run pays for the seeding.
     sqlx::query("VACUUM ANALYZE occurrences")
         .execute(pool)
         .await?;

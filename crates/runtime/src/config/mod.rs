@@ -175,6 +175,9 @@ impl Config {
         {
             return bad("retention.history and retention.dead_letters must be at least 1h");
         }
+        if self.retention.partitions_ahead.get() < Duration::from_secs(86_400) {
+            return bad("retention.partitions_ahead must be at least 1d");
+        }
         if self.scheduler.lease_ttl.get() < Duration::from_secs(1) {
             return bad("scheduler.lease_ttl must be at least 1s");
         }

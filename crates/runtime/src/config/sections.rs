@@ -146,6 +146,9 @@ pub struct RetentionConfig {
     pub interval: Seconds,
     /// Rows one delete statement removes at most.
     pub batch: u32,
+    /// PostgreSQL: how far ahead the janitor keeps day partitions of occurrences ready.
+    /// Rows due further ahead wait in the default partition until their day is created.
+    pub partitions_ahead: Seconds,
 }
 
 impl Default for RetentionConfig {
@@ -156,6 +159,7 @@ impl Default for RetentionConfig {
             idempotency_keys: Seconds::secs(86_400),
             interval: Seconds::secs(60),
             batch: 5_000,
+            partitions_ahead: Seconds::secs(7 * 86_400),
         }
     }
 }

@@ -183,3 +183,111 @@ where
     }
     assert_eq!(store.get_timer(kept.timer.id).await.unwrap(), kept.timer);
 }
+
+const DAY: i64 = 86_400_000;
+
+/// Rows due on different days (on PostgreSQL: in different partitions, each at the same
+/// tuple id) are claimed one by one: a claim takes its own rows and no other.
+pub async fn claims_take_only_their_rows_across_days<S>(store: Arc<S>)
+where
+    S: OccurrenceStore + Retention,
+{
+    let t0 = Timestamp::from_millis(T0);
+    store
+        .rotate(t0, t0.add_millis(3 * DAY), &KEEP_ALL)
+        .await
+        .unwrap();
+    let rows: Vec<NewOccurrence> = (0..3).map(|d| occ(d + 1, T0 + d * DAY, 1, 0)).collect();
+    store.insert_occurrences(&rows).await.unwrap();
+    let claimed = store
+        .claim(&[key(2, T0 + DAY)], claim_at(T0 + DAY, 60_000))
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 1);
+    assert_eq!(claimed[0].key, key(2, T0 + DAY));
+    let status = |k| {
+        let store = store.clone();
+        async move { store.get_occurrence(k).await.unwrap().unwrap().status }
+    };
+    assert_eq!(status(key(1, T0)).await, OccurrenceStatus::Pending);
+    assert_eq!(status(key(2, T0 + DAY)).await, OccurrenceStatus::Running);
+    assert_eq!(
+        status(key(3, T0 + 2 * DAY)).await,
+        OccurrenceStatus::Pending
+    );
+}
+
+/// Rotating and purging remove a day's finished rows and keep its live ones and the dead
+/// letters still kept, whether the backend drops whole days or deletes rows; what is kept
+/// stays claimable, and rows due after the prepared days are stored too.
+pub async fn rotation_keeps_live_rows_and_dead_letters<S>(store: Arc<S>)
+where
+    S: OccurrenceStore + Retention,
+{
+    let t0 = Timestamp::from_millis(T0);
+    store
+        .rotate(t0, t0.add_millis(2 * DAY), &KEEP_ALL)
+        .await
+        .unwrap();
+    use OccurrenceStatus::*;
+    let day0 = [T0 + 1_000, T0 + 2_000, T0 + 3_000, T0 + 4_000, T0 + 5_000];
+    at_status(&*store, &day0[..1], Succeeded).await;
+    at_status(&*store, &day0[1..2], Dead).await;
+    at_status(&*store, &day0[2..3], Skipped).await;
+    at_status(&*store, &day0[3..4], Retrying).await;
+    at_status(&*store, &day0[4..], Pending).await;
+    // Beyond the prepared days (PostgreSQL: in the default partition).
+    let later = T0 + 5 * DAY;
+    at_status(&*store, &[later], Pending).await;
+
+    // Ten days on, history kept for a week, dead letters for a month.
+    let now = t0.add_millis(10 * DAY);
+    let before = PurgeBefore {
+        history: now.add_millis(-7 * DAY),
+        dead: now.add_millis(-30 * DAY),
+        ..KEEP_ALL
+    };
+    let rotated = store
+        .rotate(now, now.add_millis(2 * DAY), &before)
+        .await
+        .unwrap();
+    let mut removed = rotated.occurrences;
+    loop {
+        let n = store.purge(&before, 100).await.unwrap().occurrences;
+        removed += n;
+        if n == 0 {
+            break;
+        }
+    }
+    assert_eq!(removed, 2, "the succeeded and the skipped row");
+    let mut all = day0.to_vec();
+    all.push(later);
+    assert_eq!(
+        statuses(&*store, &all).await,
+        vec![
+            None,
+            Some(Dead),
+            None,
+            Some(Retrying),
+            Some(Pending),
+            Some(Pending)
+        ]
+    );
+    let claimed = store
+        .claim(
+            &[key(9, T0 + 5_000), key(9, later)],
+            claim_at(later, 60_000),
+        )
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 2, "kept rows are still claimable");
+    let again = store
+        .rotate(now, now.add_millis(2 * DAY), &before)
+        .await
+        .unwrap();
+    assert_eq!(
+        again,
+        crate::Rotated::default(),
+        "a second rotation changes nothing"
+    );
+}

@@ -1,7 +1,7 @@
 //! PostgreSQL backend for [`TimerStore`](crate::TimerStore) and
 //! [`OccurrenceStore`](crate::OccurrenceStore): the durable truth of a distributed
 //! deployment. A file per responsibility: the pool and ids here, `timers.rs`,
-//! `occurrences.rs`, `retention.rs`, and the group commit of single creates in `create.rs`.
+//! `occurrences.rs`, `retention.rs` with its day partitions in `partitions.rs`, and the group commit of single creates in `create.rs`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,6 +23,8 @@ macro_rules! timer_cols {
 
 mod create;
 mod occurrences;
+mod partitions;
+pub use partitions::RotationPause;
 mod retention;
 mod timers;
 

@@ -33,18 +33,21 @@ impl OccurrenceStore for PgStore {
         // version, which the TID scan cannot see, so it is not claimed this time; it stays
         // claimable for the sweeper. That needs a timer's version rewrite by the migrator,
         // or an outcome written just as a lapsed claim is taken over, in that instant.
+        // Tuple ids repeat across day partitions: the update matches table and tuple id, and
+        // its run_at condition keeps the tuple-id probes to the days in the batch.
         let rows = sqlx::query(
             "WITH cand AS ( \
-               SELECT c.tid FROM UNNEST($1::bigint[], $2::bigint[]) AS k(timer_id, run_at) \
+               SELECT c.toid, c.tid FROM UNNEST($1::bigint[], $2::bigint[]) AS k(timer_id, run_at) \
                CROSS JOIN LATERAL ( \
-                 SELECT o.ctid AS tid FROM occurrences o \
+                 SELECT o.tableoid AS toid, o.ctid AS tid FROM occurrences o \
                  WHERE o.timer_id = k.timer_id AND o.run_at = k.run_at \
                    AND (o.status IN ('pending', 'retrying') \
                         OR (o.status = 'running' AND o.lease_until < $3)) \
                  FOR UPDATE SKIP LOCKED) c) \
              UPDATE occurrences o SET status = 'running', attempt = o.attempt + 1, \
                lease_until = $4 \
-             WHERE o.ctid = ANY(ARRAY(SELECT tid FROM cand)) \
+             WHERE o.run_at = ANY($2::bigint[]) AND o.ctid = ANY(ARRAY(SELECT tid FROM cand)) \
+               AND (o.tableoid, o.ctid) IN (SELECT toid, tid FROM cand) \
              RETURNING o.timer_id, o.run_at, o.timer_version, o.bucket, o.attempt, \
                COALESCE(o.next_attempt_at, o.run_at) AS due",
         )

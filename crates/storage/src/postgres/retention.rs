@@ -1,15 +1,17 @@
-//! [`Retention`] on PostgreSQL: batched deletes by tuple id, each its own short statement, so
-//! no writer waits behind a long one. Old rows are found through BRIN indexes on time.
+//! [`Retention`] on PostgreSQL: whole day partitions (`partitions.rs`), then batched deletes
+//! by tuple id for what no day holds, each its own short statement, so no writer waits
+//! behind a long one.
 
 use async_trait::async_trait;
 use chime_domain::Timestamp;
 
 use super::PgStore;
-use crate::{PurgeBefore, Purged, Retention, StoreResult};
+use crate::{PurgeBefore, Purged, Retention, Rotated, StoreResult};
 
 impl PgStore {
-    /// Deletes at most `limit` occurrences in `statuses` due before `before`. A row changed
-    /// since the inner select (a dead letter redriven) has a new tuple id and is left alone.
+    /// Deletes at most `limit` occurrences in `statuses` due before `before` from the default
+    /// partition; the day partitions go whole. A row changed since the inner select (a dead
+    /// letter redriven) has a new tuple id and is left alone.
     async fn delete_old(
         &self,
         statuses: &[&str],
@@ -17,8 +19,8 @@ impl PgStore {
         limit: i64,
     ) -> StoreResult<u64> {
         Ok(sqlx::query(
-            "DELETE FROM occurrences WHERE ctid = ANY(ARRAY( \
-               SELECT ctid FROM occurrences \
+            "DELETE FROM occurrences_default WHERE ctid = ANY(ARRAY( \
+               SELECT ctid FROM occurrences_default \
                WHERE run_at < $1 AND status = ANY($2::text[]) LIMIT $3))",
         )
         .bind(before.as_millis())
@@ -32,6 +34,15 @@ impl PgStore {
 
 #[async_trait]
 impl Retention for PgStore {
+    async fn rotate(
+        &self,
+        now: Timestamp,
+        until: Timestamp,
+        before: &PurgeBefore,
+    ) -> StoreResult<Rotated> {
+        self.rotate_days(now, until, before).await
+    }
+
     async fn purge(&self, before: &PurgeBefore, limit: u32) -> StoreResult<Purged> {
         let limit = i64::from(limit);
         let finished = self
