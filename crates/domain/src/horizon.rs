@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::{Schedule, Timestamp};
+use crate::{Schedule, TimerId, Timestamp};
 
 /// The materialization horizon of every timer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -12,20 +12,56 @@ pub struct Horizon {
     pub lead: Duration,
     /// At most this many occurrences are written per timer at once, whatever `lead` says.
     pub max_rows: usize,
+    /// The most a timer's own horizon shortens the lead by (`of_timer`), capped at a quarter
+    /// of the lead; zero gives every timer exactly `lead`.
+    pub spread: Duration,
 }
 
 impl Horizon {
-    /// The defaults of `[migrator]`: one minute, at most 100 rows.
+    /// The defaults of `[migrator]`: one minute, at most 100 rows, spread over 15 s.
     pub const DEFAULT: Self = Self {
         lead: Duration::from_secs(60),
         max_rows: 100,
+        spread: Duration::from_secs(15),
     };
 
+    /// `lead` and `max_rows` with the usual spread, a quarter of the lead.
+    pub fn new(lead: Duration, max_rows: usize) -> Self {
+        Self {
+            lead,
+            max_rows,
+            spread: lead / 4,
+        }
+    }
+
     /// Timers whose watermark is before this are extended: half the lead, so a timer always
-    /// has between half and all of the lead written.
+    /// has at least half the lead written.
     pub fn refill_before(&self, now: Timestamp) -> Timestamp {
         now.saturating_add(self.lead / 2)
     }
+
+    /// Timer `id`'s own horizon: the lead shortened by a fixed amount below `spread`,
+    /// different per timer. Timers created together then reach the refill point over the
+    /// spread instead of all in one migrator pass, and keep drifting apart.
+    pub fn of_timer(&self, id: TimerId) -> Self {
+        let spread = self.spread.min(self.lead / 4).as_millis();
+        let spread = u64::try_from(spread).unwrap_or(u64::MAX);
+        if spread == 0 {
+            return *self;
+        }
+        let cut = Duration::from_millis(mix(id.get() as u64) % spread);
+        Self {
+            lead: self.lead.saturating_sub(cut),
+            ..*self
+        }
+    }
+}
+
+/// SplitMix64's finalizer: consecutive ids land far apart.
+fn mix(x: u64) -> u64 {
+    let x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    let x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
 }
 
 impl Default for Horizon {

@@ -29,6 +29,7 @@ fn every(s: &str, now: Timestamp) -> Schedule {
 const MINUTE: Horizon = Horizon {
     lead: Duration::from_secs(60),
     max_rows: 100,
+    spread: Duration::ZERO,
 };
 
 #[test]
@@ -46,6 +47,7 @@ fn the_count_bound_wins_over_a_long_lead() {
     let long = Horizon {
         lead: Duration::from_secs(3600),
         max_rows: 10,
+        spread: Duration::ZERO,
     };
     let plan = every("1s", now).plan(now, now, long);
     assert_eq!(plan.runs.len(), 10);
@@ -97,6 +99,7 @@ fn rows_already_ahead_count_against_the_bound() {
     let ten = Horizon {
         lead: Duration::from_secs(3600),
         max_rows: 10,
+        spread: Duration::ZERO,
     };
     let schedule = every("1s", now);
     let first = schedule.plan(now, now, ten);
@@ -125,7 +128,11 @@ proptest! {
     ) {
         let start = ts("2026-03-29T00:00:00Z");
         let schedule = every(&format!("{interval_s}s"), start);
-        let horizon = Horizon { lead: Duration::from_secs(lead_s), max_rows };
+        let horizon = Horizon {
+            lead: Duration::from_secs(lead_s),
+            max_rows,
+            spread: Duration::ZERO,
+        };
         let end = start.saturating_add(Duration::from_secs(3600));
         let mut written = Vec::new();
         let mut now = start;
@@ -142,4 +149,31 @@ proptest! {
         let expected: Vec<Timestamp> = schedule.occurrences_between(start, from).collect();
         prop_assert_eq!(written, expected);
     }
+}
+
+/// Timers created together get their own leads, spread over the last quarter, so the
+/// migrator extends them over many passes rather than in one; each timer's is fixed.
+#[test]
+fn timers_created_together_get_leads_spread_over_a_quarter() {
+    let leads: Vec<Duration> = (1..=1_000)
+        .map(|i| {
+            Horizon::new(Duration::from_secs(60), 100)
+                .of_timer(chime_domain::TimerId::new(i).unwrap())
+                .lead
+        })
+        .collect();
+    let (min, max) = (leads.iter().min().unwrap(), leads.iter().max().unwrap());
+    assert!(*min >= Duration::from_secs(45) && *max <= Duration::from_secs(60));
+    assert!(*max - *min >= Duration::from_secs(14), "{min:?}..{max:?}");
+    // Consecutive ids are not neighbours: a quarter of them in each quarter of the range.
+    for q in 0..4u64 {
+        let lo = Duration::from_millis(45_000 + q * 3_750);
+        let hi = lo + Duration::from_millis(3_750);
+        let n = leads.iter().filter(|l| **l >= lo && **l < hi).count();
+        assert!((150..350).contains(&n), "quarter {q}: {n}");
+    }
+    let id = chime_domain::TimerId::new(7).unwrap();
+    assert_eq!(Horizon::DEFAULT.of_timer(id), Horizon::DEFAULT.of_timer(id));
+    assert_eq!(Horizon::DEFAULT.of_timer(id).max_rows, 100);
+    assert_eq!(MINUTE.of_timer(id), MINUTE, "no spread, no change");
 }

@@ -207,7 +207,10 @@ impl Materializer {
         for (timer, watermark) in items {
             done.timers += 1;
             let from = (*watermark).max(catch_up_from(timer, now));
-            let plan = timer.spec.schedule.plan(from, now, self.horizon);
+            let plan = timer
+                .spec
+                .schedule
+                .plan(from, now, self.horizon.of_timer(timer.id));
             rows.extend(plan.runs.iter().map(|run_at| NewOccurrence {
                 key: TaskKey::new(timer.id, *run_at),
                 timer_version: timer.version,

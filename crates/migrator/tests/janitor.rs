@@ -16,6 +16,11 @@ use chime_storage::testkit;
 use chime_storage::{OccurrenceStore, TimerStore};
 
 const DAY: Duration = Duration::from_secs(86_400);
+/// The default horizon without its per-timer spread, so row counts are exact.
+const EXACT: Horizon = Horizon {
+    spread: Duration::ZERO,
+    ..Horizon::DEFAULT
+};
 
 fn settings() -> RetentionSettings {
     RetentionSettings {
@@ -59,15 +64,12 @@ async fn old_rows_go_by_kind_and_one_replica_runs_it() {
                 spec,
                 enabled: true,
             },
-            Horizon::DEFAULT,
+            EXACT,
         )
         .await
         .unwrap();
     let gone = store
-        .create_timer(
-            chime_storage::contract::new_timer("billing", "gone"),
-            Horizon::DEFAULT,
-        )
+        .create_timer(chime_storage::contract::new_timer("billing", "gone"), EXACT)
         .await
         .unwrap();
     store.delete_timer(gone.timer.id).await.unwrap();
@@ -194,7 +196,7 @@ async fn old_days_go_whole_and_leave_live_rows() {
                 spec,
                 enabled: true,
             },
-            Horizon::DEFAULT,
+            EXACT,
         )
         .await
         .unwrap();

@@ -17,6 +17,7 @@ use chime_storage::{HotIndex, OccurrenceStore, PageRequest, RunFilter, TimerStor
 const MINUTE: Horizon = Horizon {
     lead: Duration::from_secs(60),
     max_rows: 100,
+    spread: Duration::ZERO,
 };
 
 struct Setup {

@@ -191,7 +191,10 @@ pub(crate) fn first_occurrences(
     if !timer.enabled {
         return (Vec::new(), now);
     }
-    let plan = timer.spec.schedule.plan(now, now, horizon);
+    let plan = timer
+        .spec
+        .schedule
+        .plan(now, now, horizon.of_timer(timer.id));
     let rows = plan
         .runs
         .into_iter()

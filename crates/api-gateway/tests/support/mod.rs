@@ -82,7 +82,11 @@ async fn start_with(index: Option<Arc<dyn HotIndex>>, redis: Option<RedisFixture
         db.store(),
         db.store(),
         index,
-        Horizon::DEFAULT,
+        // Without the per-timer spread, so the tests can count the rows a change writes.
+        Horizon {
+            spread: std::time::Duration::ZERO,
+            ..Horizon::DEFAULT
+        },
         Arc::new(SystemClock),
     ));
     let (http, http_addr) = loopback().await;

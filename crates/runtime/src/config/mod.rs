@@ -190,13 +190,10 @@ impl Config {
         Ok(())
     }
 
-    /// How far ahead timers are materialized (`migrator.lead`, `migrator.max_ahead`): the
-    /// gateway writes a timer's first occurrences with it, the migrator extends by it.
+    /// How far ahead timers are materialized (`migrator.lead`, `migrator.max_ahead`, spread
+    /// over a quarter of the lead): the gateway writes a timer's first occurrences with it, the migrator extends by it.
     pub fn horizon(&self) -> chime_domain::Horizon {
-        chime_domain::Horizon {
-            lead: self.migrator.lead.get(),
-            max_rows: self.migrator.max_ahead,
-        }
+        chime_domain::Horizon::new(self.migrator.lead.get(), self.migrator.max_ahead)
     }
 
     /// The database URL, or a message naming the variable that sets it.

@@ -12,6 +12,7 @@ use crate::{Watermark, Written};
 const TEN_SECONDS: Horizon = Horizon {
     lead: Duration::from_secs(10),
     max_rows: 100,
+    spread: Duration::ZERO,
 };
 
 fn every_second(app: &str, name: &str) -> TimerSpec {
