@@ -33,77 +33,105 @@ fn settings() -> RetentionSettings {
     }
 }
 
+/// A PostgreSQL store on a manual clock, and leases on the same clock.
+struct Fixture {
+    db: testkit::PgFixture,
+    clock: ManualClock,
+    store: Arc<PgStore>,
+    leases: Arc<MemoryLeases>,
+}
+
+impl Fixture {
+    async fn new() -> Self {
+        let db = testkit::pg().await;
+        let clock = ManualClock::new(SystemClock.now());
+        let store = Arc::new(PgStore::from_pool(
+            db.store.pool().clone(),
+            Arc::new(clock.clone()),
+            BucketCount::DEFAULT,
+        ));
+        let leases = Arc::new(MemoryLeases::new(Arc::new(clock.clone())));
+        Self {
+            db,
+            clock,
+            store,
+            leases,
+        }
+    }
+
+    fn janitor(&self) -> Janitor {
+        Janitor::new(
+            self.store.clone(),
+            self.leases.clone(),
+            Arc::new(self.clock.clone()),
+            settings(),
+        )
+    }
+
+    /// An every-10s timer created now: its id and first keys. The first `claimed` keys are
+    /// claimed, the first succeeded, the second dead; the rest stay pending.
+    async fn every_10s(
+        &self,
+        claimed: usize,
+    ) -> (chime_domain::TimerId, Vec<chime_domain::TaskKey>) {
+        let mut spec = chime_storage::contract::spec("billing", "every-10s");
+        spec.schedule = chime_domain::ScheduleInput {
+            every: Some("10s".into()),
+            ..Default::default()
+        }
+        .resolve(self.clock.now(), None, None)
+        .unwrap();
+        let written = self
+            .store
+            .create_timer(
+                chime_domain::NewTimer {
+                    spec,
+                    enabled: true,
+                },
+                EXACT,
+            )
+            .await
+            .unwrap();
+        let keys: Vec<_> = written.occurrences.iter().map(|o| o.key).collect();
+        assert!(keys.len() >= 5);
+        let now = self.clock.now();
+        let claim = Claim {
+            now,
+            lease_until: now.add_millis(60_000),
+        };
+        self.store.claim(&keys[..claimed], claim).await.unwrap();
+        let outcome = |i: usize, status| Outcome {
+            key: keys[i],
+            attempt: 1,
+            status,
+            fired_at: Some(now),
+            http_status: Some(200),
+            output: None,
+            error: None,
+            next_attempt_at: None,
+        };
+        self.store
+            .record_outcomes(&[
+                outcome(0, OccurrenceStatus::Succeeded),
+                outcome(1, OccurrenceStatus::Dead),
+            ])
+            .await
+            .unwrap();
+        (written.timer.id, keys)
+    }
+}
+
 #[tokio::test]
 async fn old_rows_go_by_kind_and_one_replica_runs_it() {
-    let db = testkit::pg().await;
-    let clock = ManualClock::new(SystemClock.now());
-    let store = Arc::new(PgStore::from_pool(
-        db.store.pool().clone(),
-        Arc::new(clock.clone()),
-        BucketCount::DEFAULT,
-    ));
-    let leases = Arc::new(MemoryLeases::new(Arc::new(clock.clone())));
-    let janitor = Janitor::new(
-        store.clone(),
-        leases.clone(),
-        Arc::new(clock.clone()),
-        settings(),
-    );
-    let other = Janitor::new(store.clone(), leases, Arc::new(clock.clone()), settings());
-
-    let mut spec = chime_storage::contract::spec("billing", "every-10s");
-    spec.schedule = chime_domain::ScheduleInput {
-        every: Some("10s".into()),
-        ..Default::default()
-    }
-    .resolve(clock.now(), None, None)
-    .unwrap();
-    let written = store
-        .create_timer(
-            chime_domain::NewTimer {
-                spec,
-                enabled: true,
-            },
-            EXACT,
-        )
-        .await
-        .unwrap();
+    let fx = Fixture::new().await;
+    let (clock, store) = (&fx.clock, &fx.store);
+    let (janitor, other) = (fx.janitor(), fx.janitor());
     let gone = store
         .create_timer(chime_storage::contract::new_timer("billing", "gone"), EXACT)
         .await
         .unwrap();
     store.delete_timer(gone.timer.id).await.unwrap();
-    let keys: Vec<_> = written.occurrences.iter().map(|o| o.key).collect();
-    assert!(keys.len() >= 5);
-    // First: succeeded; second: dead; the rest stay pending.
-    let now = clock.now();
-    store
-        .claim(
-            &keys[..2],
-            Claim {
-                now,
-                lease_until: now.add_millis(60_000),
-            },
-        )
-        .await
-        .unwrap();
-    let outcome = |i: usize, status| Outcome {
-        key: keys[i],
-        attempt: 1,
-        status,
-        fired_at: Some(now),
-        http_status: Some(200),
-        output: None,
-        error: None,
-        next_attempt_at: None,
-    };
-    store
-        .record_outcomes(&[
-            outcome(0, OccurrenceStatus::Succeeded),
-            outcome(1, OccurrenceStatus::Dead),
-        ])
-        .await
-        .unwrap();
+    let (timer, keys) = fx.every_10s(2).await;
 
     let exists = |i: usize| {
         let store = store.clone();
@@ -128,7 +156,7 @@ async fn old_rows_go_by_kind_and_one_replica_runs_it() {
     assert!(!exists(0).await);
     assert!(exists(1).await);
     assert!(exists(2).await);
-    assert!(store.get_timer(written.timer.id).await.is_ok());
+    assert!(store.get_timer(timer).await.is_ok());
 
     // A month on: the dead letter goes too.
     clock.advance(23 * DAY);
@@ -168,71 +196,18 @@ async fn partition_of(pool: &sqlx::PgPool, key: chime_domain::TaskKey) -> String
 /// partition and stay usable.
 #[tokio::test]
 async fn old_days_go_whole_and_leave_live_rows() {
-    let db = testkit::pg().await;
-    let pool = db.store.pool().clone();
-    let clock = ManualClock::new(SystemClock.now());
-    let store = Arc::new(PgStore::from_pool(
-        pool.clone(),
-        Arc::new(clock.clone()),
-        BucketCount::DEFAULT,
-    ));
-    let leases = Arc::new(MemoryLeases::new(Arc::new(clock.clone())));
-    let janitor = Janitor::new(store.clone(), leases, Arc::new(clock.clone()), settings());
+    let fx = Fixture::new().await;
+    let (clock, store, pool) = (&fx.clock, &fx.store, fx.db.store.pool());
+    let janitor = fx.janitor();
 
     let first = janitor.run_once().await.unwrap().unwrap();
     assert_eq!(first.rotated.created, 8, "today and the next 7 days");
-    assert_eq!(day_partitions(&pool).await.len(), 8);
+    assert_eq!(day_partitions(pool).await.len(), 8);
 
-    let mut spec = chime_storage::contract::spec("billing", "every-10s");
-    spec.schedule = chime_domain::ScheduleInput {
-        every: Some("10s".into()),
-        ..Default::default()
-    }
-    .resolve(clock.now(), None, None)
-    .unwrap();
-    let written = store
-        .create_timer(
-            chime_domain::NewTimer {
-                spec,
-                enabled: true,
-            },
-            EXACT,
-        )
-        .await
-        .unwrap();
-    let keys: Vec<_> = written.occurrences.iter().map(|o| o.key).collect();
-    assert!(keys.len() >= 5);
-    let today = partition_of(&pool, keys[0]).await;
-    assert!(today.starts_with("occurrences_p"), "{today}");
     // First: succeeded; second: dead; third: running; the rest stay pending.
-    let now = clock.now();
-    store
-        .claim(
-            &keys[..3],
-            Claim {
-                now,
-                lease_until: now.add_millis(60_000),
-            },
-        )
-        .await
-        .unwrap();
-    let outcome = |i: usize, status| Outcome {
-        key: keys[i],
-        attempt: 1,
-        status,
-        fired_at: Some(now),
-        http_status: Some(200),
-        output: None,
-        error: None,
-        next_attempt_at: None,
-    };
-    store
-        .record_outcomes(&[
-            outcome(0, OccurrenceStatus::Succeeded),
-            outcome(1, OccurrenceStatus::Dead),
-        ])
-        .await
-        .unwrap();
+    let (_, keys) = fx.every_10s(3).await;
+    let today = partition_of(pool, keys[0]).await;
+    assert!(today.starts_with("occurrences_p"), "{today}");
 
     // Eight days on the day is past history: it goes whole, with its one finished row.
     clock.advance(8 * DAY);
@@ -240,7 +215,7 @@ async fn old_days_go_whole_and_leave_live_rows() {
     assert_eq!(run.rotated.dropped, 1);
     assert_eq!(run.rotated.occurrences, 1);
     assert_eq!(run.rotated.created, 8, "the next 8 days");
-    let days = day_partitions(&pool).await;
+    let days = day_partitions(pool).await;
     assert_eq!(days.len(), 15);
     assert!(!days.contains(&today));
 
@@ -253,7 +228,7 @@ async fn old_days_go_whole_and_leave_live_rows() {
     assert_eq!(status(1).await, Some(OccurrenceStatus::Dead));
     assert_eq!(status(2).await, Some(OccurrenceStatus::Running));
     assert_eq!(status(3).await, Some(OccurrenceStatus::Pending));
-    assert_eq!(partition_of(&pool, keys[3]).await, "occurrences_default");
+    assert_eq!(partition_of(pool, keys[3]).await, "occurrences_default");
     let later = clock.now();
     let claimed = store
         .claim(
