@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use chime_domain::Clock;
+use chime_domain::{Clock, Timestamp};
 use chime_storage::{LeaseToken, Leases, PurgeBefore, Purged, Retention, Rotated, StoreResult};
 use tokio_util::sync::CancellationToken;
 
@@ -83,9 +83,8 @@ impl Janitor {
         }
     }
 
-    /// What is old enough to go, as of now.
-    pub fn cutoffs(&self) -> PurgeBefore {
-        let now = self.clock.now();
+    /// What is old enough to go, as of `now`.
+    fn cutoffs(&self, now: Timestamp) -> PurgeBefore {
         PurgeBefore {
             history: now.saturating_sub(self.settings.history),
             dead: now.saturating_sub(self.settings.dead_letters),
@@ -104,8 +103,8 @@ impl Janitor {
         if !held {
             return Ok(None);
         }
-        let before = self.cutoffs();
         let now = self.clock.now();
+        let before = self.cutoffs(now);
         let rotated = self
             .store
             .rotate(

@@ -185,3 +185,29 @@ fn masking_leaves_password_free_urls_alone() {
     assert_eq!(mask_password("postgres://u@h/db"), "postgres://u@h/db");
     assert_eq!(mask_password("redis://:pw@h:6379"), "redis://:***@h:6379");
 }
+
+#[test]
+fn partitions_are_kept_a_week_ahead_and_at_least_a_day() {
+    let c = load_with(None, &[]).unwrap();
+    assert_eq!(
+        c.retention.partitions_ahead.get(),
+        Duration::from_secs(7 * 86_400)
+    );
+    let err = load_with(None, &[("CHIME_RETENTION__PARTITIONS_AHEAD", "12h")])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("retention.partitions_ahead"), "{err}");
+    let c = load_with(None, &[("CHIME_RETENTION__PARTITIONS_AHEAD", "35d")]).unwrap();
+    assert_eq!(
+        c.retention.partitions_ahead.get(),
+        Duration::from_secs(35 * 86_400)
+    );
+}
+
+#[test]
+fn the_horizon_spreads_timers_over_a_quarter_of_the_lead() {
+    let c = load_with(None, &[("CHIME_MIGRATOR__LEAD", "20s")]).unwrap();
+    let h = c.horizon();
+    assert_eq!(h.lead, Duration::from_secs(20));
+    assert_eq!(h.spread, Duration::from_secs(5));
+}
