@@ -37,6 +37,11 @@ const POSTGRES: &[(i64, &str, &str)] = &[
         "partitions",
         include_str!("../../../migrations/postgres/0005_partitions.sql"),
     ),
+    (
+        6,
+        "lean timers",
+        include_str!("../../../migrations/postgres/0006_lean_timers.sql"),
+    ),
 ];
 
 const SQLITE: &[(i64, &str, &str)] = &[

@@ -133,11 +133,10 @@ impl RedisHotIndex {
         let retention =
             i64::try_from(self.0.settings.shard_retention.as_millis()).unwrap_or(i64::MAX);
         let pipeline = self.0.pool.next().pipeline();
-        for (shard, members) in by_shard {
+        for (shard, mut members) in by_shard {
             let key = shard.redis_key(&self.0.settings.prefix);
-            let _: () = pipeline
-                .zadd(&key, None, None, false, false, (MARKER_SCORE, MARKER))
-                .await?;
+            // The marker rides in the first ZADD: one command per shard in the usual case.
+            members.insert(0, (MARKER_SCORE, MARKER.to_owned()));
             for chunk in members.chunks(ZADD_CHUNK) {
                 let _: () = pipeline
                     .zadd(&key, None, None, false, false, chunk.to_vec())

@@ -18,7 +18,7 @@ mod migrations {
         assert_eq!(
             fx.store.schema_status().await.unwrap(),
             SchemaStatus::Behind {
-                missing: vec![1, 2, 3, 4, 5]
+                missing: vec![1, 2, 3, 4, 5, 6]
             }
         );
         fx.store.migrate().await.unwrap();
@@ -51,7 +51,7 @@ mod migrations {
             .fetch_one(fx.store.pool())
             .await
             .unwrap();
-        assert_eq!(applied, 5);
+        assert_eq!(applied, 6);
         assert_eq!(
             fx.store.schema_status().await.unwrap(),
             SchemaStatus::Current

@@ -229,7 +229,7 @@ impl TimerStore for PgStore {
     ) -> StoreResult<Written> {
         let mut tx = self.pool.begin().await?;
         let row = sqlx::query(concat!(
-            "UPDATE timers SET app = $2, name = $3, schedule_kind = $4, spec = $5::jsonb, \
+            "UPDATE timers SET app = $2, name = $3, schedule_kind = $4, spec = $5::json, \
              version = version + 1, updated_at = $6 \
              WHERE id = $1 AND deleted_at IS NULL AND ($7::bigint IS NULL OR version = $7) \
              RETURNING ",
