@@ -23,7 +23,7 @@ fn load_with(file: Option<&str>, env: &[(&str, &str)]) -> Result<Config, ConfigE
 }
 
 #[test]
-fn defaults_match_the_documented_ones() {
+fn loading_nothing_gives_the_built_in_defaults() {
     let c = load_with(None, &[]).unwrap();
     assert_eq!(c, Config::default());
     assert_eq!(c.gateway.http_addr.to_string(), "0.0.0.0:8080");
@@ -210,4 +210,117 @@ fn the_horizon_spreads_timers_over_a_quarter_of_the_lead() {
     let h = c.horizon();
     assert_eq!(h.lead, Duration::from_secs(20));
     assert_eq!(h.spread, Duration::from_secs(5));
+}
+
+/// One row of the settings table in `docs/configuration.md`.
+struct Documented {
+    key: String,
+    env: Option<String>,
+    default: String,
+}
+
+fn documented_settings() -> Vec<Documented> {
+    let doc = include_str!("../../../../docs/configuration.md");
+    let unquote = |s: &str| s.trim().trim_matches('`').to_owned();
+    doc.lines()
+        .filter(|l| l.starts_with("| `"))
+        .map(|l| {
+            let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+            Documented {
+                key: unquote(cells[1]),
+                env: Some(unquote(cells[2])).filter(|e| !e.is_empty()),
+                default: cells[3].to_owned(),
+            }
+        })
+        .collect()
+}
+
+/// Every leaf of a TOML table as (dotted key, value as written in the docs).
+fn flatten(
+    prefix: &str,
+    table: &toml::Table,
+    out: &mut std::collections::BTreeMap<String, String>,
+) {
+    for (k, v) in table {
+        let key = if prefix.is_empty() {
+            k.clone()
+        } else {
+            format!("{prefix}.{k}")
+        };
+        match v {
+            toml::Value::Table(t) => flatten(&key, t, out),
+            toml::Value::String(s) => {
+                out.insert(key, s.clone());
+            }
+            other => {
+                out.insert(key, other.to_string());
+            }
+        }
+    }
+}
+
+fn dumped(c: &Config) -> std::collections::BTreeMap<String, String> {
+    let table: toml::Table = toml::from_str(&c.dump()).expect("the dump is TOML");
+    let mut out = std::collections::BTreeMap::new();
+    flatten("", &table, &mut out);
+    out
+}
+
+/// A value of the right type for a setting without a default.
+fn sample_value(key: &str) -> &'static str {
+    if key.ends_with("url") {
+        "postgres://host/db"
+    } else if key.ends_with("addr") {
+        "127.0.0.1:9999"
+    } else {
+        "http://host:1"
+    }
+}
+
+#[test]
+fn every_documented_setting_exists_with_its_documented_default() {
+    let documented = documented_settings();
+    assert!(documented.len() > 30, "the settings table was not found");
+    let defaults = dumped(&Config::default());
+    for d in &documented {
+        if let Some(env) = &d.env {
+            let flat = env
+                .strip_prefix("CHIME_")
+                .expect("variables start with CHIME_");
+            assert_eq!(env_key(flat), d.key, "{env} sets another key");
+        }
+        match defaults.get(&d.key) {
+            // An empty list is documented as no default.
+            Some(value) if value == "[]" => assert_eq!(d.default, "none", "default of {}", d.key),
+            Some(value) => assert_eq!(*value, d.default, "default of {}", d.key),
+            None => {
+                // No default: the docs say so, and the key is real (setting it shows in
+                // the effective configuration).
+                assert!(
+                    d.default == "none" || d.default == "per service",
+                    "{} is documented with default {} but has none",
+                    d.key,
+                    d.default
+                );
+                let (section, leaf) = d.key.rsplit_once('.').unwrap_or(("", &d.key));
+                let body = if section.is_empty() {
+                    format!("{leaf} = \"{}\"\n", sample_value(leaf))
+                } else {
+                    format!("[{section}]\n{leaf} = \"{}\"\n", sample_value(leaf))
+                };
+                let loaded = load_with(Some(&body), &[]).unwrap_or_else(|e| panic!("{body}: {e}"));
+                assert!(
+                    dumped(&loaded).contains_key(&d.key),
+                    "{} is not a setting",
+                    d.key
+                );
+            }
+        }
+    }
+    for key in defaults.keys() {
+        assert!(
+            documented.iter().any(|d| &d.key == key),
+            "{key} is not documented in docs/configuration.md"
+        );
+    }
 }
