@@ -5,7 +5,8 @@
 //!
 //! Concurrent requests share one write: a single task takes every addition queued while the
 //! previous write was in flight and sends them as one pipeline, so Redis sees one command
-//! per shard per round instead of three per request.
+//! per shard per round instead of three per request. Only requests with occurrences due
+//! soon wait for it.
 
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -24,19 +25,48 @@ const BACK_OFF: Duration = Duration::from_secs(1);
 const QUEUE: usize = 4_096;
 /// Most requests one write carries.
 const GROUP: usize = 256;
+/// A request whose occurrences are all due later than this does not wait for the write:
+/// the writer gets to it within milliseconds, long before any scheduler reads that far
+/// ahead (`scheduler.lookahead`, 2 s by default), and a lost write fires through the
+/// database anyway. Sooner ones wait, so that they are indexed before their shard is read.
+const NO_WAIT_BEYOND: Duration = Duration::from_secs(10);
 
 struct Addition {
     entries: Vec<HotEntry>,
-    reply: oneshot::Sender<Result<(), String>>,
+    reply: Option<oneshot::Sender<Result<(), String>>>,
+}
+
+/// What requests and the writer share: the clock and the back-off after a failure.
+struct Health {
+    clock: Arc<dyn Clock>,
+    /// Unix ms until which writes are skipped.
+    skip_until: AtomicI64,
+}
+
+impl Health {
+    fn skipping(&self) -> bool {
+        self.clock.now().as_millis() < self.skip_until.load(Ordering::Relaxed)
+    }
+
+    /// Counts one failed write (or a wait that timed out) and backs off.
+    fn failed(&self, error: &str, occurrences: usize) {
+        let until = self.clock.now().saturating_add(BACK_OFF).as_millis();
+        self.skip_until.store(until, Ordering::Relaxed);
+        metrics::counter!("chime_gateway_index_write_failures_total").increment(1);
+        tracing::warn!(
+            %error,
+            occurrences,
+            "hot index unavailable; the occurrences are stored and will fire through the \
+             database fallback or the sweeper"
+        );
+    }
 }
 
 pub struct IndexWriter {
     index: Option<Arc<dyn HotIndex>>,
-    clock: Arc<dyn Clock>,
+    health: Arc<Health>,
     /// Started on first use, inside the runtime the requests run on.
     queue: OnceLock<mpsc::Sender<Addition>>,
-    /// Unix ms until which writes are skipped.
-    skip_until: AtomicI64,
 }
 
 impl IndexWriter {
@@ -44,9 +74,11 @@ impl IndexWriter {
     pub fn new(index: Option<Arc<dyn HotIndex>>, clock: Arc<dyn Clock>) -> Self {
         Self {
             index,
-            clock,
+            health: Arc::new(Health {
+                clock,
+                skip_until: AtomicI64::new(0),
+            }),
             queue: OnceLock::new(),
-            skip_until: AtomicI64::new(0),
         }
     }
 
@@ -56,49 +88,53 @@ impl IndexWriter {
         if written.is_empty() {
             return;
         }
-        let now = self.clock.now();
-        if now.as_millis() < self.skip_until.load(Ordering::Relaxed) {
+        if self.health.skipping() {
             metrics::counter!("chime_gateway_index_writes_skipped_total").increment(1);
             return;
         }
+        let soonest = written.iter().map(|o| o.key.run_at).min();
+        let wait = soonest
+            .is_some_and(|due| due <= self.health.clock.now().saturating_add(NO_WAIT_BEYOND));
         let entries: Vec<HotEntry> = written
             .iter()
             .map(|o| HotEntry::new(o.key, o.key.run_at, o.bucket))
             .collect();
         let count = entries.len();
-        let queue = self.queue.get_or_init(|| start(index.clone()));
-        let (reply, answer) = oneshot::channel();
+        let queue = self
+            .queue
+            .get_or_init(|| start(index.clone(), self.health.clone()));
+        let (reply, answer) = if wait {
+            let (tx, rx) = oneshot::channel();
+            (Some(tx), Some(rx))
+        } else {
+            (None, None)
+        };
         if queue.try_send(Addition { entries, reply }).is_err() {
             // The writer is this far behind: Redis is slow, and waiting would only add to it.
             metrics::counter!("chime_gateway_index_writes_skipped_total").increment(1);
             return;
         }
-        let error = match tokio::time::timeout(WRITE_TIMEOUT, answer).await {
-            Ok(Ok(Ok(()))) => return,
-            Ok(Ok(Err(e))) => e,
-            Ok(Err(_)) => "the index writer stopped".to_owned(),
-            Err(_) => format!("no answer within {WRITE_TIMEOUT:?}"),
-        };
-        self.skip_until
-            .store(now.saturating_add(BACK_OFF).as_millis(), Ordering::Relaxed);
-        metrics::counter!("chime_gateway_index_write_failures_total").increment(1);
-        tracing::warn!(
-            %error,
-            occurrences = count,
-            "hot index unavailable; the occurrences are stored and will fire through the \
-             database fallback or the sweeper"
-        );
+        let Some(answer) = answer else { return };
+        // A failed write is counted by the writer; only a wait that ran out is counted here.
+        if tokio::time::timeout(WRITE_TIMEOUT, answer).await.is_err() {
+            self.health
+                .failed(&format!("no answer within {WRITE_TIMEOUT:?}"), count);
+        }
     }
 }
 
-fn start(index: Arc<dyn HotIndex>) -> mpsc::Sender<Addition> {
+fn start(index: Arc<dyn HotIndex>, health: Arc<Health>) -> mpsc::Sender<Addition> {
     let (tx, rx) = mpsc::channel(QUEUE);
-    tokio::spawn(write_groups(index, rx));
+    tokio::spawn(write_groups(index, health, rx));
     tx
 }
 
 /// Writes everything queued in one call per round; stops when the service is dropped.
-async fn write_groups(index: Arc<dyn HotIndex>, mut rx: mpsc::Receiver<Addition>) {
+async fn write_groups(
+    index: Arc<dyn HotIndex>,
+    health: Arc<Health>,
+    mut rx: mpsc::Receiver<Addition>,
+) {
     let mut group = Vec::with_capacity(GROUP);
     while rx.recv_many(&mut group, GROUP).await > 0 {
         let entries: Vec<HotEntry> = group
@@ -106,9 +142,14 @@ async fn write_groups(index: Arc<dyn HotIndex>, mut rx: mpsc::Receiver<Addition>
             .flat_map(|a| a.entries.iter().copied())
             .collect();
         let result = index.add(&entries).await.map_err(|e| e.to_string());
+        if let Err(error) = &result {
+            health.failed(error, entries.len());
+        }
         for addition in group.drain(..) {
             // A request that timed out has gone; its rows fire through the database.
-            let _ = addition.reply.send(result.clone());
+            if let Some(reply) = addition.reply {
+                let _ = reply.send(result.clone());
+            }
         }
     }
 }
@@ -118,7 +159,9 @@ mod tests {
     use std::sync::Mutex;
 
     use async_trait::async_trait;
-    use chime_domain::{Bucket, BucketCount, ShardKey, SystemClock, TaskKey, TimerId, Timestamp};
+    use chime_domain::{
+        Bucket, BucketCount, Clock, ShardKey, SystemClock, TaskKey, TimerId, Timestamp,
+    };
     use chime_storage::StoreResult;
     use tokio::sync::Semaphore;
 
@@ -192,6 +235,32 @@ mod tests {
         index.gate.add_permits(2);
         while requests.join_next().await.is_some() {}
         assert_eq!(*index.calls.lock().unwrap(), vec![1, 20]);
+    }
+
+    #[tokio::test]
+    async fn requests_for_later_occurrences_do_not_wait_for_the_write() {
+        let index = Arc::new(GatedIndex {
+            entered: AtomicI64::new(0),
+            calls: Mutex::new(Vec::new()),
+            gate: Semaphore::new(0),
+        });
+        let clock = Arc::new(SystemClock);
+        let writer = IndexWriter::new(Some(index.clone() as Arc<dyn HotIndex>), clock.clone());
+        let timer_id = TimerId::new(7).unwrap();
+        let later = NewOccurrence {
+            key: TaskKey::new(
+                timer_id,
+                clock.now().saturating_add(Duration::from_secs(60)),
+            ),
+            timer_version: 1,
+            bucket: Bucket::of(timer_id, BucketCount::DEFAULT),
+        };
+        // The write is held at the gate, yet the request returns, and without counting a
+        // timeout against the index.
+        writer.add(&[later]).await;
+        assert!(!writer.health.skipping());
+        index.gate.add_permits(1);
+        wait_until(|| *index.calls.lock().unwrap() == vec![1]).await;
     }
 
     /// Additions waiting in the writer's queue.

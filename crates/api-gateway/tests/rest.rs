@@ -533,24 +533,30 @@ async fn a_hot_index_that_is_down_does_not_fail_or_slow_requests() {
     // Stored all the same: the schedulers find it in the database.
     let (stored, _) = stored_and_indexed(&gw, t["id"].as_i64().unwrap()).await;
     assert_eq!(stored.len(), 1);
-    // The next request does not wait for the index again.
+    // Due hours from now, so the request did not wait for the write; the writer counts
+    // its failure and backs off.
+    let metrics = || async {
+        let r = gw.client.get(gw.url("/metrics")).send().await.unwrap();
+        r.text().await.unwrap()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !metrics()
+        .await
+        .contains("chime_gateway_index_write_failures_total 1")
+    {
+        assert!(std::time::Instant::now() < deadline, "{}", metrics().await);
+        tokio::task::yield_now().await;
+    }
+    // The next request does not try the index again.
     gw.create("billing", "weekly").await;
-    let metrics = gw
-        .client
-        .get(gw.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let after = metrics().await;
     assert!(
-        metrics.contains("chime_gateway_index_write_failures_total 1"),
-        "{metrics}"
+        after.contains("chime_gateway_index_write_failures_total 1"),
+        "{after}"
     );
     assert!(
-        metrics.contains("chime_gateway_index_writes_skipped_total 1"),
-        "{metrics}"
+        after.contains("chime_gateway_index_writes_skipped_total 1"),
+        "{after}"
     );
 }
 
