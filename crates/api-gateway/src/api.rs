@@ -13,6 +13,7 @@ use chime_domain::{
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use crate::context::RequestContext;
 use crate::error::ApiResult;
 
 /// A timer as a caller describes it.
@@ -125,22 +126,47 @@ pub struct Triggered {
 /// Most timers one batch create may hold.
 pub const MAX_BATCH: usize = 100;
 
+/// Every method takes the request's [`RequestContext`]: the caller, the apps it may act on
+/// and the request id. A timer outside the caller's scope answers as if it did not exist.
 #[async_trait]
 pub trait TimerApi: Send + Sync + 'static {
-    async fn create_timer(&self, req: CreateRequest) -> ApiResult<TimerView>;
+    async fn create_timer(&self, ctx: &RequestContext, req: CreateRequest) -> ApiResult<TimerView>;
     /// All or none, at most [`MAX_BATCH`].
-    async fn batch_create_timers(&self, reqs: Vec<CreateRequest>) -> ApiResult<Vec<TimerView>>;
-    async fn get_timer(&self, id: TimerId) -> ApiResult<TimerView>;
-    async fn list_timers(&self, query: ListTimers) -> ApiResult<Page<TimerView>>;
-    async fn update_timer(&self, id: TimerId, patch: TimerPatch) -> ApiResult<TimerView>;
-    async fn delete_timer(&self, id: TimerId) -> ApiResult<()>;
-    async fn set_timer_enabled(&self, id: TimerId, enabled: bool) -> ApiResult<TimerView>;
+    async fn batch_create_timers(
+        &self,
+        ctx: &RequestContext,
+        reqs: Vec<CreateRequest>,
+    ) -> ApiResult<Vec<TimerView>>;
+    async fn get_timer(&self, ctx: &RequestContext, id: TimerId) -> ApiResult<TimerView>;
+    async fn list_timers(
+        &self,
+        ctx: &RequestContext,
+        query: ListTimers,
+    ) -> ApiResult<Page<TimerView>>;
+    async fn update_timer(
+        &self,
+        ctx: &RequestContext,
+        id: TimerId,
+        patch: TimerPatch,
+    ) -> ApiResult<TimerView>;
+    async fn delete_timer(&self, ctx: &RequestContext, id: TimerId) -> ApiResult<()>;
+    async fn set_timer_enabled(
+        &self,
+        ctx: &RequestContext,
+        id: TimerId,
+        enabled: bool,
+    ) -> ApiResult<TimerView>;
     /// One extra occurrence, due now.
-    async fn trigger_timer(&self, id: TimerId) -> ApiResult<Triggered>;
-    async fn list_runs(&self, query: ListRuns) -> ApiResult<Page<Occurrence>>;
-    async fn list_dead_letters(&self, query: ListDeadLetters) -> ApiResult<Page<Occurrence>>;
+    async fn trigger_timer(&self, ctx: &RequestContext, id: TimerId) -> ApiResult<Triggered>;
+    async fn list_runs(&self, ctx: &RequestContext, query: ListRuns)
+    -> ApiResult<Page<Occurrence>>;
+    async fn list_dead_letters(
+        &self,
+        ctx: &RequestContext,
+        query: ListDeadLetters,
+    ) -> ApiResult<Page<Occurrence>>;
     /// Re-queues dead occurrences; returns how many.
-    async fn redrive(&self, what: RedriveTarget) -> ApiResult<u64>;
+    async fn redrive(&self, ctx: &RequestContext, what: RedriveTarget) -> ApiResult<u64>;
     /// Whether the service can serve (its database answers).
     async fn ready(&self) -> ApiResult<()>;
 }

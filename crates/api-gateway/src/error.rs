@@ -10,6 +10,8 @@ use chime_storage::StoreError;
 pub enum ErrorCode {
     InvalidArgument,
     NotFound,
+    /// The caller may not act on the app it named.
+    PermissionDenied,
     AlreadyExists,
     FailedPrecondition,
     PayloadTooLarge,
@@ -23,6 +25,7 @@ impl ErrorCode {
     pub fn http_status(self) -> u16 {
         match self {
             Self::InvalidArgument => 400,
+            Self::PermissionDenied => 403,
             Self::NotFound => 404,
             Self::MethodNotAllowed => 405,
             Self::AlreadyExists | Self::FailedPrecondition => 409,
@@ -38,6 +41,7 @@ impl ErrorCode {
         match self {
             Self::InvalidArgument | Self::UnsupportedMediaType => Code::InvalidArgument,
             Self::NotFound => Code::NotFound,
+            Self::PermissionDenied => Code::PermissionDenied,
             Self::AlreadyExists => Code::AlreadyExists,
             Self::FailedPrecondition => Code::FailedPrecondition,
             Self::PayloadTooLarge => Code::ResourceExhausted,
@@ -52,6 +56,7 @@ impl ErrorCode {
         match self {
             Self::InvalidArgument => "INVALID_ARGUMENT",
             Self::NotFound => "NOT_FOUND",
+            Self::PermissionDenied => "PERMISSION_DENIED",
             Self::AlreadyExists => "ALREADY_EXISTS",
             Self::FailedPrecondition => "FAILED_PRECONDITION",
             Self::PayloadTooLarge => "PAYLOAD_TOO_LARGE",

@@ -17,6 +17,7 @@ use crate::api::{
     CreateRequest, ListDeadLetters, ListRuns, ListTimers, RedriveTarget, TimerApi, TimerInput,
     TimerPatch, TimerView,
 };
+use crate::context::RequestContext;
 use crate::error::ApiError;
 
 /// `ErrorInfo.domain` of every Chime error.
@@ -249,9 +250,10 @@ impl GrpcTimerService for GrpcApi {
         &self,
         req: Request<pb::CreateTimerRequest>,
     ) -> Result<Response<pb::Timer>, Status> {
+        let ctx = RequestContext::of(req.extensions());
         let view = self
             .0
-            .create_timer(create_request(req.into_inner())?)
+            .create_timer(&ctx, create_request(req.into_inner())?)
             .await?;
         Ok(Response::new(timer_out(view)))
     }
@@ -260,13 +262,14 @@ impl GrpcTimerService for GrpcApi {
         &self,
         req: Request<pb::BatchCreateTimersRequest>,
     ) -> Result<Response<pb::BatchCreateTimersResponse>, Status> {
+        let ctx = RequestContext::of(req.extensions());
         let reqs = req
             .into_inner()
             .requests
             .into_iter()
             .map(create_request)
             .collect::<Result<Vec<_>, _>>()?;
-        let views = self.0.batch_create_timers(reqs).await?;
+        let views = self.0.batch_create_timers(&ctx, reqs).await?;
         Ok(Response::new(pb::BatchCreateTimersResponse {
             timers: views.into_iter().map(timer_out).collect(),
         }))
@@ -276,7 +279,8 @@ impl GrpcTimerService for GrpcApi {
         &self,
         req: Request<pb::GetTimerRequest>,
     ) -> Result<Response<pb::Timer>, Status> {
-        let view = self.0.get_timer(id(req.into_inner().id)?).await?;
+        let ctx = RequestContext::of(req.extensions());
+        let view = self.0.get_timer(&ctx, id(req.into_inner().id)?).await?;
         Ok(Response::new(timer_out(view)))
     }
 
@@ -284,15 +288,19 @@ impl GrpcTimerService for GrpcApi {
         &self,
         req: Request<pb::ListTimersRequest>,
     ) -> Result<Response<pb::ListTimersResponse>, Status> {
+        let ctx = RequestContext::of(req.extensions());
         let r = req.into_inner();
         let page = self
             .0
-            .list_timers(ListTimers {
-                app: non_empty(r.app),
-                enabled: r.enabled,
-                page_size: (r.page_size != 0).then_some(r.page_size),
-                page_token: non_empty(r.page_token),
-            })
+            .list_timers(
+                &ctx,
+                ListTimers {
+                    app: non_empty(r.app),
+                    enabled: r.enabled,
+                    page_size: (r.page_size != 0).then_some(r.page_size),
+                    page_token: non_empty(r.page_token),
+                },
+            )
             .await?;
         Ok(Response::new(pb::ListTimersResponse {
             timers: page.items.into_iter().map(timer_out).collect(),
@@ -307,6 +315,7 @@ impl GrpcTimerService for GrpcApi {
         &self,
         req: Request<pb::UpdateTimerRequest>,
     ) -> Result<Response<pb::Timer>, Status> {
+        let ctx = RequestContext::of(req.extensions());
         let r = req.into_inner();
         let patch = TimerPatch {
             expected_version: r.expected_version,
@@ -319,7 +328,7 @@ impl GrpcTimerService for GrpcApi {
             misfire: misfire_in(r.misfire)?,
             delivery: delivery_in(r.delivery)?,
         };
-        let view = self.0.update_timer(id(r.id)?, patch).await?;
+        let view = self.0.update_timer(&ctx, id(r.id)?, patch).await?;
         Ok(Response::new(timer_out(view)))
     }
 
@@ -327,7 +336,8 @@ impl GrpcTimerService for GrpcApi {
         &self,
         req: Request<pb::DeleteTimerRequest>,
     ) -> Result<Response<pb::DeleteTimerResponse>, Status> {
-        self.0.delete_timer(id(req.into_inner().id)?).await?;
+        let ctx = RequestContext::of(req.extensions());
+        self.0.delete_timer(&ctx, id(req.into_inner().id)?).await?;
         Ok(Response::new(pb::DeleteTimerResponse {}))
     }
 
@@ -335,9 +345,10 @@ impl GrpcTimerService for GrpcApi {
         &self,
         req: Request<pb::EnableTimerRequest>,
     ) -> Result<Response<pb::Timer>, Status> {
+        let ctx = RequestContext::of(req.extensions());
         let view = self
             .0
-            .set_timer_enabled(id(req.into_inner().id)?, true)
+            .set_timer_enabled(&ctx, id(req.into_inner().id)?, true)
             .await?;
         Ok(Response::new(timer_out(view)))
     }
@@ -346,9 +357,10 @@ impl GrpcTimerService for GrpcApi {
         &self,
         req: Request<pb::DisableTimerRequest>,
     ) -> Result<Response<pb::Timer>, Status> {
+        let ctx = RequestContext::of(req.extensions());
         let view = self
             .0
-            .set_timer_enabled(id(req.into_inner().id)?, false)
+            .set_timer_enabled(&ctx, id(req.into_inner().id)?, false)
             .await?;
         Ok(Response::new(timer_out(view)))
     }
@@ -357,7 +369,8 @@ impl GrpcTimerService for GrpcApi {
         &self,
         req: Request<pb::TriggerTimerRequest>,
     ) -> Result<Response<pb::TriggerTimerResponse>, Status> {
-        let t = self.0.trigger_timer(id(req.into_inner().id)?).await?;
+        let ctx = RequestContext::of(req.extensions());
+        let t = self.0.trigger_timer(&ctx, id(req.into_inner().id)?).await?;
         Ok(Response::new(pb::TriggerTimerResponse {
             task_key: t.key.to_string(),
             run_at: Some(ts(t.key.run_at)),
@@ -368,16 +381,20 @@ impl GrpcTimerService for GrpcApi {
         &self,
         req: Request<pb::ListRunsRequest>,
     ) -> Result<Response<pb::ListRunsResponse>, Status> {
+        let ctx = RequestContext::of(req.extensions());
         let r = req.into_inner();
         let page = self
             .0
-            .list_runs(ListRuns {
-                timer_id: id(r.timer_id)?,
-                status: non_empty(r.status),
-                upcoming: r.upcoming,
-                page_size: (r.page_size != 0).then_some(r.page_size),
-                page_token: non_empty(r.page_token),
-            })
+            .list_runs(
+                &ctx,
+                ListRuns {
+                    timer_id: id(r.timer_id)?,
+                    status: non_empty(r.status),
+                    upcoming: r.upcoming,
+                    page_size: (r.page_size != 0).then_some(r.page_size),
+                    page_token: non_empty(r.page_token),
+                },
+            )
             .await?;
         let (runs, next_page_token) = runs_page(page);
         Ok(Response::new(pb::ListRunsResponse {
@@ -390,15 +407,19 @@ impl GrpcTimerService for GrpcApi {
         &self,
         req: Request<pb::ListDeadLettersRequest>,
     ) -> Result<Response<pb::ListDeadLettersResponse>, Status> {
+        let ctx = RequestContext::of(req.extensions());
         let r = req.into_inner();
         let page = self
             .0
-            .list_dead_letters(ListDeadLetters {
-                app: non_empty(r.app),
-                timer_id: (r.timer_id != 0).then(|| id(r.timer_id)).transpose()?,
-                page_size: (r.page_size != 0).then_some(r.page_size),
-                page_token: non_empty(r.page_token),
-            })
+            .list_dead_letters(
+                &ctx,
+                ListDeadLetters {
+                    app: non_empty(r.app),
+                    timer_id: (r.timer_id != 0).then(|| id(r.timer_id)).transpose()?,
+                    page_size: (r.page_size != 0).then_some(r.page_size),
+                    page_token: non_empty(r.page_token),
+                },
+            )
             .await?;
         let (runs, next_page_token) = runs_page(page);
         Ok(Response::new(pb::ListDeadLettersResponse {
@@ -411,9 +432,10 @@ impl GrpcTimerService for GrpcApi {
         &self,
         req: Request<pb::RedriveRunRequest>,
     ) -> Result<Response<pb::RedriveResponse>, Status> {
+        let ctx = RequestContext::of(req.extensions());
         let redriven = self
             .0
-            .redrive(RedriveTarget::Run(req.into_inner().task_key))
+            .redrive(&ctx, RedriveTarget::Run(req.into_inner().task_key))
             .await?;
         Ok(Response::new(pb::RedriveResponse { redriven }))
     }
@@ -422,9 +444,10 @@ impl GrpcTimerService for GrpcApi {
         &self,
         req: Request<pb::RedriveTimerRequest>,
     ) -> Result<Response<pb::RedriveResponse>, Status> {
+        let ctx = RequestContext::of(req.extensions());
         let redriven = self
             .0
-            .redrive(RedriveTarget::Timer(id(req.into_inner().timer_id)?))
+            .redrive(&ctx, RedriveTarget::Timer(id(req.into_inner().timer_id)?))
             .await?;
         Ok(Response::new(pb::RedriveResponse { redriven }))
     }

@@ -2,6 +2,7 @@
 //! [`TimerApi`]. The `chime-gateway` binary wires it to the configured stores.
 
 pub mod api;
+pub mod context;
 pub mod error;
 pub mod grpc;
 pub mod index;
@@ -16,6 +17,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 pub use api::TimerApi;
+pub use context::{AppScope, Caller, ContextLayer, RequestContext, RequestId};
 pub use error::{ApiError, ErrorCode};
 pub use service::TimerService;
 
@@ -46,6 +48,7 @@ pub fn http_app_with(api: Arc<dyn TimerApi>, extra: Router) -> Router {
             .merge(admin_routes(api))
             .merge(extra),
     )
+    .layer(ContextLayer)
 }
 
 /// Serves REST on `http`, gRPC on `grpc` (and health/metrics on `admin` when given) until
@@ -77,6 +80,7 @@ pub async fn serve_with(
         .set_serving::<TimerServiceServer<grpc::GrpcApi>>()
         .await;
     let grpc_server = tonic::transport::Server::builder()
+        .layer(ContextLayer)
         .add_routes(introspection)
         .add_service(
             // The same request limit as REST; beyond it, RESOURCE_EXHAUSTED.

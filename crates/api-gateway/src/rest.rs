@@ -19,6 +19,7 @@ use crate::api::{
     CreateRequest, ListDeadLetters, ListRuns, ListTimers, RedriveTarget, TimerApi, TimerInput,
     TimerPatch, TimerView,
 };
+use crate::context::RequestContext;
 use crate::error::{ApiError, ErrorCode};
 
 /// Largest request body: room for a batch of 100 timers.
@@ -37,7 +38,7 @@ pub struct Problem {
     pub title: String,
     pub status: u16,
     pub detail: String,
-    /// INVALID_ARGUMENT, NOT_FOUND, ALREADY_EXISTS, FAILED_PRECONDITION, PAYLOAD_TOO_LARGE,
+    /// INVALID_ARGUMENT, NOT_FOUND, PERMISSION_DENIED, ALREADY_EXISTS, FAILED_PRECONDITION, PAYLOAD_TOO_LARGE,
     /// UNSUPPORTED_MEDIA_TYPE, METHOD_NOT_ALLOWED, UNAVAILABLE or INTERNAL.
     pub code: String,
     /// Finer reason, e.g. NAME_TAKEN, VERSION_MISMATCH, IDEMPOTENCY_KEY_REUSED.
@@ -173,6 +174,17 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for QueryParams<T>
         serde_urlencoded::from_str(query)
             .map(Self)
             .map_err(|e| ApiError::invalid("query", format!("invalid query parameters: {e}")))
+    }
+}
+
+/// The request's context, as [`ContextLayer`](crate::ContextLayer) put it on the request.
+pub struct Ctx(pub RequestContext);
+
+impl<S: Send + Sync> FromRequestParts<S> for Ctx {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        Ok(Self(RequestContext::of(&parts.extensions)))
     }
 }
 
@@ -489,6 +501,7 @@ enum IdErrors {
     ))]
 async fn create_timer(
     State(api): State<Api>,
+    Ctx(ctx): Ctx,
     headers: HeaderMap,
     JsonBody(timer): JsonBody<TimerInput>,
 ) -> Result<
@@ -508,10 +521,13 @@ async fn create_timer(
         })
         .transpose()?;
     let view = api
-        .create_timer(CreateRequest {
-            timer,
-            idempotency_key,
-        })
+        .create_timer(
+            &ctx,
+            CreateRequest {
+                timer,
+                idempotency_key,
+            },
+        )
         .await?;
     let location = format!("/v1/timers/{}", view.timer.id);
     Ok((
@@ -533,6 +549,7 @@ async fn create_timer(
     ))]
 async fn batch_create_timers(
     State(api): State<Api>,
+    Ctx(ctx): Ctx,
     JsonBody(body): JsonBody<BatchCreateBody>,
 ) -> Result<(StatusCode, Json<BatchCreated>), ApiError> {
     let reqs = body
@@ -543,7 +560,7 @@ async fn batch_create_timers(
             idempotency_key: i.idempotency_key,
         })
         .collect();
-    let views = api.batch_create_timers(reqs).await?;
+    let views = api.batch_create_timers(&ctx, reqs).await?;
     Ok((
         StatusCode::CREATED,
         Json(BatchCreated {
@@ -561,15 +578,19 @@ async fn batch_create_timers(
     ))]
 async fn list_timers(
     State(api): State<Api>,
+    Ctx(ctx): Ctx,
     QueryParams(q): QueryParams<ListTimersParams>,
 ) -> Result<Json<TimerList>, ApiError> {
     let page = api
-        .list_timers(ListTimers {
-            app: q.app,
-            enabled: q.enabled,
-            page_size: q.page_size,
-            page_token: q.page_token,
-        })
+        .list_timers(
+            &ctx,
+            ListTimers {
+                app: q.app,
+                enabled: q.enabled,
+                page_size: q.page_size,
+                page_token: q.page_token,
+            },
+        )
         .await?;
     Ok(Json(TimerList {
         timers: page.items.into_iter().map(Into::into).collect(),
@@ -587,9 +608,10 @@ async fn list_timers(
     ))]
 async fn get_timer(
     State(api): State<Api>,
+    Ctx(ctx): Ctx,
     Path(id): Path<String>,
 ) -> Result<Json<TimerBody>, ApiError> {
-    Ok(Json(api.get_timer(timer_id(&id)?).await?.into()))
+    Ok(Json(api.get_timer(&ctx, timer_id(&id)?).await?.into()))
 }
 
 /// Change some fields of a timer; bumps its version.
@@ -605,10 +627,13 @@ async fn get_timer(
     ))]
 async fn update_timer(
     State(api): State<Api>,
+    Ctx(ctx): Ctx,
     Path(id): Path<String>,
     JsonBody(patch): JsonBody<TimerPatch>,
 ) -> Result<Json<TimerBody>, ApiError> {
-    Ok(Json(api.update_timer(timer_id(&id)?, patch).await?.into()))
+    Ok(Json(
+        api.update_timer(&ctx, timer_id(&id)?, patch).await?.into(),
+    ))
 }
 
 /// Delete a timer (it stops firing; its runs stay listed by id until purged).
@@ -621,9 +646,10 @@ async fn update_timer(
     ))]
 async fn delete_timer(
     State(api): State<Api>,
+    Ctx(ctx): Ctx,
     Path(id): Path<String>,
 ) -> Result<StatusCode, ApiError> {
-    api.delete_timer(timer_id(&id)?).await?;
+    api.delete_timer(&ctx, timer_id(&id)?).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -637,10 +663,13 @@ async fn delete_timer(
     ))]
 async fn enable_timer(
     State(api): State<Api>,
+    Ctx(ctx): Ctx,
     Path(id): Path<String>,
 ) -> Result<Json<TimerBody>, ApiError> {
     Ok(Json(
-        api.set_timer_enabled(timer_id(&id)?, true).await?.into(),
+        api.set_timer_enabled(&ctx, timer_id(&id)?, true)
+            .await?
+            .into(),
     ))
 }
 
@@ -654,10 +683,13 @@ async fn enable_timer(
     ))]
 async fn disable_timer(
     State(api): State<Api>,
+    Ctx(ctx): Ctx,
     Path(id): Path<String>,
 ) -> Result<Json<TimerBody>, ApiError> {
     Ok(Json(
-        api.set_timer_enabled(timer_id(&id)?, false).await?.into(),
+        api.set_timer_enabled(&ctx, timer_id(&id)?, false)
+            .await?
+            .into(),
     ))
 }
 
@@ -672,9 +704,10 @@ async fn disable_timer(
     ))]
 async fn trigger_timer(
     State(api): State<Api>,
+    Ctx(ctx): Ctx,
     Path(id): Path<String>,
 ) -> Result<(StatusCode, Json<Triggered>), ApiError> {
-    let t = api.trigger_timer(timer_id(&id)?).await?;
+    let t = api.trigger_timer(&ctx, timer_id(&id)?).await?;
     Ok((
         StatusCode::ACCEPTED,
         Json(Triggered {
@@ -694,17 +727,21 @@ async fn trigger_timer(
     ))]
 async fn list_runs(
     State(api): State<Api>,
+    Ctx(ctx): Ctx,
     Path(id): Path<String>,
     QueryParams(q): QueryParams<ListRunsParams>,
 ) -> Result<Json<RunList>, ApiError> {
     let page = api
-        .list_runs(ListRuns {
-            timer_id: timer_id(&id)?,
-            status: q.status,
-            upcoming: q.upcoming.unwrap_or(false),
-            page_size: q.page_size,
-            page_token: q.page_token,
-        })
+        .list_runs(
+            &ctx,
+            ListRuns {
+                timer_id: timer_id(&id)?,
+                status: q.status,
+                upcoming: q.upcoming.unwrap_or(false),
+                page_size: q.page_size,
+                page_token: q.page_token,
+            },
+        )
         .await?;
     Ok(Json(page.into()))
 }
@@ -738,15 +775,19 @@ pub struct Redriven {
     ))]
 async fn list_dead_letters(
     State(api): State<Api>,
+    Ctx(ctx): Ctx,
     QueryParams(q): QueryParams<ListDeadLettersParams>,
 ) -> Result<Json<RunList>, ApiError> {
     let page = api
-        .list_dead_letters(ListDeadLetters {
-            app: q.app,
-            timer_id: q.timer_id.map(TimerId::new).transpose()?,
-            page_size: q.page_size,
-            page_token: q.page_token,
-        })
+        .list_dead_letters(
+            &ctx,
+            ListDeadLetters {
+                app: q.app,
+                timer_id: q.timer_id.map(TimerId::new).transpose()?,
+                page_size: q.page_size,
+                page_token: q.page_token,
+            },
+        )
         .await?;
     Ok(Json(page.into()))
 }
@@ -763,9 +804,10 @@ async fn list_dead_letters(
     ))]
 async fn redrive_run(
     State(api): State<Api>,
+    Ctx(ctx): Ctx,
     Path(task_key): Path<String>,
 ) -> Result<Json<Redriven>, ApiError> {
-    let redriven = api.redrive(RedriveTarget::Run(task_key)).await?;
+    let redriven = api.redrive(&ctx, RedriveTarget::Run(task_key)).await?;
     Ok(Json(Redriven { redriven }))
 }
 
@@ -779,9 +821,12 @@ async fn redrive_run(
     ))]
 async fn redrive_timer(
     State(api): State<Api>,
+    Ctx(ctx): Ctx,
     Path(id): Path<String>,
 ) -> Result<Json<Redriven>, ApiError> {
-    let redriven = api.redrive(RedriveTarget::Timer(timer_id(&id)?)).await?;
+    let redriven = api
+        .redrive(&ctx, RedriveTarget::Timer(timer_id(&id)?))
+        .await?;
     Ok(Json(Redriven { redriven }))
 }
 

@@ -7,17 +7,19 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use chime_domain::{
     AppName, Clock, Horizon, NewOccurrence, NewTimer, Occurrence, OccurrenceStatus, Page, PageSize,
-    RetryPolicyInput, Schedule, TaskKey, TimerId, TimerName, TimerSpec, Timestamp, ValidationError,
+    RetryPolicyInput, Schedule, TaskKey, Timer, TimerId, TimerName, TimerSpec, Timestamp,
+    ValidationError,
 };
 use chime_storage::{
     CreateTimer, DeadFilter, HotIndex, IdempotencyKey, OccurrenceStore, PageRequest, Redrive,
-    RunFilter, TimerFilter, TimerStore, Written,
+    RunFilter, StoreError, TimerFilter, TimerStore, Written,
 };
 
 use crate::api::{
     CreateRequest, ListDeadLetters, ListRuns, ListTimers, MAX_BATCH, RedriveTarget, TimerApi,
     TimerInput, TimerPatch, TimerView, Triggered,
 };
+use crate::context::{AppScope, RequestContext};
 use crate::error::{ApiError, ApiResult, ErrorCode};
 use crate::index::IndexWriter;
 
@@ -69,8 +71,34 @@ impl TimerService {
         self.view(written.timer)
     }
 
-    fn prepare(&self, req: &CreateRequest, now: Timestamp) -> ApiResult<CreateTimer> {
+    /// The timer `id` if it exists and the caller may see it; another app's timer is "not
+    /// found", never revealed.
+    async fn visible_timer(&self, ctx: &RequestContext, id: TimerId) -> ApiResult<Timer> {
+        let timer = self.timers.get_timer(id).await?;
+        if ctx.scope.permits(&timer.spec.app) {
+            Ok(timer)
+        } else {
+            Err(StoreError::NotFound(format!("timer {id}")).into())
+        }
+    }
+
+    /// [`Self::visible_timer`] for operations that need not read the timer when every app
+    /// is in scope.
+    async fn check_visible(&self, ctx: &RequestContext, id: TimerId) -> ApiResult<()> {
+        if ctx.scope != AppScope::All {
+            self.visible_timer(ctx, id).await?;
+        }
+        Ok(())
+    }
+
+    fn prepare(
+        &self,
+        ctx: &RequestContext,
+        req: &CreateRequest,
+        now: Timestamp,
+    ) -> ApiResult<CreateTimer> {
         let spec = parse_spec(&req.timer, now)?;
+        ctx.scope.check(&spec.app)?;
         let idempotency = match &req.idempotency_key {
             None => None,
             Some(key) if key.is_empty() || key.len() > MAX_IDEMPOTENCY_KEY => {
@@ -96,14 +124,18 @@ impl TimerService {
 
 #[async_trait]
 impl TimerApi for TimerService {
-    async fn create_timer(&self, req: CreateRequest) -> ApiResult<TimerView> {
-        let mut views = self.batch_create_timers(vec![req]).await?;
+    async fn create_timer(&self, ctx: &RequestContext, req: CreateRequest) -> ApiResult<TimerView> {
+        let mut views = self.batch_create_timers(ctx, vec![req]).await?;
         views
             .pop()
             .ok_or_else(|| ApiError::new(ErrorCode::Internal, "INTERNAL", "nothing created"))
     }
 
-    async fn batch_create_timers(&self, reqs: Vec<CreateRequest>) -> ApiResult<Vec<TimerView>> {
+    async fn batch_create_timers(
+        &self,
+        ctx: &RequestContext,
+        reqs: Vec<CreateRequest>,
+    ) -> ApiResult<Vec<TimerView>> {
         if reqs.is_empty() || reqs.len() > MAX_BATCH {
             return Err(ApiError::invalid(
                 "requests",
@@ -115,7 +147,7 @@ impl TimerApi for TimerService {
             .iter()
             .enumerate()
             .map(|(i, r)| {
-                self.prepare(r, now).map_err(|mut e| {
+                self.prepare(ctx, r, now).map_err(|mut e| {
                     if reqs.len() > 1 {
                         e.field = Some(format!("requests[{i}].{}", e.field.unwrap_or_default()));
                     }
@@ -141,17 +173,22 @@ impl TimerApi for TimerService {
         Ok(created.into_iter().map(|w| self.view(w.timer)).collect())
     }
 
-    async fn get_timer(&self, id: TimerId) -> ApiResult<TimerView> {
-        Ok(self.view(self.timers.get_timer(id).await?))
+    async fn get_timer(&self, ctx: &RequestContext, id: TimerId) -> ApiResult<TimerView> {
+        Ok(self.view(self.visible_timer(ctx, id).await?))
     }
 
-    async fn list_timers(&self, query: ListTimers) -> ApiResult<Page<TimerView>> {
+    async fn list_timers(
+        &self,
+        ctx: &RequestContext,
+        query: ListTimers,
+    ) -> ApiResult<Page<TimerView>> {
+        let asked = query
+            .app
+            .filter(|a| !a.is_empty())
+            .map(AppName::parse)
+            .transpose()?;
         let filter = TimerFilter {
-            app: query
-                .app
-                .filter(|a| !a.is_empty())
-                .map(AppName::parse)
-                .transpose()?,
+            app: ctx.scope.narrow(asked)?,
             enabled: query.enabled,
             bucket: None,
         };
@@ -166,8 +203,13 @@ impl TimerApi for TimerService {
         })
     }
 
-    async fn update_timer(&self, id: TimerId, patch: TimerPatch) -> ApiResult<TimerView> {
-        let current = self.timers.get_timer(id).await?;
+    async fn update_timer(
+        &self,
+        ctx: &RequestContext,
+        id: TimerId,
+        patch: TimerPatch,
+    ) -> ApiResult<TimerView> {
+        let current = self.visible_timer(ctx, id).await?;
         let now = self.clock.now();
         let spec = apply_patch(&current.spec, &patch, now)?;
         if spec == current.spec {
@@ -190,11 +232,18 @@ impl TimerApi for TimerService {
         Ok(self.indexed(updated).await)
     }
 
-    async fn delete_timer(&self, id: TimerId) -> ApiResult<()> {
+    async fn delete_timer(&self, ctx: &RequestContext, id: TimerId) -> ApiResult<()> {
+        self.check_visible(ctx, id).await?;
         Ok(self.timers.delete_timer(id).await?)
     }
 
-    async fn set_timer_enabled(&self, id: TimerId, enabled: bool) -> ApiResult<TimerView> {
+    async fn set_timer_enabled(
+        &self,
+        ctx: &RequestContext,
+        id: TimerId,
+        enabled: bool,
+    ) -> ApiResult<TimerView> {
+        self.check_visible(ctx, id).await?;
         let written = self
             .timers
             .set_timer_enabled(id, enabled, self.horizon)
@@ -202,8 +251,8 @@ impl TimerApi for TimerService {
         Ok(self.indexed(written).await)
     }
 
-    async fn trigger_timer(&self, id: TimerId) -> ApiResult<Triggered> {
-        let timer = self.timers.get_timer(id).await?;
+    async fn trigger_timer(&self, ctx: &RequestContext, id: TimerId) -> ApiResult<Triggered> {
+        let timer = self.visible_timer(ctx, id).await?;
         if !timer.enabled {
             return Err(ApiError::new(
                 ErrorCode::FailedPrecondition,
@@ -233,9 +282,13 @@ impl TimerApi for TimerService {
         ))
     }
 
-    async fn list_runs(&self, query: ListRuns) -> ApiResult<Page<Occurrence>> {
-        // A deleted or unknown timer has no runs to show.
-        self.timers.get_timer(query.timer_id).await?;
+    async fn list_runs(
+        &self,
+        ctx: &RequestContext,
+        query: ListRuns,
+    ) -> ApiResult<Page<Occurrence>> {
+        // A deleted, unknown or out-of-scope timer has no runs to show.
+        self.visible_timer(ctx, query.timer_id).await?;
         let filter = RunFilter {
             timer_id: query.timer_id,
             status: query
@@ -252,13 +305,21 @@ impl TimerApi for TimerService {
         Ok(self.occurrences.list_runs(&filter, &page).await?)
     }
 
-    async fn list_dead_letters(&self, query: ListDeadLetters) -> ApiResult<Page<Occurrence>> {
+    async fn list_dead_letters(
+        &self,
+        ctx: &RequestContext,
+        query: ListDeadLetters,
+    ) -> ApiResult<Page<Occurrence>> {
+        let asked = query
+            .app
+            .filter(|a| !a.is_empty())
+            .map(AppName::parse)
+            .transpose()?;
+        if let Some(id) = query.timer_id {
+            self.check_visible(ctx, id).await?;
+        }
         let filter = DeadFilter {
-            app: query
-                .app
-                .filter(|a| !a.is_empty())
-                .map(AppName::parse)
-                .transpose()?,
+            app: ctx.scope.narrow(asked)?,
             timer_id: query.timer_id,
         };
         let page = PageRequest {
@@ -268,12 +329,17 @@ impl TimerApi for TimerService {
         Ok(self.occurrences.list_dead(&filter, &page).await?)
     }
 
-    async fn redrive(&self, what: RedriveTarget) -> ApiResult<u64> {
+    async fn redrive(&self, ctx: &RequestContext, what: RedriveTarget) -> ApiResult<u64> {
         let now = self.clock.now();
         match what {
             RedriveTarget::Run(raw) => {
                 let key: TaskKey = raw.parse()?;
-                let Some(run) = self.occurrences.get_occurrence(key).await? else {
+                let run = match self.check_visible(ctx, key.timer_id).await {
+                    Ok(()) => self.occurrences.get_occurrence(key).await?,
+                    Err(e) if e.code == ErrorCode::NotFound => None,
+                    Err(e) => return Err(e),
+                };
+                let Some(run) = run else {
                     return Err(ApiError::new(
                         ErrorCode::NotFound,
                         "NOT_FOUND",
@@ -290,8 +356,8 @@ impl TimerApi for TimerService {
                 Ok(self.occurrences.redrive(Redrive::One(key), now).await?)
             }
             RedriveTarget::Timer(id) => {
-                // Unknown or deleted timers answer 404.
-                self.timers.get_timer(id).await?;
+                // Unknown, deleted or out-of-scope timers answer 404.
+                self.visible_timer(ctx, id).await?;
                 Ok(self.occurrences.redrive(Redrive::Timer(id), now).await?)
             }
         }

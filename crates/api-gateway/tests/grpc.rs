@@ -451,3 +451,23 @@ async fn dead_letter_methods() {
         .unwrap_err();
     assert_eq!(unknown.code(), Code::NotFound);
 }
+
+#[tokio::test]
+async fn answers_carry_the_request_id() {
+    let gw = support::start().await;
+    let mut c = client(&gw).await;
+    let mut req = tonic::Request::new(pb::ListTimersRequest::default());
+    req.metadata_mut()
+        .insert("x-request-id", "grpc-trace-7".parse().unwrap());
+    let answer = c.list_timers(req).await.unwrap();
+    assert_eq!(
+        answer.metadata().get("x-request-id").unwrap(),
+        "grpc-trace-7"
+    );
+    // An error answer names a generated one.
+    let status = c
+        .get_timer(pb::GetTimerRequest { id: 999_999_999 })
+        .await
+        .unwrap_err();
+    assert!(!status.metadata().get("x-request-id").unwrap().is_empty());
+}

@@ -719,3 +719,27 @@ async fn dead_letters_are_listed_and_redriven() {
         .await;
     assert_problem(&missing, 404, "NOT_FOUND", None);
 }
+
+#[tokio::test]
+async fn every_answer_carries_a_request_id() {
+    let gw = support::start().await;
+    let given = gw
+        .client
+        .get(gw.url("/v1/timers"))
+        .header("x-request-id", "trace-me-42")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(given.headers()["x-request-id"], "trace-me-42");
+    // Generated when absent or unusable, on problems and unknown routes too.
+    for (path, id) in [("/v1/timers/0", None), ("/nowhere", Some("has space"))] {
+        let mut req = gw.client.get(gw.url(path));
+        if let Some(id) = id {
+            req = req.header("x-request-id", id);
+        }
+        let r = req.send().await.unwrap();
+        assert!(r.status().is_client_error());
+        let got = r.headers()["x-request-id"].to_str().unwrap().to_owned();
+        assert!(!got.is_empty() && got != "has space", "{got}");
+    }
+}
