@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use chime_domain::{
     CallbackInput, DeliveryMode, MisfirePolicy, Occurrence, Page, RetryPolicyInput, ScheduleInput,
-    ScheduleKind, TimerId, Timestamp, format_duration,
+    TimerId, Timestamp,
 };
 use chime_proto::v1 as pb;
 use chime_proto::v1::timer_service_server::TimerService as GrpcTimerService;
@@ -19,6 +19,7 @@ use crate::api::{
 };
 use crate::context::RequestContext;
 use crate::error::ApiError;
+use crate::view::ScheduleShown;
 
 /// `ErrorInfo.domain` of every Chime error.
 const ERROR_DOMAIN: &str = "chime.v1";
@@ -143,28 +144,35 @@ fn id(raw: i64) -> Result<TimerId, ApiError> {
 }
 
 fn timer_out(v: TimerView) -> pb::Timer {
-    let t = v.timer;
-    let s = &t.spec.schedule;
-    let zone = s.time_zone();
-    let (kind, anchor) = match s.kind() {
-        ScheduleKind::Cron { expr, time_zone } => (
+    let (kind, anchor) = match v.schedule_shown() {
+        ScheduleShown::Cron {
+            expression,
+            time_zone,
+        } => (
             pb::schedule::Kind::Cron(pb::CronSchedule {
-                expression: expr.to_string(),
-                time_zone: time_zone.name().to_owned(),
+                expression,
+                time_zone,
             }),
             None,
         ),
-        ScheduleKind::Every { interval, first } => (
-            pb::schedule::Kind::Every(interval.to_string()),
-            Some(ts(*first)),
-        ),
-        ScheduleKind::At { at } => (pb::schedule::Kind::At(ts(*at)), None),
-        ScheduleKind::After { delay, at } => (
-            pb::schedule::Kind::After(format_duration(*delay)),
-            Some(ts(*at)),
-        ),
+        ScheduleShown::Every { interval, first } => {
+            (pb::schedule::Kind::Every(interval), Some(ts(first)))
+        }
+        ScheduleShown::At { at } => (pb::schedule::Kind::At(ts(at)), None),
+        ScheduleShown::After { delay, at } => (pb::schedule::Kind::After(delay), Some(ts(at))),
     };
-    let cb = &t.spec.callback;
+    let cb = v.callback_shown();
+    let retry = v.retry_shown();
+    let next_runs = v
+        .next_runs_shown()
+        .into_iter()
+        .map(|n| pb::NextRun {
+            at: Some(ts(n.at)),
+            local: n.local,
+        })
+        .collect();
+    let t = v.timer;
+    let s = &t.spec.schedule;
     pb::Timer {
         id: t.id.get(),
         spec: Some(pb::TimerSpec {
@@ -177,21 +185,17 @@ fn timer_out(v: TimerView) -> pb::Timer {
             start_at: s.start_at().map(ts),
             end_at: s.end_at().map(ts),
             callback: Some(pb::Callback {
-                url: cb.url.to_string(),
-                method: cb.method.as_str().to_owned(),
-                headers: cb
-                    .headers
-                    .iter()
-                    .map(|(k, v)| (k.to_owned(), v.to_owned()))
-                    .collect(),
-                body: cb.body.as_ref().map(|b| b.as_str().to_owned()),
-                timeout: format_duration(cb.timeout.get()),
+                url: cb.url,
+                method: cb.method,
+                headers: cb.headers.into_iter().collect(),
+                body: cb.body,
+                timeout: cb.timeout,
             }),
             retry: Some(pb::RetryPolicy {
-                max_attempts: t.spec.retry.max_attempts(),
-                initial_backoff: format_duration(t.spec.retry.initial_backoff()),
-                max_backoff: format_duration(t.spec.retry.max_backoff()),
-                jitter: Some(t.spec.retry.jitter()),
+                max_attempts: retry.max_attempts,
+                initial_backoff: retry.initial_backoff,
+                max_backoff: retry.max_backoff,
+                jitter: Some(retry.jitter),
             }),
             misfire: match t.spec.misfire {
                 MisfirePolicy::FireOnce => pb::MisfirePolicy::FireOnce,
@@ -207,14 +211,7 @@ fn timer_out(v: TimerView) -> pb::Timer {
         version: t.version,
         created_at: Some(ts(t.created_at)),
         updated_at: Some(ts(t.updated_at)),
-        next_runs: v
-            .next_runs
-            .into_iter()
-            .map(|at| pb::NextRun {
-                at: Some(ts(at)),
-                local: zone.format(at),
-            })
-            .collect(),
+        next_runs,
     }
 }
 

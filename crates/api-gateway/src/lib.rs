@@ -8,6 +8,7 @@ pub mod grpc;
 pub mod index;
 pub mod rest;
 pub mod service;
+pub mod view;
 
 use std::sync::Arc;
 
