@@ -12,7 +12,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::routing::any;
 use chime_api_gateway::TimerService;
 use chime_domain::{Clock, SystemClock, TaskKey, Timestamp};
-use chime_executor::{CallbackClient, CallbackSettings, Executor, ExecutorSettings};
+use chime_executor::{CallbackSettings, Executor, ExecutorSettings, HttpTarget, Targets};
 use chime_migrator::{Janitor, Materializer, Migrator, MigratorSettings, RetentionSettings};
 use chime_runtime::Config;
 use chime_scheduler::{Handoff, Scheduler, SchedulerSettings};
@@ -117,7 +117,9 @@ pub async fn run(config: Config, args: DevArgs) -> anyhow::Result<()> {
         db.occurrences.clone(),
         Some(index.clone()),
         clock.clone(),
-        CallbackClient::new(CallbackSettings::from_config(&config)).map_err(anyhow::Error::msg)?,
+        Targets::new(
+            HttpTarget::new(CallbackSettings::from_config(&config)).map_err(anyhow::Error::msg)?,
+        ),
         ExecutorSettings::from_config(&config),
     );
     let scheduler = Scheduler::new(

@@ -267,6 +267,23 @@ impl From<CallbackTimeout> for String {
     }
 }
 
+/// The kinds of place an occurrence can be delivered to. Each has one delivery target in the
+/// executor (`crates/executor/src/targets/`); a new kind (a registered worker, a NATS subject,
+/// an AMQP exchange) is a variant here, the fields naming it in [`Callback`], and a target there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TargetKind {
+    /// An HTTP request to `url`.
+    Http,
+}
+
+impl TargetKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Http => "http",
+        }
+    }
+}
+
 /// Where and how a timer's occurrence is delivered.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -280,6 +297,13 @@ pub struct Callback {
     pub body: Option<CallbackBody>,
     #[serde(default)]
     pub timeout: CallbackTimeout,
+}
+
+impl Callback {
+    /// Which kind of target delivers this callback.
+    pub fn target_kind(&self) -> TargetKind {
+        TargetKind::Http
+    }
 }
 
 /// The callback as a request spells it, every field a plain value; [`CallbackInput::parse`]

@@ -15,7 +15,7 @@ mod timer;
 
 pub use callback::{
     Callback, CallbackBody, CallbackHeaders, CallbackInput, CallbackTimeout, CallbackUrl,
-    HttpMethod,
+    HttpMethod, TargetKind,
 };
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
 pub use duration::{format_duration, parse_duration};

@@ -13,8 +13,8 @@
 //! `max_in_flight` bounds memory and work, "full" is exact, and draining on shutdown is
 //! waiting for every permit to come back.
 
-pub mod callback;
 pub mod grpc;
+pub mod targets;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -29,7 +29,7 @@ use chime_storage::{HotEntry, HotIndex, OccurrenceStore, StoreResult, TimerStore
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio_util::task::TaskTracker;
 
-pub use callback::{CallbackClient, CallbackSettings};
+pub use targets::{Attempt, CallbackSettings, DeliveryTarget, HttpTarget, Targets};
 
 #[derive(Debug, Clone)]
 pub struct ExecutorSettings {
@@ -95,7 +95,7 @@ struct Inner {
     /// Where retries are scheduled; without one, the sweeper finds them when due.
     index: Option<Arc<dyn HotIndex>>,
     clock: Arc<dyn Clock>,
-    callbacks: CallbackClient,
+    targets: Targets,
     settings: ExecutorSettings,
     done: mpsc::UnboundedSender<Done>,
     tracker: TaskTracker,
@@ -115,7 +115,7 @@ impl Executor {
         occurrences: Arc<dyn OccurrenceStore>,
         index: Option<Arc<dyn HotIndex>>,
         clock: Arc<dyn Clock>,
-        callbacks: CallbackClient,
+        targets: Targets,
         settings: ExecutorSettings,
     ) -> Arc<Self> {
         let (queue, jobs) = mpsc::unbounded_channel();
@@ -126,7 +126,7 @@ impl Executor {
             occurrences,
             index,
             clock,
-            callbacks,
+            targets,
             settings,
             done,
             tracker: TaskTracker::new(),
@@ -283,8 +283,8 @@ impl Inner {
             self.tracker.spawn(async move {
                 wait_until(inner.clock.as_ref(), occurrence.due).await;
                 let attempt = inner
-                    .callbacks
-                    .fire(&timer, occurrence, inner.clock.as_ref())
+                    .targets
+                    .deliver(&timer, occurrence, inner.clock.as_ref())
                     .await;
                 let outcome = settle(&timer, attempt, inner.clock.now(), rand::random());
                 let _ = inner.done.send(Done {
@@ -320,7 +320,7 @@ const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
 /// timer, is `failed`.
 pub fn settle(
     timer: &Timer,
-    attempt: callback::Attempt,
+    attempt: Attempt,
     now: chime_domain::Timestamp,
     random: f64,
 ) -> Outcome {
@@ -452,8 +452,8 @@ mod tests {
         }
     }
 
-    fn failed(attempt: u32, retryable: bool, retry_after: Option<Duration>) -> callback::Attempt {
-        callback::Attempt {
+    fn failed(attempt: u32, retryable: bool, retry_after: Option<Duration>) -> Attempt {
+        Attempt {
             outcome: Outcome {
                 key: TaskKey::new(TimerId::new(1).unwrap(), Timestamp::from_millis(0)),
                 attempt,

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use chime_domain::{Clock, SystemClock};
-use chime_executor::{CallbackClient, CallbackSettings, Executor, ExecutorSettings};
+use chime_executor::{CallbackSettings, Executor, ExecutorSettings, HttpTarget, Targets};
 use chime_runtime::CommonArgs;
 use clap::Parser;
 
@@ -28,8 +28,9 @@ async fn main() -> anyhow::Result<()> {
     };
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let db = chime_runtime::open_database(&config, clock.clone()).await?;
-    let callbacks =
-        CallbackClient::new(CallbackSettings::from_config(&config)).map_err(anyhow::Error::msg)?;
+    let targets = Targets::new(
+        HttpTarget::new(CallbackSettings::from_config(&config)).map_err(anyhow::Error::msg)?,
+    );
     // Retries are scheduled in the hot index; without Redis the sweeper finds them when due.
     let redis = match config.redis.url {
         Some(_) => Some(
@@ -50,7 +51,7 @@ async fn main() -> anyhow::Result<()> {
         db.occurrences.clone(),
         index,
         clock,
-        callbacks,
+        targets,
         ExecutorSettings::from_config(&config),
     );
     let grpc = chime_runtime::bind(config.executor.addr, "gRPC").await?;

@@ -7,10 +7,14 @@ use std::time::Duration;
 
 use chime_bench::sink::Sink;
 use chime_domain::{
-    AppName, CallbackInput, Clock, NewOccurrence, NewTimer, Occurrence, OccurrenceStatus,
-    ScheduleInput, SystemClock, TaskKey, Timer, TimerName, TimerSpec,
+    AppName, CallbackInput, ClaimedOccurrence, Clock, NewOccurrence, NewTimer, Occurrence,
+    OccurrenceStatus, Outcome, ScheduleInput, SystemClock, TargetKind, TaskKey, Timer, TimerName,
+    TimerSpec,
 };
-use chime_executor::{CallbackClient, CallbackSettings, Executor, ExecutorSettings, Stopping};
+use chime_executor::{
+    Attempt, CallbackSettings, DeliveryTarget, Executor, ExecutorSettings, HttpTarget, Stopping,
+    Targets,
+};
 use chime_storage::testkit::{self, PgFixture};
 use chime_storage::{OccurrenceStore, TimerStore};
 
@@ -35,7 +39,7 @@ fn executor(s: &Setup, max_in_flight: usize) -> Arc<Executor> {
         s.db.store(),
         None,
         Arc::new(SystemClock),
-        CallbackClient::new(CallbackSettings::from_config(&config)).unwrap(),
+        Targets::new(HttpTarget::new(CallbackSettings::from_config(&config)).unwrap()),
         ExecutorSettings::from_config(&config),
     )
 }
@@ -485,4 +489,87 @@ async fn a_second_full_wave_of_callbacks_reuses_the_first_waves_connections() {
         WAVE,
         "the second wave found every connection of the first idle in the pool"
     );
+}
+
+/// A target that delivers nowhere: it records each attempt and answers as told.
+struct RecordingTarget {
+    seen: std::sync::Mutex<Vec<(TaskKey, u32)>>,
+    succeed: bool,
+}
+
+#[async_trait::async_trait]
+impl DeliveryTarget for RecordingTarget {
+    async fn deliver(
+        &self,
+        _: &Timer,
+        occurrence: ClaimedOccurrence,
+        clock: &dyn Clock,
+    ) -> Attempt {
+        self.seen
+            .lock()
+            .unwrap()
+            .push((occurrence.key, occurrence.attempt));
+        let status = if self.succeed {
+            OccurrenceStatus::Succeeded
+        } else {
+            OccurrenceStatus::Failed
+        };
+        Attempt {
+            outcome: Outcome {
+                key: occurrence.key,
+                attempt: occurrence.attempt,
+                status,
+                fired_at: Some(clock.now()),
+                http_status: None,
+                output: None,
+                error: (!self.succeed).then(|| "the receiver said no".to_owned()),
+                next_attempt_at: None,
+            },
+            retryable: true,
+            retry_after: None,
+        }
+    }
+}
+
+#[tokio::test]
+async fn deliveries_go_through_the_target_of_the_timers_kind_with_the_same_retry_policy() {
+    let s = setup().await;
+    let config = chime_runtime::Config::default();
+    let run_with = |succeed: bool| {
+        let target = Arc::new(RecordingTarget {
+            seen: std::sync::Mutex::new(Vec::new()),
+            succeed,
+        });
+        let targets = Targets::new(HttpTarget::new(CallbackSettings::default()).unwrap())
+            .with(TargetKind::Http, target.clone());
+        let exec = Executor::start(
+            s.db.store(),
+            s.db.store(),
+            None,
+            Arc::new(SystemClock),
+            targets,
+            ExecutorSettings::from_config(&config),
+        );
+        (exec, target)
+    };
+
+    let t = timer(&s, "elsewhere", s.sink.url("/hook"), &[]).await;
+    let ok = due_now(&s, &t, 0).await;
+    let (exec, target) = run_with(true);
+    assert_eq!(exec.offer(&[ok]).unwrap().accepted, 1);
+    assert_eq!(finished(&s, ok).await.status, OccurrenceStatus::Succeeded);
+    assert_eq!(*target.seen.lock().unwrap(), vec![(ok, 1)]);
+
+    // A retryable failure is retried by the timer's policy, as for HTTP.
+    let refused = due_now(&s, &t, 1).await;
+    let (exec, target) = run_with(false);
+    assert_eq!(exec.offer(&[refused]).unwrap().accepted, 1);
+    let run = occurrence_when(&s, refused, "a retry", |o| {
+        o.status == OccurrenceStatus::Retrying
+    })
+    .await;
+    assert_eq!(run.error.as_deref(), Some("the receiver said no"));
+    assert_eq!(*target.seen.lock().unwrap(), vec![(refused, 1)]);
+    // Nothing went over HTTP.
+    assert!(s.sink.received().is_empty());
 }

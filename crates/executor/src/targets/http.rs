@@ -1,9 +1,12 @@
-//! Performing one callback: the HTTP request a timer describes, with Chime's headers, and
-//! its result as an [`Outcome`].
+//! The HTTP target: the request a timer's callback describes, with Chime's headers, and its
+//! result as an [`Outcome`].
 
 use std::time::Duration;
 
+use async_trait::async_trait;
 use chime_domain::{ClaimedOccurrence, Clock, OccurrenceStatus, Outcome, TaskKey, Timer};
+
+use super::{Attempt, DeliveryTarget};
 
 #[derive(Debug, Clone)]
 pub struct CallbackSettings {
@@ -35,17 +38,6 @@ impl CallbackSettings {
     }
 }
 
-/// What one callback attempt came to, before the retry policy is applied.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Attempt {
-    /// `succeeded`, or `failed` with the HTTP status and error.
-    pub outcome: Outcome,
-    /// Whether trying again may help: connect errors, timeouts, 5xx, 408 and 429.
-    pub retryable: bool,
-    /// The callee's `Retry-After` (seconds or an HTTP date), on 429 and 503.
-    pub retry_after: Option<Duration>,
-}
-
 /// Whether an HTTP status is worth retrying.
 pub fn retryable_status(status: u16) -> bool {
     status == 408 || status == 429 || (500..=599).contains(&status)
@@ -64,12 +56,12 @@ pub fn parse_retry_after(value: &str, now_ms: i64) -> Option<Duration> {
 
 /// An HTTP client with a keep-alive pool, shared by every callback of an executor.
 #[derive(Clone)]
-pub struct CallbackClient {
+pub struct HttpTarget {
     http: reqwest::Client,
     settings: CallbackSettings,
 }
 
-impl CallbackClient {
+impl HttpTarget {
     pub fn new(settings: CallbackSettings) -> Result<Self, String> {
         let http = chime_runtime::http_client()
             .user_agent(concat!("chime-executor/", env!("CARGO_PKG_VERSION")))
@@ -84,7 +76,7 @@ impl CallbackClient {
 
     /// Calls the timer's callback for one claimed occurrence; never fails, every failure
     /// is an outcome.
-    pub async fn fire(
+    async fn call(
         &self,
         timer: &Timer,
         occurrence: ClaimedOccurrence,
@@ -163,6 +155,18 @@ impl CallbackClient {
             kept.extend_from_slice(&chunk[..chunk.len().min(room)]);
         }
         (!kept.is_empty()).then(|| String::from_utf8_lossy(&kept).into_owned())
+    }
+}
+
+#[async_trait]
+impl DeliveryTarget for HttpTarget {
+    async fn deliver(
+        &self,
+        timer: &Timer,
+        occurrence: ClaimedOccurrence,
+        clock: &dyn Clock,
+    ) -> Attempt {
+        self.call(timer, occurrence, clock).await
     }
 }
 
