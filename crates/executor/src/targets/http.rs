@@ -28,8 +28,7 @@ impl Default for CallbackSettings {
 impl CallbackSettings {
     /// Keeps as many idle connections per host as the executor has callbacks in flight:
     /// a burst opens up to that many at once, and dropping all but a few after each wave
-    /// made the next wave connect again (fixing it took a 20,000 burst from
-    /// 7,800 to 10,300–13,500 firings/s).
+    /// made the next wave connect again (docs/performance.md has the figures).
     pub fn from_config(config: &chime_runtime::Config) -> Self {
         Self {
             idle_per_host: config.executor.max_in_flight,
@@ -170,7 +169,7 @@ impl DeliveryTarget for HttpTarget {
     }
 }
 
-/// The headers Chime sets on every callback (ARCHITECTURE §4). The idempotency key and the
+/// The headers Chime sets on every callback (docs/pipeline.md, Executor). The idempotency key and the
 /// trace id are the same on every attempt of an occurrence, so retries are recognisable.
 pub fn chime_headers(key: TaskKey, attempt: u32) -> [(&'static str, String); 5] {
     let trace_id = xxhash_rust::xxh3::xxh3_128(key.to_string().as_bytes()).max(1);

@@ -25,7 +25,7 @@ pub use sections::{
     RedisConfig, RetentionConfig, SchedulerConfig, Seconds,
 };
 
-/// Flat environment names from ARCHITECTURE §4 and the config keys they set.
+/// Flat environment names (docs/configuration.md) and the config keys they set.
 const ENV_ALIASES: &[(&str, &str)] = &[
     ("database_url", "database.url"),
     ("redis_url", "redis.url"),

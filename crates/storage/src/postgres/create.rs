@@ -25,8 +25,8 @@ pub(super) type CreateQueue = mpsc::Sender<PendingCreate>;
 const CREATE_GROUP: usize = 128;
 /// Writers inserting groups concurrently. One: while it waits on a commit the next group
 /// collects in the queue. Each statement and commit costs PostgreSQL ~0.25 ms of CPU
-/// whatever its size, and a second writer halved the groups: 32 clients' single creates
-/// cost PostgreSQL 76–106 µs per timer with two writers, 59–68 µs with one, at the same p99.
+/// whatever its size, and a second writer halved the groups, costing more CPU per create for
+/// no gain in throughput (docs/performance.md).
 const CREATE_WRITERS: usize = 1;
 
 /// Starts the writers; they stop when every sender is gone.
