@@ -8,13 +8,13 @@
 use std::collections::{BTreeSet, HashSet};
 use std::time::Duration;
 
-use chime_bench::sink::Sink;
 use chime_e2e::cluster::{Cluster, Spec};
 use chime_e2e::servers::PrivateRedis;
 use chime_e2e::timers::{
     create, deliveries, due_over, duplicates, ms, now, one_shots, one_shots_named, wait_delivered,
 };
 use chime_storage::testkit;
+use chime_test_support::sink::Sink;
 use serde_json::json;
 
 /// The lead these tests run with: short, so that the rows written with a timer run out

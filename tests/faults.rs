@@ -7,13 +7,13 @@
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
-use chime_bench::sink::{Received, Sink};
 use chime_e2e::cluster::{Cluster, Spec};
 use chime_e2e::servers::{PrivatePostgres, PrivateRedis};
 use chime_e2e::timers::{
     client, create, deliveries, due_over, duplicates, get_json, ms, now, one_shots, wait_delivered,
 };
 use chime_storage::testkit;
+use chime_test_support::sink::{Received, Sink};
 use serde_json::{Value, json};
 
 /// The machine's PostgreSQL (a fresh schema) and Redis (a fresh prefix).

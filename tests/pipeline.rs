@@ -9,10 +9,10 @@
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
-use chime_bench::sink::{Received, Sink};
 use chime_domain::{Clock, SystemClock, Timestamp};
 use chime_e2e::{Service, free_port, log_dir};
 use chime_storage::testkit;
+use chime_test_support::sink::{Received, Sink};
 use futures::StreamExt;
 use serde_json::{Value, json};
 

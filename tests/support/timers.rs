@@ -5,8 +5,8 @@
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
-use chime_bench::sink::{Received, Sink};
 use chime_domain::{Clock, SystemClock, Timestamp};
+use chime_test_support::sink::{Received, Sink};
 use futures::StreamExt;
 use serde_json::{Value, json};
 

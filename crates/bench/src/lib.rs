@@ -3,4 +3,5 @@
 
 pub mod deploy;
 pub mod measure;
-pub mod sink;
+/// The callback sink, shared with the tests.
+pub use chime_test_support::sink;

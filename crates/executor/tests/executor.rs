@@ -5,7 +5,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use chime_bench::sink::Sink;
 use chime_domain::{
     AppName, CallbackInput, ClaimedOccurrence, Clock, NewOccurrence, NewTimer, Occurrence,
     OccurrenceStatus, Outcome, ScheduleInput, SystemClock, TargetKind, TaskKey, Timer, TimerName,
@@ -17,6 +16,7 @@ use chime_executor::{
 };
 use chime_storage::testkit::{self, PgFixture};
 use chime_storage::{OccurrenceStore, TimerStore};
+use chime_test_support::sink::Sink;
 
 struct Setup {
     db: PgFixture,

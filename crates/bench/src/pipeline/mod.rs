@@ -26,7 +26,7 @@ use chime_bench::deploy::{Service, free_port, log_dir};
 use chime_bench::measure::{
     CpuSample, Delivery, Lateness, deliveries, distinct_and_duplicates, git_commit, windows,
 };
-use chime_bench::sink::Sink;
+use chime_test_support::sink::Sink;
 
 mod burst;
 mod creates;
