@@ -126,14 +126,16 @@ impl From<StoreError> for ApiError {
                 "NOT_FOUND",
                 format!("{what} not found"),
             ),
-            StoreError::AlreadyExists(m) => {
-                let mut err = Self::new(ErrorCode::AlreadyExists, "NAME_TAKEN", m);
+            StoreError::NameTaken { .. } => {
+                let mut err = Self::new(ErrorCode::AlreadyExists, "NAME_TAKEN", e.to_string());
                 err.field = Some("name".into());
                 err
             }
-            StoreError::IdempotencyKeyReused(m) => {
-                Self::new(ErrorCode::AlreadyExists, "IDEMPOTENCY_KEY_REUSED", m)
-            }
+            StoreError::IdempotencyKeyReused { .. } => Self::new(
+                ErrorCode::AlreadyExists,
+                "IDEMPOTENCY_KEY_REUSED",
+                e.to_string(),
+            ),
             StoreError::VersionConflict { .. } => {
                 let mut err = Self::new(
                     ErrorCode::FailedPrecondition,

@@ -117,9 +117,7 @@ pub async fn run(config: Config, args: DevArgs) -> anyhow::Result<()> {
         db.occurrences.clone(),
         Some(index.clone()),
         clock.clone(),
-        Targets::new(
-            HttpTarget::new(CallbackSettings::from_config(&config)).map_err(anyhow::Error::msg)?,
-        ),
+        Targets::new(HttpTarget::new(CallbackSettings::from_config(&config))?),
         ExecutorSettings::from_config(&config),
     );
     let scheduler = Scheduler::new(

@@ -6,6 +6,14 @@ use std::time::Duration;
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::{Deserialize, Serialize};
 
+/// A timestamp that is not RFC 3339; `reason` is the parser's.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid RFC 3339 timestamp {input:?}: {reason}")]
+pub struct TimestampError {
+    pub input: String,
+    pub reason: String,
+}
+
 /// An instant as Unix milliseconds (UTC): the unit of every due time, score and lateness in
 /// Chime, so comparisons and storage never deal with time zones.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -35,10 +43,13 @@ impl Timestamp {
     }
 
     /// Parses RFC 3339 (`2026-11-22T10:00:00Z`, any offset).
-    pub fn parse_rfc3339(s: &str) -> Result<Self, String> {
+    pub fn parse_rfc3339(s: &str) -> Result<Self, TimestampError> {
         DateTime::parse_from_rfc3339(s.trim())
             .map(|dt| Self(dt.timestamp_millis()))
-            .map_err(|e| format!("invalid RFC 3339 timestamp {s:?}: {e}"))
+            .map_err(|e| TimestampError {
+                input: s.to_owned(),
+                reason: e.to_string(),
+            })
     }
 
     /// RFC 3339 in UTC with millisecond precision, as sent in `X-Chime-Scheduled-At`.

@@ -3,25 +3,44 @@
 
 use std::time::Duration;
 
+/// Why a duration did not parse. Each message names the input and says what to write instead.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DurationError {
+    #[error("empty duration; use a form such as 500ms, 30s, 5m, 1h30m")]
+    Empty,
+    #[error("invalid duration {input:?}: expected a number at {at:?}")]
+    ExpectedNumber { input: String, at: String },
+    #[error("invalid duration {input:?}: missing unit (ms, s, m, h or d)")]
+    MissingUnit { input: String },
+    #[error("invalid duration {input:?}: unknown unit {unit:?} (use ms, s, m, h or d)")]
+    UnknownUnit { input: String, unit: String },
+    #[error("invalid duration {input:?}: units must go from largest to smallest")]
+    UnitOrder { input: String },
+    #[error("invalid duration {input:?}: too large")]
+    TooLarge { input: String },
+}
+
 /// Parses `<number><unit>` groups, units `ms`, `s`, `m`, `h`, `d`, largest first, e.g. `1h30m`.
-pub fn parse_duration(input: &str) -> Result<Duration, String> {
+pub fn parse_duration(input: &str) -> Result<Duration, DurationError> {
     let s = input.trim();
     if s.is_empty() {
-        return Err("empty duration; use a form such as 500ms, 30s, 5m, 1h30m".into());
+        return Err(DurationError::Empty);
     }
+    let owned = || input.to_owned();
     let mut total_ms: u64 = 0;
     let mut rest = s;
     let mut last_unit_ms = u64::MAX;
     while !rest.is_empty() {
         let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
         if digits == 0 {
-            return Err(format!(
-                "invalid duration {input:?}: expected a number at {rest:?}"
-            ));
+            return Err(DurationError::ExpectedNumber {
+                input: owned(),
+                at: rest.to_owned(),
+            });
         }
         let value: u64 = rest[..digits]
             .parse()
-            .map_err(|_| format!("invalid duration {input:?}: number too large"))?;
+            .map_err(|_| DurationError::TooLarge { input: owned() })?;
         rest = &rest[digits..];
         let unit_len = rest.bytes().take_while(u8::is_ascii_alphabetic).count();
         let unit_ms = match &rest[..unit_len] {
@@ -30,28 +49,23 @@ pub fn parse_duration(input: &str) -> Result<Duration, String> {
             "m" => 60_000,
             "h" => 3_600_000,
             "d" => 86_400_000,
-            "" => {
-                return Err(format!(
-                    "invalid duration {input:?}: missing unit (ms, s, m, h or d)"
-                ));
-            }
+            "" => return Err(DurationError::MissingUnit { input: owned() }),
             other => {
-                return Err(format!(
-                    "invalid duration {input:?}: unknown unit {other:?} (use ms, s, m, h or d)"
-                ));
+                return Err(DurationError::UnknownUnit {
+                    input: owned(),
+                    unit: other.to_owned(),
+                });
             }
         };
         if unit_ms >= last_unit_ms {
-            return Err(format!(
-                "invalid duration {input:?}: units must go from largest to smallest"
-            ));
+            return Err(DurationError::UnitOrder { input: owned() });
         }
         last_unit_ms = unit_ms;
         rest = &rest[unit_len..];
         total_ms = value
             .checked_mul(unit_ms)
             .and_then(|v| total_ms.checked_add(v))
-            .ok_or_else(|| format!("invalid duration {input:?}: too large"))?;
+            .ok_or_else(|| DurationError::TooLarge { input: owned() })?;
     }
     Ok(Duration::from_millis(total_ms))
 }

@@ -9,10 +9,11 @@ pub struct ValidationError {
 }
 
 impl ValidationError {
-    pub fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
+    /// `message`: any displayable reason, such as a parse error of this crate.
+    pub fn new(field: impl Into<String>, message: impl std::fmt::Display) -> Self {
         Self {
             field: field.into(),
-            message: message.into(),
+            message: message.to_string(),
         }
     }
 

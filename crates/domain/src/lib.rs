@@ -17,8 +17,8 @@ pub use callback::{
     Callback, CallbackBody, CallbackHeaders, CallbackInput, CallbackTimeout, CallbackUrl,
     HttpMethod, TargetKind,
 };
-pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
-pub use duration::{format_duration, parse_duration};
+pub use clock::{Clock, ManualClock, SystemClock, Timestamp, TimestampError};
+pub use duration::{DurationError, format_duration, parse_duration};
 pub use error::ValidationError;
 pub use horizon::{EXHAUSTED, Horizon, Plan};
 pub use ids::{AppName, Bucket, BucketCount, ShardKey, TaskKey, TimerId, TimerName};

@@ -28,9 +28,7 @@ async fn main() -> anyhow::Result<()> {
     };
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let db = chime_runtime::open_database(&config, clock.clone()).await?;
-    let targets = Targets::new(
-        HttpTarget::new(CallbackSettings::from_config(&config)).map_err(anyhow::Error::msg)?,
-    );
+    let targets = Targets::new(HttpTarget::new(CallbackSettings::from_config(&config))?);
     // Retries are scheduled in the hot index; without Redis the sweeper finds them when due.
     let redis = match config.redis.url {
         Some(_) => Some(

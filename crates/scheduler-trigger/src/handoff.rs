@@ -32,26 +32,43 @@ pub enum Endpoints {
     Dns { host: String, port: u16 },
 }
 
+/// Why the configured executor endpoints are unusable.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EndpointsError {
+    #[error(
+        "no executors configured: set CHIME_EXECUTOR_ENDPOINTS (comma-separated URLs, \
+         or one DNS name such as chime-executor:50061)"
+    )]
+    Missing,
+    #[error("executor endpoint {endpoint:?}: {problem}")]
+    Invalid { endpoint: String, problem: String },
+}
+
+impl EndpointsError {
+    fn invalid(endpoint: &str, problem: impl std::fmt::Display) -> Self {
+        Self::Invalid {
+            endpoint: endpoint.to_owned(),
+            problem: problem.to_string(),
+        }
+    }
+}
+
 impl Endpoints {
     /// Reads the configured list: URLs with a scheme are static; a single `host:port` (or
     /// `dns:///host:port`) is a DNS name.
-    pub fn parse(list: &[String]) -> Result<Self, String> {
+    pub fn parse(list: &[String]) -> Result<Self, EndpointsError> {
         match list {
-            [] => Err(
-                "no executors configured: set CHIME_EXECUTOR_ENDPOINTS (comma-separated URLs, \
-                 or one DNS name such as chime-executor:50061)"
-                    .into(),
-            ),
+            [] => Err(EndpointsError::Missing),
             [one] if !one.contains("://") || one.starts_with("dns://") => {
                 let target = one.trim_start_matches("dns://").trim_start_matches('/');
                 let (host, port) = target
                     .rsplit_once(':')
-                    .ok_or_else(|| format!("executor endpoint {one:?}: expected host:port"))?;
+                    .ok_or_else(|| EndpointsError::invalid(one, "expected host:port"))?;
                 let port = port
                     .parse()
-                    .map_err(|_| format!("executor endpoint {one:?}: bad port {port:?}"))?;
+                    .map_err(|_| EndpointsError::invalid(one, format!("bad port {port:?}")))?;
                 if host.is_empty() {
-                    return Err(format!("executor endpoint {one:?}: no host"));
+                    return Err(EndpointsError::invalid(one, "no host"));
                 }
                 Ok(Self::Dns {
                     host: host.to_owned(),
@@ -61,10 +78,11 @@ impl Endpoints {
             many => {
                 for url in many {
                     Endpoint::from_shared(url.clone())
-                        .map_err(|e| format!("executor endpoint {url:?}: {e}"))?;
+                        .map_err(|e| EndpointsError::invalid(url, e))?;
                     if !url.contains("://") {
-                        return Err(format!(
-                            "executor endpoint {url:?}: a list needs URLs such as http://host:50061"
+                        return Err(EndpointsError::invalid(
+                            url,
+                            "a list needs URLs such as http://host:50061",
                         ));
                     }
                 }

@@ -27,8 +27,7 @@ async fn main() -> anyhow::Result<()> {
     let Some(config) = cli.common.start()? else {
         return Ok(());
     };
-    let endpoints =
-        Endpoints::parse(&config.scheduler.executor_endpoints).map_err(anyhow::Error::msg)?;
+    let endpoints = Endpoints::parse(&config.scheduler.executor_endpoints)?;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let db = chime_runtime::open_database(&config, clock.clone()).await?;
     let redis = chime_runtime::open_redis(&config)

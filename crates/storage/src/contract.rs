@@ -179,7 +179,7 @@ pub mod timer_store {
             .create_timers(vec![plain("c"), plain("d"), plain("a")], H)
             .await;
         assert!(
-            matches!(failed, Err(StoreError::AlreadyExists(_))),
+            matches!(failed, Err(StoreError::NameTaken { .. })),
             "{failed:?}"
         );
         let listed = store
@@ -209,7 +209,7 @@ pub mod timer_store {
             .create_timers(vec![idempotent("billing", "other", "req-1", "fp-b")], H)
             .await;
         assert!(
-            matches!(reused, Err(StoreError::IdempotencyKeyReused(_))),
+            matches!(reused, Err(StoreError::IdempotencyKeyReused { .. })),
             "{reused:?}"
         );
         // Keys are scoped per app.
@@ -271,7 +271,7 @@ pub mod timer_store {
         for t in tasks {
             match t.await.unwrap() {
                 Ok(_) => won += 1,
-                Err(StoreError::AlreadyExists(_)) => taken += 1,
+                Err(StoreError::NameTaken { .. }) => taken += 1,
                 Err(e) => panic!("create failed: {e}"),
             }
         }
@@ -320,7 +320,7 @@ pub mod timer_store {
             .unwrap()
             .timer;
         let dup = store.create_timer(new_timer("billing", "nightly"), H).await;
-        assert!(matches!(dup, Err(StoreError::AlreadyExists(_))), "{dup:?}");
+        assert!(matches!(dup, Err(StoreError::NameTaken { .. })), "{dup:?}");
         store
             .create_timer(new_timer("payroll", "nightly"), H)
             .await
@@ -335,7 +335,7 @@ pub mod timer_store {
             .update_timer(second.id, None, spec("billing", "nightly"), H)
             .await;
         assert!(
-            matches!(clash, Err(StoreError::AlreadyExists(_))),
+            matches!(clash, Err(StoreError::NameTaken { .. })),
             "{clash:?}"
         );
         // Deleting frees the name.

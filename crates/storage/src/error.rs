@@ -6,11 +6,12 @@ use chime_domain::ValidationError;
 pub enum StoreError {
     #[error("{0} not found")]
     NotFound(String),
-    #[error("{0}")]
-    AlreadyExists(String),
+    /// The app already has a live timer of that name.
+    #[error("a timer named {name:?} already exists in app {app:?}")]
+    NameTaken { app: String, name: String },
     /// An idempotency key reused for a different request.
-    #[error("{0}")]
-    IdempotencyKeyReused(String),
+    #[error("idempotency key {key:?} was already used for a different request")]
+    IdempotencyKeyReused { key: String },
     #[error("version conflict: expected version {expected}, the timer is at version {actual}")]
     VersionConflict { expected: i64, actual: i64 },
     #[error(transparent)]

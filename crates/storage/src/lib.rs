@@ -214,7 +214,7 @@ pub(crate) fn first_occurrences(
 /// watermark: the timer fires on those rows with no other service involved.
 #[async_trait]
 pub trait TimerStore: Send + Sync + 'static {
-    /// Creates a timer at version 1. `AlreadyExists` if its app already has a live timer of
+    /// Creates a timer at version 1. `NameTaken` if its app already has a live timer of
     /// that name.
     async fn create_timer(&self, new: NewTimer, horizon: Horizon) -> StoreResult<Written>;
 

@@ -172,10 +172,9 @@ pub(crate) fn check_fingerprint(idem: &crate::IdempotencyKey, stored: &str) -> S
     if idem.fingerprint == stored {
         Ok(())
     } else {
-        Err(StoreError::IdempotencyKeyReused(format!(
-            "idempotency key {:?} was already used for a different request",
-            idem.key
-        )))
+        Err(StoreError::IdempotencyKeyReused {
+            key: idem.key.clone(),
+        })
     }
 }
 
@@ -203,13 +202,12 @@ pub(crate) fn spec_json(spec: &TimerSpec) -> StoreResult<String> {
     serde_json::to_string(spec).map_err(|e| StoreError::Internal(format!("encoding spec: {e}")))
 }
 
-/// Message for a duplicate (app, name).
+/// The error for a duplicate (app, name).
 pub(crate) fn name_taken(spec: &TimerSpec) -> StoreError {
-    StoreError::AlreadyExists(format!(
-        "a timer named {:?} already exists in app {:?}",
-        spec.name.as_str(),
-        spec.app.as_str()
-    ))
+    StoreError::NameTaken {
+        app: spec.app.as_str().to_owned(),
+        name: spec.name.as_str().to_owned(),
+    }
 }
 
 pub(crate) fn timer_not_found(id: TimerId) -> StoreError {

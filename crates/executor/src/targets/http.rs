@@ -61,15 +61,15 @@ pub struct HttpTarget {
 }
 
 impl HttpTarget {
-    pub fn new(settings: CallbackSettings) -> Result<Self, String> {
+    /// Fails only if the TLS backend cannot be set up.
+    pub fn new(settings: CallbackSettings) -> Result<Self, reqwest::Error> {
         let http = chime_runtime::http_client()
             .user_agent(concat!("chime-executor/", env!("CARGO_PKG_VERSION")))
             .pool_max_idle_per_host(settings.idle_per_host)
             .pool_idle_timeout(Duration::from_secs(60))
             .connect_timeout(Duration::from_secs(5))
             .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .map_err(|e| format!("cannot build the callback HTTP client: {e}"))?;
+            .build()?;
         Ok(Self { http, settings })
     }
 

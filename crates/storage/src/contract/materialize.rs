@@ -159,7 +159,7 @@ where
         )
         .await;
     assert!(
-        matches!(failed, Err(StoreError::AlreadyExists(_))),
+        matches!(failed, Err(StoreError::NameTaken { .. })),
         "{failed:?}"
     );
     let far = Timestamp::from_millis(i64::MAX / 2);
