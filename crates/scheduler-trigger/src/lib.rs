@@ -8,6 +8,7 @@
 //! shard. A shard missing from Redis (lost data) is read from the database instead.
 
 pub mod handoff;
+mod shard;
 mod sweeper;
 
 use std::collections::{HashMap, HashSet};
@@ -15,13 +16,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chime_domain::{BucketCount, Clock, ShardKey, TaskKey, Timestamp};
-use chime_storage::{
-    HotEntry, HotIndex, LeaseToken, Leases, OccurrenceStore, StoreResult, TimerStore,
-};
+use chime_storage::{HotIndex, LeaseToken, Leases, OccurrenceStore, TimerStore};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-pub use handoff::{Endpoints, GrpcExecutors, Handoff};
+pub use handoff::{Endpoints, EndpointsError, GrpcExecutors, Handoff};
+use shard::{Member, ShardReader};
 pub use sweeper::Swept;
 
 #[derive(Debug, Clone, Copy)]
@@ -98,20 +98,21 @@ pub struct Scheduler {
     token: LeaseToken,
 }
 
-/// A hot-index member: a task key and when it is due.
-type Member = (TaskKey, Timestamp);
+/// How one round of hand-offs from a shard ended.
+struct Round {
+    /// Executors refused keys: they went back into the shard, which is read again at once.
+    refused: bool,
+    /// Every member read was handed off.
+    drained: bool,
+}
 
-/// Where a held shard's members are read from.
-enum Source {
-    HotIndex,
-    /// Redis lost the shard: the database's claimable occurrences, minus those already
-    /// handed off.
-    Database {
-        sent: HashSet<TaskKey>,
-        /// Whether finding work there was reported (once per shard: a missing shard with
-        /// nothing due, as before the migrator's first step, is not news).
-        warned: bool,
-    },
+/// Whether a shard lease is still this replica's.
+enum LeaseState {
+    Held,
+    /// Another replica holds it now.
+    Lost,
+    /// It could not be renewed (Redis unreachable); stop working the shard.
+    Unknown,
 }
 
 fn lease_name(shard: ShardKey) -> String {
@@ -219,14 +220,20 @@ impl Scheduler {
         tracing::info!("scheduler stopped");
     }
 
-    /// Works one leased shard. Returns `true` when the shard is finished (its minute is over
+    /// Works one leased shard: keep the lease, read what is due soon, hand it off at its
+    /// instant, poll again. Returns `true` when the shard is finished (its minute is over
     /// and nothing is left), `false` when it stopped for another reason.
     async fn work(self: Arc<Self>, shard: ShardKey, stop: CancellationToken) -> bool {
         let name = lease_name(shard);
         let s = self.settings;
         let renew_every = s.lease_ttl / 3;
         let mut renew_at = self.clock.now().saturating_add(renew_every);
-        let mut source = Source::HotIndex;
+        let mut reader = ShardReader::new(
+            shard,
+            self.index.clone(),
+            self.occurrences.clone(),
+            s.read_limit,
+        );
         // Hand-offs in a row that every executor refused outright: each doubles the wait
         // before the next offer, up to a poll, so executors saturated for long are not
         // flooded with offers (nor Redis with the refused going back and forth).
@@ -237,27 +244,19 @@ impl Scheduler {
                 break false;
             }
             let now = self.clock.now();
-            if now >= renew_at {
-                match self.leases.renew(&name, &self.token, s.lease_ttl).await {
-                    Ok(true) => renew_at = now.saturating_add(renew_every),
-                    Ok(false) => {
-                        tracing::warn!(%shard, "shard lease lost");
-                        return false;
-                    }
-                    Err(e) => {
-                        tracing::warn!(%shard, error = %e, "cannot renew shard lease");
-                        break false;
-                    }
-                }
+            match self
+                .keep_lease(shard, &name, &mut renew_at, renew_every, now)
+                .await
+            {
+                LeaseState::Held => {}
+                LeaseState::Lost => return false,
+                LeaseState::Unknown => break false,
             }
             if now > shard.minute_end().add_millis(120_000) {
                 // Out of every replica's window: what is left is the sweeper's.
                 break true;
             }
-            let due = match self
-                .read(shard, now.saturating_add(s.lookahead), &mut source)
-                .await
-            {
+            let due = match reader.read(now.saturating_add(s.lookahead)).await {
                 Ok(due) => due,
                 Err(e) => {
                     tracing::warn!(%shard, error = %e, "cannot read shard");
@@ -270,81 +269,19 @@ impl Scheduler {
             }
             let poll_until = now.saturating_add(s.poll);
             let full_read = due.len() >= s.read_limit;
-            let mut rest = &due[..];
-            let mut was_refused = false;
-            let ahead = i64::try_from(s.dispatch_ahead.as_millis()).unwrap_or(0);
-            while let Some(&(_, first_due)) = rest.first() {
-                let send_at = first_due.add_millis(-ahead);
-                if send_at > poll_until || !self.pause_until(send_at, &stop).await {
-                    break;
-                }
-                let now = self.clock.now();
-                let horizon = now.add_millis(ahead);
-                let n = rest
-                    .iter()
-                    .take(s.batch)
-                    .take_while(|(_, d)| *d <= horizon)
-                    .count();
-                // Members overdue beyond the misfire threshold (this shard was not worked
-                // for a while) are the sweeper's: it applies the timers' misfire policies.
-                let misfired_before = now.saturating_sub(s.misfire_threshold);
-                let (late, due): (Vec<Member>, Vec<Member>) =
-                    rest[..n].iter().partition(|(_, d)| *d < misfired_before);
-                if !late.is_empty() {
-                    let late: Vec<TaskKey> = late.iter().map(|(k, _)| *k).collect();
-                    tracing::info!(%shard, misfired = late.len(), "leaving misfired members to the sweeper");
-                    if let Err(e) = self.forget(shard, &late, &mut source).await {
-                        tracing::warn!(%shard, error = %e, "cannot remove misfired members");
-                    }
-                }
-                let keys: Vec<TaskKey> = due.iter().map(|(k, _)| *k).collect();
-                // Removed before the hand-off, not after: an executor may fail a callback
-                // and put its retry back into this shard before a later removal would run,
-                // which would then delete the retry. If this process dies in between, the
-                // occurrences are still pending in the database, for the sweeper.
-                if let Err(e) = self.forget(shard, &keys, &mut source).await {
-                    tracing::warn!(%shard, error = %e, "cannot remove members before handing them off");
-                }
-                let accepted = self.handoff.hand_off(&keys).await;
-                for (_, d) in &due[..accepted] {
-                    let late = (now.as_millis() - d.as_millis()).max(0);
-                    metrics::histogram!("chime_scheduler_handoff_lateness_seconds")
-                        .record(late as f64 / 1000.0);
-                }
-                metrics::counter!("chime_scheduler_handed_off_total").increment(accepted as u64);
-                if accepted < keys.len() {
-                    // Never dropped: the refused go back into the shard and are offered again.
-                    if let Err(e) = self.restore(shard, &due[accepted..], &mut source).await {
-                        tracing::warn!(%shard, error = %e, "cannot put refused members back; the sweeper will find them");
-                    }
-                    let refused = keys.len() - accepted;
-                    metrics::counter!("chime_scheduler_handoff_deferred_total")
-                        .increment(refused as u64);
-                    if accepted > 0 {
-                        full_refusals = 0;
-                    }
-                    let wait = s
-                        .refused_retry
-                        .saturating_mul(1 << full_refusals.min(16))
-                        .min(s.poll);
-                    if accepted == 0 {
-                        full_refusals += 1;
-                    }
-                    if wait == s.poll {
-                        tracing::warn!(%shard, refused, "every executor is full; retrying");
-                    } else {
-                        tracing::debug!(%shard, refused, "executors refused keys; retrying");
-                    }
-                    self.pause_until(self.clock.now().saturating_add(wait), &stop)
-                        .await;
-                    was_refused = true;
-                    break;
-                }
-                full_refusals = 0;
-                rest = &rest[n..];
-            }
+            let round = self
+                .dispatch(
+                    shard,
+                    &due,
+                    poll_until,
+                    &mut reader,
+                    &mut full_refusals,
+                    &stop,
+                )
+                .await;
             // After a refusal the shard is read again at once: the refused went back into it.
-            if !was_refused && (!full_read || !rest.is_empty()) {
+            // After a full read that was all handed off, too: more may be waiting.
+            if !round.refused && (!full_read || !round.drained) {
                 self.pause_until(poll_until, &stop).await;
             }
         };
@@ -354,97 +291,149 @@ impl Scheduler {
         finished
     }
 
-    /// Members due up to `up_to`, from the hot index or, when Redis lost the shard, from the
-    /// database.
-    async fn read(
+    /// Renews the shard lease when a third of its time has passed.
+    async fn keep_lease(
         &self,
         shard: ShardKey,
-        up_to: Timestamp,
-        source: &mut Source,
-    ) -> StoreResult<Vec<(TaskKey, Timestamp)>> {
-        let limit = self.settings.read_limit;
-        if let Source::HotIndex = source {
-            let due = self.index.due(shard, up_to, limit).await?;
-            if !due.is_empty() || self.index.shard_exists(shard).await? {
-                return Ok(due);
+        name: &str,
+        renew_at: &mut Timestamp,
+        every: Duration,
+        now: Timestamp,
+    ) -> LeaseState {
+        if now < *renew_at {
+            return LeaseState::Held;
+        }
+        match self
+            .leases
+            .renew(name, &self.token, self.settings.lease_ttl)
+            .await
+        {
+            Ok(true) => {
+                *renew_at = now.saturating_add(every);
+                LeaseState::Held
             }
-            metrics::counter!("chime_scheduler_shard_fallbacks_total").increment(1);
-            tracing::debug!(%shard, "shard missing from the hot index; reading the database");
-            *source = Source::Database {
-                sent: HashSet::new(),
-                warned: false,
-            };
-        }
-        if self.index.shard_exists(shard).await? {
-            // Re-populated (by the migrator): members already handed off must not go twice.
-            if let Source::Database { sent, .. } = std::mem::replace(source, Source::HotIndex) {
-                let sent: Vec<TaskKey> = sent.into_iter().collect();
-                self.index.remove(shard, &sent).await?;
+            Ok(false) => {
+                tracing::warn!(%shard, "shard lease lost");
+                LeaseState::Lost
             }
-            return self.index.due(shard, up_to, limit).await;
-        }
-        let Source::Database { sent, warned } = source else {
-            return Ok(Vec::new());
-        };
-        let to = up_to.add_millis(1).min(shard.minute_end());
-        let rows = self
-            .occurrences
-            .due_in_bucket(
-                shard.bucket,
-                shard.minute_start(),
-                to,
-                (limit + sent.len()) as u32,
-            )
-            .await?;
-        let rows: Vec<_> = rows
-            .into_iter()
-            .filter(|(k, _)| !sent.contains(k))
-            .take(limit)
-            .collect();
-        if !rows.is_empty() && !*warned {
-            *warned = true;
-            tracing::warn!(%shard, "shard missing from the hot index (Redis lost it?); handing off from the database");
-        }
-        Ok(rows)
-    }
-
-    async fn forget(
-        &self,
-        shard: ShardKey,
-        keys: &[TaskKey],
-        source: &mut Source,
-    ) -> StoreResult<()> {
-        match source {
-            Source::HotIndex => self.index.remove(shard, keys).await,
-            Source::Database { sent, .. } => {
-                sent.extend(keys.iter().copied());
-                Ok(())
+            Err(e) => {
+                tracing::warn!(%shard, error = %e, "cannot renew shard lease");
+                LeaseState::Unknown
             }
         }
     }
 
-    /// Puts members a hand-off refused back where [`Self::forget`] took them from.
-    async fn restore(
+    /// Hands `due` off batch by batch, each when its first member is `dispatch_ahead` from
+    /// due, until the next poll.
+    async fn dispatch(
         &self,
         shard: ShardKey,
-        members: &[Member],
-        source: &mut Source,
-    ) -> StoreResult<()> {
-        match source {
-            Source::HotIndex => {
-                let entries: Vec<HotEntry> = members
-                    .iter()
-                    .map(|(k, due)| HotEntry::new(*k, *due, shard.bucket))
-                    .collect();
-                self.index.add(&entries).await
+        due: &[Member],
+        poll_until: Timestamp,
+        reader: &mut ShardReader,
+        full_refusals: &mut u32,
+        stop: &CancellationToken,
+    ) -> Round {
+        let s = self.settings;
+        let ahead = i64::try_from(s.dispatch_ahead.as_millis()).unwrap_or(0);
+        let mut rest = due;
+        while let Some(&(_, first_due)) = rest.first() {
+            let send_at = first_due.add_millis(-ahead);
+            if send_at > poll_until || !self.pause_until(send_at, stop).await {
+                break;
             }
-            Source::Database { sent, .. } => {
-                for (k, _) in members {
-                    sent.remove(k);
-                }
-                Ok(())
+            let now = self.clock.now();
+            let horizon = now.add_millis(ahead);
+            let n = rest
+                .iter()
+                .take(s.batch)
+                .take_while(|(_, d)| *d <= horizon)
+                .count();
+            if !self
+                .hand_off_batch(shard, &rest[..n], now, reader, full_refusals, stop)
+                .await
+            {
+                return Round {
+                    refused: true,
+                    drained: false,
+                };
+            }
+            rest = &rest[n..];
+        }
+        Round {
+            refused: false,
+            drained: rest.is_empty(),
+        }
+    }
+
+    /// Hands one batch to executors. Members overdue beyond the misfire threshold are left
+    /// to the sweeper; the rest are taken out of the shard and offered, and what executors
+    /// refuse goes back, after a back-off. Returns whether every key was accepted.
+    async fn hand_off_batch(
+        &self,
+        shard: ShardKey,
+        batch: &[Member],
+        now: Timestamp,
+        reader: &mut ShardReader,
+        full_refusals: &mut u32,
+        stop: &CancellationToken,
+    ) -> bool {
+        let s = self.settings;
+        // Members overdue beyond the misfire threshold (this shard was not worked for a
+        // while) are the sweeper's: it applies the timers' misfire policies.
+        let misfired_before = now.saturating_sub(s.misfire_threshold);
+        let (late, due): (Vec<Member>, Vec<Member>) =
+            batch.iter().partition(|(_, d)| *d < misfired_before);
+        if !late.is_empty() {
+            let late: Vec<TaskKey> = late.iter().map(|(k, _)| *k).collect();
+            tracing::info!(%shard, misfired = late.len(), "leaving misfired members to the sweeper");
+            if let Err(e) = reader.forget(&late).await {
+                tracing::warn!(%shard, error = %e, "cannot remove misfired members");
             }
         }
+        let keys: Vec<TaskKey> = due.iter().map(|(k, _)| *k).collect();
+        // Removed before the hand-off, not after: an executor may fail a callback and put
+        // its retry back into this shard before a later removal would run, which would then
+        // delete the retry. If this process dies in between, the occurrences are still
+        // pending in the database, for the sweeper.
+        if let Err(e) = reader.forget(&keys).await {
+            tracing::warn!(%shard, error = %e, "cannot remove members before handing them off");
+        }
+        let accepted = self.handoff.hand_off(&keys).await;
+        for (_, d) in &due[..accepted] {
+            let late = (now.as_millis() - d.as_millis()).max(0);
+            metrics::histogram!("chime_scheduler_handoff_lateness_seconds")
+                .record(late as f64 / 1000.0);
+        }
+        metrics::counter!("chime_scheduler_handed_off_total").increment(accepted as u64);
+        if accepted == keys.len() {
+            *full_refusals = 0;
+            return true;
+        }
+        // Never dropped: the refused go back into the shard and are offered again.
+        if let Err(e) = reader.restore(&due[accepted..]).await {
+            tracing::warn!(%shard, error = %e, "cannot put refused members back; the sweeper will find them");
+        }
+        let refused = keys.len() - accepted;
+        metrics::counter!("chime_scheduler_handoff_deferred_total").increment(refused as u64);
+        if accepted > 0 {
+            *full_refusals = 0;
+        }
+        let wait = s
+            .refused_retry
+            .saturating_mul(1 << (*full_refusals).min(16))
+            .min(s.poll);
+        if accepted == 0 {
+            *full_refusals += 1;
+        }
+        if wait == s.poll {
+            tracing::warn!(%shard, refused, "every executor is full; retrying");
+        } else {
+            tracing::debug!(%shard, refused, "executors refused keys; retrying");
+        }
+        self.pause_until(self.clock.now().saturating_add(wait), stop)
+            .await;
+        false
     }
 
     /// Sleeps until `at` by the injected clock, to the millisecond. `false` if stopped first.

@@ -1,0 +1,131 @@
+//! Reading one held shard: from the hot index, or from the database when Redis lost the
+//! shard (the fallback), remembering what was handed off meanwhile so nothing goes twice.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use chime_domain::{ShardKey, TaskKey, Timestamp};
+use chime_storage::{HotEntry, HotIndex, OccurrenceStore, StoreResult};
+
+/// A hot-index member: a task key and when it is due.
+pub(crate) type Member = (TaskKey, Timestamp);
+
+/// Where a held shard's members are read from.
+enum Source {
+    HotIndex,
+    /// Redis lost the shard: the database's claimable occurrences, minus those already
+    /// handed off.
+    Database {
+        sent: HashSet<TaskKey>,
+        /// Whether finding work there was reported (once per shard: a missing shard with
+        /// nothing due, as before the migrator's first step, is not news).
+        warned: bool,
+    },
+}
+
+pub(crate) struct ShardReader {
+    shard: ShardKey,
+    index: Arc<dyn HotIndex>,
+    occurrences: Arc<dyn OccurrenceStore>,
+    /// Members read at most per call.
+    limit: usize,
+    source: Source,
+}
+
+impl ShardReader {
+    pub(crate) fn new(
+        shard: ShardKey,
+        index: Arc<dyn HotIndex>,
+        occurrences: Arc<dyn OccurrenceStore>,
+        limit: usize,
+    ) -> Self {
+        Self {
+            shard,
+            index,
+            occurrences,
+            limit,
+            source: Source::HotIndex,
+        }
+    }
+
+    /// Members due up to `up_to`, earliest first, from the hot index or, when Redis lost the
+    /// shard, from the database.
+    pub(crate) async fn read(&mut self, up_to: Timestamp) -> StoreResult<Vec<Member>> {
+        let (shard, limit) = (self.shard, self.limit);
+        if let Source::HotIndex = self.source {
+            let due = self.index.due(shard, up_to, limit).await?;
+            if !due.is_empty() || self.index.shard_exists(shard).await? {
+                return Ok(due);
+            }
+            metrics::counter!("chime_scheduler_shard_fallbacks_total").increment(1);
+            tracing::debug!(%shard, "shard missing from the hot index; reading the database");
+            self.source = Source::Database {
+                sent: HashSet::new(),
+                warned: false,
+            };
+        }
+        if self.index.shard_exists(shard).await? {
+            // Re-populated (by the migrator): members already handed off must not go twice.
+            if let Source::Database { sent, .. } =
+                std::mem::replace(&mut self.source, Source::HotIndex)
+            {
+                let sent: Vec<TaskKey> = sent.into_iter().collect();
+                self.index.remove(shard, &sent).await?;
+            }
+            return self.index.due(shard, up_to, limit).await;
+        }
+        let Source::Database { sent, warned } = &mut self.source else {
+            return Ok(Vec::new());
+        };
+        let to = up_to.add_millis(1).min(shard.minute_end());
+        let rows = self
+            .occurrences
+            .due_in_bucket(
+                shard.bucket,
+                shard.minute_start(),
+                to,
+                (limit + sent.len()) as u32,
+            )
+            .await?;
+        let rows: Vec<_> = rows
+            .into_iter()
+            .filter(|(k, _)| !sent.contains(k))
+            .take(limit)
+            .collect();
+        if !rows.is_empty() && !*warned {
+            *warned = true;
+            tracing::warn!(%shard, "shard missing from the hot index (Redis lost it?); handing off from the database");
+        }
+        Ok(rows)
+    }
+
+    /// Takes members out before their hand-off.
+    pub(crate) async fn forget(&mut self, keys: &[TaskKey]) -> StoreResult<()> {
+        match &mut self.source {
+            Source::HotIndex => self.index.remove(self.shard, keys).await,
+            Source::Database { sent, .. } => {
+                sent.extend(keys.iter().copied());
+                Ok(())
+            }
+        }
+    }
+
+    /// Puts members a hand-off refused back where [`Self::forget`] took them from.
+    pub(crate) async fn restore(&mut self, members: &[Member]) -> StoreResult<()> {
+        match &mut self.source {
+            Source::HotIndex => {
+                let entries: Vec<HotEntry> = members
+                    .iter()
+                    .map(|(k, due)| HotEntry::new(*k, *due, self.shard.bucket))
+                    .collect();
+                self.index.add(&entries).await
+            }
+            Source::Database { sent, .. } => {
+                for (k, _) in members {
+                    sent.remove(k);
+                }
+                Ok(())
+            }
+        }
+    }
+}
