@@ -392,13 +392,48 @@ async fn misfire_policies_after_three_minutes_without_schedulers() {
         .await;
         timers.insert(policy, t["id"].as_i64().unwrap());
     }
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Each timer fires before the scheduler goes.
+    let fired = |id: i64| {
+        sink.received()
+            .iter()
+            .any(|r| r.header("x-chime-timer-id") == Some(id.to_string().as_str()))
+    };
+    wait_until("every timer fired", Duration::from_secs(20), || async {
+        timers.values().all(|id| fired(*id))
+    })
+    .await;
     c.schedulers[0].service.stop().await;
     let down = now();
     tokio::time::sleep(OUTAGE).await;
     let up = now();
     c.schedulers[0].restart().await;
-    tokio::time::sleep(Duration::from_secs(8)).await;
+    // Until every fire time up to the restart is settled (delivered or skipped): none of
+    // them is still pending, retrying or running.
+    let rest = c.rest.clone();
+    wait_until("the outage settled", Duration::from_secs(60), || {
+        let rest = rest.clone();
+        let ids: Vec<i64> = timers.values().copied().collect();
+        async move {
+            for id in ids {
+                for status in ["pending", "retrying", "running"] {
+                    let page = get_json(format!(
+                        "{rest}/v1/timers/{id}/runs?status={status}&page_size=1000"
+                    ))
+                    .await;
+                    let open = page["runs"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .any(|r| ms(r["run_at"].as_str().unwrap()) <= up);
+                    if open {
+                        return false;
+                    }
+                }
+            }
+            true
+        }
+    })
+    .await;
 
     // Deliveries per policy of fire times inside the outage. The last one or two before the
     // restart are within the threshold when the scheduler gets to them: merely late, they
@@ -439,4 +474,20 @@ async fn misfire_policies_after_three_minutes_without_schedulers() {
     assert!(of("skip").len() <= 1, "{:?}", of("skip"));
     assert_eq!(older("skip"), 0);
     c.stop().await;
+}
+
+/// Waits until `done` holds, polling every 200 ms; fails naming `what` after `within`.
+async fn wait_until<F, Fut>(what: &str, within: Duration, mut done: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + within;
+    while !done().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
