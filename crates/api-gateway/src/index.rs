@@ -175,6 +175,17 @@ mod tests {
         gate: Semaphore,
     }
 
+    impl GatedIndex {
+        /// Every write waits until the test adds permits.
+        fn closed() -> Arc<Self> {
+            Arc::new(Self {
+                entered: AtomicI64::new(0),
+                calls: Mutex::new(Vec::new()),
+                gate: Semaphore::new(0),
+            })
+        }
+    }
+
     #[async_trait]
     impl HotIndex for GatedIndex {
         async fn add(&self, entries: &[HotEntry]) -> StoreResult<()> {
@@ -213,11 +224,7 @@ mod tests {
 
     #[tokio::test]
     async fn concurrent_requests_share_one_write() {
-        let index = Arc::new(GatedIndex {
-            entered: AtomicI64::new(0),
-            calls: Mutex::new(Vec::new()),
-            gate: Semaphore::new(0),
-        });
+        let index = GatedIndex::closed();
         let writer = Arc::new(IndexWriter::new(
             Some(index.clone() as Arc<dyn HotIndex>),
             Arc::new(SystemClock),
@@ -239,11 +246,7 @@ mod tests {
 
     #[tokio::test]
     async fn requests_for_later_occurrences_do_not_wait_for_the_write() {
-        let index = Arc::new(GatedIndex {
-            entered: AtomicI64::new(0),
-            calls: Mutex::new(Vec::new()),
-            gate: Semaphore::new(0),
-        });
+        let index = GatedIndex::closed();
         let clock = Arc::new(SystemClock);
         let writer = IndexWriter::new(Some(index.clone() as Arc<dyn HotIndex>), clock.clone());
         let timer_id = TimerId::new(7).unwrap();

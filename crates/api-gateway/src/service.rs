@@ -182,13 +182,8 @@ impl TimerApi for TimerService {
         ctx: &RequestContext,
         query: ListTimers,
     ) -> ApiResult<Page<TimerView>> {
-        let asked = query
-            .app
-            .filter(|a| !a.is_empty())
-            .map(AppName::parse)
-            .transpose()?;
         let filter = TimerFilter {
-            app: ctx.scope.narrow(asked)?,
+            app: listed_app(ctx, query.app)?,
             enabled: query.enabled,
             bucket: None,
         };
@@ -310,16 +305,12 @@ impl TimerApi for TimerService {
         ctx: &RequestContext,
         query: ListDeadLetters,
     ) -> ApiResult<Page<Occurrence>> {
-        let asked = query
-            .app
-            .filter(|a| !a.is_empty())
-            .map(AppName::parse)
-            .transpose()?;
+        let app = listed_app(ctx, query.app)?;
         if let Some(id) = query.timer_id {
             self.check_visible(ctx, id).await?;
         }
         let filter = DeadFilter {
-            app: ctx.scope.narrow(asked)?,
+            app,
             timer_id: query.timer_id,
         };
         let page = PageRequest {
@@ -373,6 +364,16 @@ impl TimerApi for TimerService {
             .await?;
         Ok(())
     }
+}
+
+/// The app a listing is limited to: the one asked for (empty means none), within the
+/// caller's scope.
+fn listed_app(ctx: &RequestContext, asked: Option<String>) -> ApiResult<Option<AppName>> {
+    let asked = asked
+        .filter(|a| !a.is_empty())
+        .map(AppName::parse)
+        .transpose()?;
+    ctx.scope.narrow(asked)
 }
 
 /// Identifies a create request's content, stable across releases (stored with the key).
