@@ -25,17 +25,9 @@ async fn main() -> anyhow::Result<()> {
         return Ok(());
     };
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let db = chime_runtime::open_database(&config, clock.clone()).await?;
     // Without Redis the occurrences a request writes are found by the schedulers' database
     // reads; with it, they are indexed after the commit.
-    let redis = match config.redis.url {
-        Some(_) => Some(
-            chime_runtime::open_redis(&config)
-                .await
-                .context("connecting to Redis")?,
-        ),
-        None => None,
-    };
+    let stores = chime_runtime::Stores::for_service(&config, clock.clone()).await?;
     if config.gateway.migrator_endpoint.is_some() {
         tracing::info!(
             "CHIME_MIGRATOR_ENDPOINT is not needed any more: the gateway writes a timer's \
@@ -43,11 +35,9 @@ async fn main() -> anyhow::Result<()> {
         );
     }
     let api: Arc<dyn TimerApi> = Arc::new(TimerService::new(
-        db.timers,
-        db.occurrences,
-        redis
-            .as_ref()
-            .map(|r| Arc::new(r.hot_index()) as Arc<dyn chime_storage::HotIndex>),
+        stores.database.timers.clone(),
+        stores.database.occurrences.clone(),
+        stores.hot_index.clone(),
         config.horizon(),
         clock,
     ));
@@ -59,8 +49,6 @@ async fn main() -> anyhow::Result<()> {
     tracing::info!(rest = %config.gateway.http_addr, grpc = %config.gateway.grpc_addr, "starting");
     let served =
         chime_api_gateway::serve(api, http, grpc, admin, chime_runtime::shutdown_token()).await;
-    if let Some(redis) = redis {
-        redis.quit().await;
-    }
+    stores.close().await;
     served
 }

@@ -15,9 +15,8 @@ use chime_domain::{Clock, SystemClock, TaskKey, Timestamp};
 use chime_executor::{CallbackSettings, Executor, ExecutorSettings, HttpTarget, Targets};
 use chime_migrator::{Janitor, Materializer, Migrator, MigratorSettings, RetentionSettings};
 use chime_runtime::Config;
+use chime_runtime::{HotPath, Stores};
 use chime_scheduler::{Handoff, Scheduler, SchedulerSettings};
-use chime_storage::Database;
-use chime_storage::memory::{MemoryHotIndex, MemoryLeases};
 use tokio_util::sync::CancellationToken;
 
 #[derive(Debug, Clone, clap::Args)]
@@ -80,19 +79,9 @@ pub async fn run(config: Config, args: DevArgs) -> anyhow::Result<()> {
     let started = Instant::now();
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let url = args.database_url(&config);
-    let db = Database::open(
-        &url,
-        &chime_runtime::pg_settings(&config),
-        clock.clone(),
-        config.buckets,
-    )
-    .await?;
-    db.migrate().await?;
-    let index = Arc::new(MemoryHotIndex::new(
-        clock.clone(),
-        config.redis.shard_retention.get(),
-    ));
-    let leases = Arc::new(MemoryLeases::new(clock.clone()));
+    let stores = Stores::open(&config, &url, clock.clone(), HotPath::InMemory, true).await?;
+    let (index, leases) = stores.hot_path()?;
+    let db = stores.database.clone();
 
     let settings = MigratorSettings::from_config(&config);
     let migrator = Arc::new(Migrator::new(

@@ -27,23 +27,14 @@ async fn main() -> anyhow::Result<()> {
         return Ok(());
     };
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let db = chime_runtime::open_database(&config, clock.clone()).await?;
+    let stores = chime_runtime::Stores::for_service(&config, clock.clone()).await?;
+    let db = stores.database.clone();
     let targets = Targets::new(HttpTarget::new(CallbackSettings::from_config(&config))?);
     // Retries are scheduled in the hot index; without Redis the sweeper finds them when due.
-    let redis = match config.redis.url {
-        Some(_) => Some(
-            chime_runtime::open_redis(&config)
-                .await
-                .context("connecting to Redis")?,
-        ),
-        None => {
-            tracing::warn!("no CHIME_REDIS_URL: retries wait for the scheduler's sweeper");
-            None
-        }
-    };
-    let index = redis
-        .as_ref()
-        .map(|r| Arc::new(r.hot_index()) as Arc<dyn chime_storage::HotIndex>);
+    if stores.hot_index.is_none() {
+        tracing::warn!("no CHIME_REDIS_URL: retries wait for the scheduler's sweeper");
+    }
+    let index = stores.hot_index.clone();
     let executor = Executor::start(
         db.timers.clone(),
         db.occurrences.clone(),
@@ -70,9 +61,6 @@ async fn main() -> anyhow::Result<()> {
         config.shutdown_grace.get(),
     )
     .await;
-    if let Some(r) = redis {
-        r.quit().await;
-    }
-    db.close().await;
+    stores.close().await;
     served
 }

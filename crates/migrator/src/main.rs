@@ -46,26 +46,21 @@ async fn main() -> anyhow::Result<()> {
 
 async fn run(config: chime_runtime::Config) -> anyhow::Result<()> {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let db = chime_runtime::open_database(&config, clock.clone()).await?;
-    let redis = chime_runtime::open_redis(&config)
-        .await
-        .context("connecting to Redis")?;
+    let stores = chime_runtime::Stores::for_service(&config, clock.clone()).await?;
+    let (index, leases) = stores.hot_path()?;
+    let db = stores.database.clone();
     let settings = MigratorSettings::from_config(&config);
     let materializer = Materializer::new(
         db.timers.clone(),
         db.occurrences.clone(),
-        Arc::new(redis.hot_index()),
+        index,
         clock,
         settings.horizon,
     );
-    let migrator = Arc::new(Migrator::new(
-        materializer,
-        Arc::new(redis.leases()),
-        settings,
-    ));
+    let migrator = Arc::new(Migrator::new(materializer, leases.clone(), settings));
     let janitor = Janitor::new(
         db.retention.clone(),
-        Arc::new(redis.leases()),
+        leases,
         Arc::new(SystemClock),
         RetentionSettings::from_config(&config),
     );
@@ -89,7 +84,6 @@ async fn run(config: chime_runtime::Config) -> anyhow::Result<()> {
         chime_migrator::grpc::serve(migrator, grpc, admin, readiness, shutdown.clone()),
         janitor.run(shutdown.clone())
     );
-    redis.quit().await;
-    db.close().await;
+    stores.close().await;
     served
 }

@@ -4,6 +4,7 @@
 pub mod admin;
 mod config;
 mod shutdown;
+mod stores;
 mod telemetry;
 
 pub use config::{
@@ -11,48 +12,8 @@ pub use config::{
     LogFormat, MigratorConfig, RedisConfig, RetentionConfig, SchedulerConfig, Seconds,
 };
 pub use shutdown::{cancel_on_signal, shutdown_token};
+pub use stores::{HotPath, Stores, pg_settings};
 pub use telemetry::{init_tracing, prometheus};
-
-/// Opens the configured database (`CHIME_DATABASE_URL`) and checks that its schema is
-/// current, so a service never runs against a schema it does not know.
-pub async fn open_database(
-    config: &Config,
-    clock: std::sync::Arc<dyn chime_domain::Clock>,
-) -> Result<chime_storage::Database, chime_storage::StoreError> {
-    let url = config
-        .database_url()
-        .map_err(|e| chime_storage::StoreError::Internal(e.to_string()))?;
-    let db =
-        chime_storage::Database::open(url, &pg_settings(config), clock, config.buckets).await?;
-    db.require_current_schema().await?;
-    Ok(db)
-}
-
-/// The PostgreSQL pool settings of `[database]`.
-pub fn pg_settings(config: &Config) -> chime_storage::postgres::PgSettings {
-    chime_storage::postgres::PgSettings {
-        max_connections: config.database.max_connections,
-        acquire_timeout: config.database.acquire_timeout.get(),
-    }
-}
-
-/// Connects to the configured Redis (`CHIME_REDIS_URL`, `CHIME_REDIS_PREFIX`).
-pub async fn open_redis(
-    config: &Config,
-) -> Result<chime_storage::redis::RedisBackend, chime_storage::StoreError> {
-    let url = config.redis.url.as_deref().ok_or_else(|| {
-        chime_storage::StoreError::Internal(
-            "no Redis configured: set CHIME_REDIS_URL (redis://…)".into(),
-        )
-    })?;
-    let settings = chime_storage::redis::RedisSettings {
-        prefix: config.redis.prefix.clone(),
-        pool_size: config.redis.pool_size,
-        shard_retention: config.redis.shard_retention.get(),
-        ..Default::default()
-    };
-    chime_storage::redis::RedisBackend::connect(url, settings).await
-}
 
 /// `/readyz` of a service whose job needs the database: ready when it answers.
 pub struct DatabaseReadiness(pub chime_storage::Database);

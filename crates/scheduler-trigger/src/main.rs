@@ -29,17 +29,16 @@ async fn main() -> anyhow::Result<()> {
     };
     let endpoints = Endpoints::parse(&config.scheduler.executor_endpoints)?;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let db = chime_runtime::open_database(&config, clock.clone()).await?;
-    let redis = chime_runtime::open_redis(&config)
-        .await
-        .context("connecting to Redis")?;
+    let stores = chime_runtime::Stores::for_service(&config, clock.clone()).await?;
+    let (index, leases) = stores.hot_path()?;
+    let db = stores.database.clone();
     let shutdown = chime_runtime::shutdown_token();
     let executors = GrpcExecutors::new(endpoints).await;
     executors.keep_resolving(Duration::from_secs(5), shutdown.clone());
     let scheduler = Scheduler::new(
         db.timers.clone(),
-        Arc::new(redis.hot_index()),
-        Arc::new(redis.leases()),
+        index,
+        leases,
         db.occurrences.clone(),
         executors,
         clock,
@@ -62,8 +61,7 @@ async fn main() -> anyhow::Result<()> {
         ),
         scheduler.run(shutdown.clone(), config.shutdown_grace.get()),
     );
-    redis.quit().await;
-    db.close().await;
+    stores.close().await;
     admin?;
     Ok(())
 }

@@ -2,29 +2,60 @@
 
 use std::sync::Arc;
 
+use async_trait::async_trait;
 use chime_domain::{BucketCount, Clock};
 
 use crate::postgres::{PgSettings, PgStore};
 use crate::sqlite::SqliteStore;
 use crate::{OccurrenceStore, Retention, SchemaStatus, StoreError, StoreResult, TimerStore};
 
-#[derive(Clone)]
-enum Backend {
-    Postgres(Arc<PgStore>),
-    Sqlite(Arc<SqliteStore>),
+/// What [`Database`] needs of a backend beyond the storage traits: its schema and its
+/// connections. A new backend implements it and adds one arm to [`Database::open`].
+#[async_trait]
+trait Schema: Send + Sync + 'static {
+    async fn schema_status(&self) -> StoreResult<SchemaStatus>;
+    async fn migrate(&self) -> StoreResult<()>;
+    async fn close(&self);
 }
 
-/// The durable store behind both traits: PostgreSQL for `postgres://…`, SQLite for
+#[async_trait]
+impl Schema for PgStore {
+    async fn schema_status(&self) -> StoreResult<SchemaStatus> {
+        PgStore::schema_status(self).await
+    }
+    async fn migrate(&self) -> StoreResult<()> {
+        PgStore::migrate(self).await
+    }
+    async fn close(&self) {
+        self.pool().close().await;
+    }
+}
+
+#[async_trait]
+impl Schema for SqliteStore {
+    async fn schema_status(&self) -> StoreResult<SchemaStatus> {
+        SqliteStore::schema_status(self).await
+    }
+    async fn migrate(&self) -> StoreResult<()> {
+        SqliteStore::migrate(self).await
+    }
+    async fn close(&self) {
+        SqliteStore::close(self).await;
+    }
+}
+
+/// The durable store behind the storage traits: PostgreSQL for `postgres://…`, SQLite for
 /// `sqlite:…`.
 #[derive(Clone)]
 pub struct Database {
     pub timers: Arc<dyn TimerStore>,
     pub occurrences: Arc<dyn OccurrenceStore>,
     pub retention: Arc<dyn Retention>,
-    backend: Backend,
+    schema: Arc<dyn Schema>,
 }
 
 impl Database {
+    /// Opens the backend the URL's scheme names.
     pub async fn open(
         url: &str,
         settings: &PgSettings,
@@ -32,21 +63,13 @@ impl Database {
         buckets: BucketCount,
     ) -> StoreResult<Self> {
         if url.starts_with("sqlite:") {
-            let store = Arc::new(SqliteStore::open(url, clock, buckets).await?);
-            Ok(Self {
-                timers: store.clone(),
-                occurrences: store.clone(),
-                retention: store.clone(),
-                backend: Backend::Sqlite(store),
-            })
+            Ok(Self::of(Arc::new(
+                SqliteStore::open(url, clock, buckets).await?,
+            )))
         } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-            let store = Arc::new(PgStore::connect(url, settings, clock, buckets).await?);
-            Ok(Self {
-                timers: store.clone(),
-                occurrences: store.clone(),
-                retention: store.clone(),
-                backend: Backend::Postgres(store),
-            })
+            Ok(Self::of(Arc::new(
+                PgStore::connect(url, settings, clock, buckets).await?,
+            )))
         } else {
             Err(StoreError::Internal(
                 "the database URL must start with postgres:// or sqlite:".into(),
@@ -54,18 +77,25 @@ impl Database {
         }
     }
 
-    pub async fn schema_status(&self) -> StoreResult<SchemaStatus> {
-        match &self.backend {
-            Backend::Postgres(s) => s.schema_status().await,
-            Backend::Sqlite(s) => s.schema_status().await,
+    /// One store serving every trait.
+    fn of<S>(store: Arc<S>) -> Self
+    where
+        S: TimerStore + OccurrenceStore + Retention + Schema,
+    {
+        Self {
+            timers: store.clone(),
+            occurrences: store.clone(),
+            retention: store.clone(),
+            schema: store,
         }
     }
 
+    pub async fn schema_status(&self) -> StoreResult<SchemaStatus> {
+        self.schema.schema_status().await
+    }
+
     pub async fn migrate(&self) -> StoreResult<()> {
-        match &self.backend {
-            Backend::Postgres(s) => s.migrate().await,
-            Backend::Sqlite(s) => s.migrate().await,
-        }
+        self.schema.migrate().await
     }
 
     /// Fails with the message operators need when the schema is behind this binary.
@@ -85,9 +115,6 @@ impl Database {
     }
 
     pub async fn close(&self) {
-        match &self.backend {
-            Backend::Postgres(s) => s.pool().close().await,
-            Backend::Sqlite(s) => s.close().await,
-        }
+        self.schema.close().await;
     }
 }
