@@ -6,19 +6,24 @@ use std::sync::Arc;
 
 use chime_domain::SystemClock;
 use chime_runtime::{Config, HotPath, Stores};
-use chime_storage::SchemaStatus;
+use chime_storage::{SchemaStatus, StoreError};
+
+/// A private in-memory SQLite database with the default configuration.
+async fn open(hot_path: HotPath, migrate: bool) -> Result<Stores, StoreError> {
+    let clock = Arc::new(SystemClock);
+    Stores::open(
+        &Config::default(),
+        "sqlite::memory:",
+        clock,
+        hot_path,
+        migrate,
+    )
+    .await
+}
 
 #[tokio::test]
 async fn chime_dev_gets_a_migrated_database_and_an_in_memory_hot_path() {
-    let stores = Stores::open(
-        &Config::default(),
-        "sqlite::memory:",
-        Arc::new(SystemClock),
-        HotPath::InMemory,
-        true,
-    )
-    .await
-    .unwrap();
+    let stores = open(HotPath::InMemory, true).await.unwrap();
     assert_eq!(
         stores.database.schema_status().await.unwrap(),
         SchemaStatus::Current
@@ -29,15 +34,7 @@ async fn chime_dev_gets_a_migrated_database_and_an_in_memory_hot_path() {
 
 #[tokio::test]
 async fn a_service_without_redis_has_no_hot_path_and_says_what_to_set() {
-    let stores = Stores::open(
-        &Config::default(),
-        "sqlite::memory:",
-        Arc::new(SystemClock),
-        HotPath::Configured,
-        true,
-    )
-    .await
-    .unwrap();
+    let stores = open(HotPath::Configured, true).await.unwrap();
     assert!(stores.hot_index.is_none() && stores.leases.is_none());
     let missing = stores.hot_path().err().expect("no Redis configured");
     assert!(missing.to_string().contains("CHIME_REDIS_URL"), "{missing}");
@@ -45,16 +42,10 @@ async fn a_service_without_redis_has_no_hot_path_and_says_what_to_set() {
 
 #[tokio::test]
 async fn a_service_refuses_a_schema_behind_its_binary() {
-    let refused = Stores::open(
-        &Config::default(),
-        "sqlite::memory:",
-        Arc::new(SystemClock),
-        HotPath::InMemory,
-        false,
-    )
-    .await
-    .err()
-    .expect("an empty database is behind");
+    let refused = open(HotPath::InMemory, false)
+        .await
+        .err()
+        .expect("an empty database is behind");
     assert!(
         refused.to_string().contains("chime-migrator migrate"),
         "{refused}"
