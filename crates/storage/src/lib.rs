@@ -28,6 +28,7 @@ mod open;
 pub mod postgres;
 pub mod redis;
 mod rows;
+mod sql;
 pub mod sqlite;
 pub mod testkit;
 

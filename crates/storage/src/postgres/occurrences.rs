@@ -7,6 +7,7 @@ use chime_domain::{
 
 use super::PgStore;
 use crate::rows;
+use crate::sql;
 use crate::{
     DeadFilter, OccurrenceStore, PageRequest, Redrive, RunFilter, StoreResult, decode_page_token,
     into_page,
@@ -111,18 +112,13 @@ impl OccurrenceStore for PgStore {
     ) -> StoreResult<Page<Occurrence>> {
         let scope = filter.scope();
         let before = filter.before(decode_page_token(page, &scope)?);
-        let rows = sqlx::query(concat!(
-            "SELECT ",
-            occurrence_cols!(),
-            " FROM occurrences WHERE timer_id = $1 AND ($2::text IS NULL OR status = $2) \
-              AND run_at < $3 ORDER BY run_at DESC LIMIT $4"
-        ))
-        .bind(filter.timer_id.get())
-        .bind(filter.status.map(|s| s.as_str()))
-        .bind(before)
-        .bind(i64::from(page.size.get()) + 1)
-        .fetch_all(&self.pool)
-        .await?;
+        let rows = sqlx::query(sql::LIST_RUNS)
+            .bind(filter.timer_id.get())
+            .bind(filter.status.map(|s| s.as_str()))
+            .bind(before)
+            .bind(i64::from(page.size.get()) + 1)
+            .fetch_all(&self.pool)
+            .await?;
         let items = rows::occurrences(&rows)?;
         Ok(into_page(items, page.size, &scope, |o| {
             (o.key.run_at.as_millis(), 0)
@@ -155,23 +151,14 @@ impl OccurrenceStore for PgStore {
     ) -> StoreResult<Page<Occurrence>> {
         let scope = filter.scope();
         let (after_id, after_run) = decode_page_token(page, &scope)?.unwrap_or((0, i64::MIN));
-        let rows = sqlx::query(concat!(
-            "SELECT ",
-            occurrence_cols!(),
-            " FROM occurrences WHERE status = 'dead' \
-               AND ($1::bigint IS NULL OR timer_id = $1) \
-               AND ($2::text IS NULL OR timer_id IN \
-                    (SELECT id FROM timers WHERE app = $2)) \
-               AND (timer_id, run_at) > ($3, $4) \
-             ORDER BY timer_id, run_at LIMIT $5"
-        ))
-        .bind(filter.timer_id.map(|t| t.get()))
-        .bind(filter.app.as_ref().map(chime_domain::AppName::as_str))
-        .bind(after_id)
-        .bind(after_run)
-        .bind(i64::from(page.size.get()) + 1)
-        .fetch_all(&self.pool)
-        .await?;
+        let rows = sqlx::query(sql::LIST_DEAD)
+            .bind(filter.timer_id.map(|t| t.get()))
+            .bind(filter.app.as_ref().map(chime_domain::AppName::as_str))
+            .bind(after_id)
+            .bind(after_run)
+            .bind(i64::from(page.size.get()) + 1)
+            .fetch_all(&self.pool)
+            .await?;
         let items = rows::occurrences(&rows)?;
         Ok(into_page(items, page.size, &scope, |o| {
             (o.key.timer_id.get(), o.key.run_at.as_millis())
@@ -180,16 +167,12 @@ impl OccurrenceStore for PgStore {
 
     async fn redrive(&self, what: Redrive, now: Timestamp) -> StoreResult<u64> {
         let (timer, run_at) = what.parts();
-        let done = sqlx::query(
-            "UPDATE occurrences SET status = 'pending', attempt = 0, next_attempt_at = $3, \
-               lease_until = NULL, error = NULL \
-             WHERE status = 'dead' AND timer_id = $1 AND ($2::bigint IS NULL OR run_at = $2)",
-        )
-        .bind(timer)
-        .bind(run_at)
-        .bind(now.as_millis())
-        .execute(&self.pool)
-        .await?;
+        let done = sqlx::query(sql::REDRIVE)
+            .bind(timer)
+            .bind(run_at)
+            .bind(now.as_millis())
+            .execute(&self.pool)
+            .await?;
         Ok(done.rows_affected())
     }
 
@@ -199,22 +182,12 @@ impl OccurrenceStore for PgStore {
         now: Timestamp,
         limit: u32,
     ) -> StoreResult<Vec<Occurrence>> {
-        let rows = sqlx::query(concat!(
-            "(SELECT ",
-            occurrence_cols!(),
-            " FROM occurrences WHERE status IN ('pending', 'retrying') \
-               AND COALESCE(next_attempt_at, run_at) < $1 \
-               ORDER BY COALESCE(next_attempt_at, run_at) LIMIT $3) \
-             UNION ALL (SELECT ",
-            occurrence_cols!(),
-            " FROM occurrences WHERE status = 'running' AND lease_until < $2 \
-               ORDER BY lease_until LIMIT $3)"
-        ))
-        .bind(due_before.as_millis())
-        .bind(now.as_millis())
-        .bind(i64::from(limit))
-        .fetch_all(&self.pool)
-        .await?;
+        let rows = sqlx::query(sql::FIND_OVERDUE)
+            .bind(due_before.as_millis())
+            .bind(now.as_millis())
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await?;
         let items = rows::occurrences(&rows)?;
         Ok(crate::oldest_first(items, limit))
     }
@@ -226,19 +199,13 @@ impl OccurrenceStore for PgStore {
         to: Timestamp,
         limit: u32,
     ) -> StoreResult<Vec<(TaskKey, Timestamp)>> {
-        let rows = sqlx::query(
-            "SELECT timer_id, run_at, COALESCE(next_attempt_at, run_at) AS due FROM occurrences \
-             WHERE status IN ('pending', 'retrying') AND bucket = $1 \
-               AND COALESCE(next_attempt_at, run_at) >= $2 \
-               AND COALESCE(next_attempt_at, run_at) < $3 \
-             ORDER BY due LIMIT $4",
-        )
-        .bind(bucket.get() as i32)
-        .bind(from.as_millis())
-        .bind(to.as_millis())
-        .bind(i64::from(limit))
-        .fetch_all(&self.pool)
-        .await?;
+        let rows = sqlx::query(sql::DUE_IN_BUCKET)
+            .bind(bucket.get() as i32)
+            .bind(from.as_millis())
+            .bind(to.as_millis())
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await?;
         rows.iter().map(rows::due_pair).collect()
     }
 }

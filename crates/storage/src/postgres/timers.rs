@@ -12,6 +12,7 @@ use super::PgStore;
 use super::create::{PendingCreate, insert_timers};
 use super::occurrences::insert_new;
 use crate::rows::{self, spec_json, timer_not_found};
+use crate::sql;
 use crate::{
     Behind, CreateTimer, PageRequest, StoreError, StoreResult, TimerFilter, TimerStore, Watermark,
     Written, decode_page_token, first_occurrences, into_page,
@@ -200,22 +201,14 @@ impl TimerStore for PgStore {
     ) -> StoreResult<Page<Timer>> {
         let scope = filter.scope();
         let after = decode_page_token(page, &scope)?.map_or(0, |(id, _)| id);
-        let rows = sqlx::query(concat!(
-            "SELECT ",
-            timer_cols!(),
-            " FROM timers WHERE deleted_at IS NULL \
-              AND ($1::text IS NULL OR app = $1) \
-              AND ($2::boolean IS NULL OR enabled = $2) \
-              AND ($3::integer IS NULL OR bucket = $3) \
-              AND id > $4 ORDER BY id LIMIT $5"
-        ))
-        .bind(filter.app.as_ref().map(|a| a.as_str()))
-        .bind(filter.enabled)
-        .bind(filter.bucket.map(|b| b.get() as i32))
-        .bind(after)
-        .bind(i64::from(page.size.get()) + 1)
-        .fetch_all(&self.pool)
-        .await?;
+        let rows = sqlx::query(sql::LIST_TIMERS)
+            .bind(filter.app.as_ref().map(|a| a.as_str()))
+            .bind(filter.enabled)
+            .bind(filter.bucket.map(|b| b.get() as i32))
+            .bind(after)
+            .bind(i64::from(page.size.get()) + 1)
+            .fetch_all(&self.pool)
+            .await?;
         let items = rows::timers(&rows)?;
         Ok(into_page(items, page.size, &scope, |t| (t.id.get(), 0)))
     }

@@ -9,6 +9,7 @@ use serde_json::json;
 
 use super::SqliteStore;
 use crate::rows::{self, spec_json, timer_not_found};
+use crate::sql;
 use crate::{
     Behind, CreateTimer, PageRequest, StoreError, StoreResult, TimerFilter, TimerStore, Watermark,
     Written, decode_page_token, into_page,
@@ -118,20 +119,14 @@ impl TimerStore for SqliteStore {
     ) -> StoreResult<Page<Timer>> {
         let scope = filter.scope();
         let after = decode_page_token(page, &scope)?.map_or(0, |(id, _)| id);
-        let rows = sqlx::query(concat!(
-            "SELECT ",
-            timer_cols!(),
-            " FROM timers WHERE deleted_at IS NULL \
-              AND (?1 IS NULL OR app = ?1) AND (?2 IS NULL OR enabled = ?2) \
-              AND (?3 IS NULL OR bucket = ?3) AND id > ?4 ORDER BY id LIMIT ?5"
-        ))
-        .bind(filter.app.as_ref().map(|a| a.as_str()))
-        .bind(filter.enabled)
-        .bind(filter.bucket.map(|b| b.get() as i32))
-        .bind(after)
-        .bind(i64::from(page.size.get()) + 1)
-        .fetch_all(&self.reader)
-        .await?;
+        let rows = sqlx::query(sql::LIST_TIMERS)
+            .bind(filter.app.as_ref().map(|a| a.as_str()))
+            .bind(filter.enabled)
+            .bind(filter.bucket.map(|b| b.get() as i32))
+            .bind(after)
+            .bind(i64::from(page.size.get()) + 1)
+            .fetch_all(&self.reader)
+            .await?;
         let items = rows::timers(&rows)?;
         Ok(into_page(items, page.size, &scope, |t| (t.id.get(), 0)))
     }
