@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use chime_domain::{Clock, NewOccurrence};
+use chime_domain::{Clock, NewOccurrence, Timestamp};
 use chime_storage::{HotEntry, HotIndex};
 use tokio::sync::{mpsc, oneshot};
 
@@ -44,8 +44,8 @@ struct Health {
 }
 
 impl Health {
-    fn skipping(&self) -> bool {
-        self.clock.now().as_millis() < self.skip_until.load(Ordering::Relaxed)
+    fn skipping(&self, now: Timestamp) -> bool {
+        now.as_millis() < self.skip_until.load(Ordering::Relaxed)
     }
 
     /// Counts one failed write (or a wait that timed out) and backs off.
@@ -88,13 +88,13 @@ impl IndexWriter {
         if written.is_empty() {
             return;
         }
-        if self.health.skipping() {
+        let now = self.health.clock.now();
+        if self.health.skipping(now) {
             metrics::counter!("chime_gateway_index_writes_skipped_total").increment(1);
             return;
         }
         let soonest = written.iter().map(|o| o.key.run_at).min();
-        let wait = soonest
-            .is_some_and(|due| due <= self.health.clock.now().saturating_add(NO_WAIT_BEYOND));
+        let wait = soonest.is_some_and(|due| due <= now.saturating_add(NO_WAIT_BEYOND));
         let entries: Vec<HotEntry> = written
             .iter()
             .map(|o| HotEntry::new(o.key, o.key.run_at, o.bucket))
@@ -261,7 +261,7 @@ mod tests {
         // The write is held at the gate, yet the request returns, and without counting a
         // timeout against the index.
         writer.add(&[later]).await;
-        assert!(!writer.health.skipping());
+        assert!(!writer.health.skipping(clock.now()));
         index.gate.add_permits(1);
         wait_until(|| *index.calls.lock().unwrap() == vec![1]).await;
     }

@@ -78,7 +78,7 @@ impl TimerService {
         if ctx.scope.permits(&timer.spec.app) {
             Ok(timer)
         } else {
-            Err(StoreError::NotFound(format!("timer {id}")).into())
+            Err(StoreError::timer_not_found(id).into())
         }
     }
 

@@ -178,6 +178,27 @@ pub struct Outcome {
 }
 
 impl Outcome {
+    /// An attempt that ended without a receiver's answer to record: `status` with only
+    /// when it fired (if it did) and why.
+    pub fn ended(
+        key: TaskKey,
+        attempt: u32,
+        status: OccurrenceStatus,
+        fired_at: Option<Timestamp>,
+        error: Option<String>,
+    ) -> Self {
+        Self {
+            key,
+            attempt,
+            status,
+            fired_at,
+            http_status: None,
+            output: None,
+            error,
+            next_attempt_at: None,
+        }
+    }
+
     pub fn lateness_ms(&self) -> Option<i64> {
         self.fired_at
             .map(|f| f.as_millis() - self.key.run_at.as_millis())

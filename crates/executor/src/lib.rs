@@ -259,16 +259,13 @@ impl Inner {
             let timer = timers.get(&job.key.timer_id);
             if let Some(reason) = skip_reason(timer.map(Arc::as_ref), occurrence.timer_version) {
                 metrics::counter!("chime_executor_skipped_total").increment(1);
-                let outcome = Outcome {
-                    key: job.key,
-                    attempt: occurrence.attempt,
-                    status: OccurrenceStatus::Skipped,
-                    fired_at: None,
-                    http_status: None,
-                    output: None,
-                    error: Some(reason),
-                    next_attempt_at: None,
-                };
+                let outcome = Outcome::ended(
+                    job.key,
+                    occurrence.attempt,
+                    OccurrenceStatus::Skipped,
+                    None,
+                    Some(reason),
+                );
                 let _ = self.done.send(Done {
                     outcome,
                     bucket: occurrence.bucket,

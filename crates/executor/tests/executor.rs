@@ -513,16 +513,13 @@ impl DeliveryTarget for RecordingTarget {
             OccurrenceStatus::Failed
         };
         Attempt {
-            outcome: Outcome {
-                key: occurrence.key,
-                attempt: occurrence.attempt,
+            outcome: Outcome::ended(
+                occurrence.key,
+                occurrence.attempt,
                 status,
-                fired_at: Some(clock.now()),
-                http_status: None,
-                output: None,
-                error: (!self.succeed).then(|| "the receiver said no".to_owned()),
-                next_attempt_at: None,
-            },
+                Some(clock.now()),
+                (!self.succeed).then(|| "the receiver said no".to_owned()),
+            ),
             retryable: true,
             retry_after: None,
         }

@@ -139,19 +139,16 @@ impl Scheduler {
             if o.status == OccurrenceStatus::Running {
                 // Its claim lease ran out: the executor died or lost the database.
                 if timer.is_some_and(|t| t.spec.delivery == DeliveryMode::AtMostOnce) {
-                    plan.abandon.push(Outcome {
-                        key: o.key,
-                        attempt: o.attempt,
-                        status: OccurrenceStatus::Failed,
-                        fired_at: None,
-                        http_status: None,
-                        output: None,
-                        error: Some(
+                    plan.abandon.push(Outcome::ended(
+                        o.key,
+                        o.attempt,
+                        OccurrenceStatus::Failed,
+                        None,
+                        Some(
                             "the executor was lost during an at_most_once delivery; not retried"
                                 .into(),
                         ),
-                        next_attempt_at: None,
-                    });
+                    ));
                 } else {
                     plan.hand_off.push(o.key);
                 }

@@ -25,6 +25,11 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// No live timer `id`: what every store, and a caller hiding another app's timer, says.
+    pub fn timer_not_found(id: chime_domain::TimerId) -> Self {
+        Self::NotFound(format!("timer {id}"))
+    }
+
     pub fn is_retryable(&self) -> bool {
         matches!(self, Self::Unavailable(_))
     }

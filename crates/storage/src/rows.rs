@@ -210,10 +210,6 @@ pub(crate) fn name_taken(spec: &TimerSpec) -> StoreError {
     }
 }
 
-pub(crate) fn timer_not_found(id: TimerId) -> StoreError {
-    StoreError::NotFound(format!("timer {id}"))
-}
-
 /// A timer row with its `materialized_until`.
 pub(crate) fn behind<R: ChimeRow>(row: &R) -> StoreResult<crate::Behind>
 where

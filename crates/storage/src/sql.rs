@@ -66,3 +66,115 @@ pub(crate) const DUE_IN_BUCKET: &str = "SELECT timer_id, run_at, \
        AND COALESCE(next_attempt_at, run_at) >= $2 \
        AND COALESCE(next_attempt_at, run_at) < $3 \
      ORDER BY due LIMIT $4";
+
+// Running them: the binds and the decoding are the same for both backends too. A macro rather
+// than a generic function, because each driver's bind and row traits would have to be spelled
+// out as bounds; expanded, each body is checked against its own driver. `$db` is the pool.
+
+/// [`LIST_TIMERS`] for `TimerStore::list_timers`.
+macro_rules! list_timers {
+    ($db:expr, $filter:expr, $page:expr) => {{
+        let (filter, page) = ($filter, $page);
+        let scope = filter.scope();
+        let after = $crate::decode_page_token(page, &scope)?.map_or(0, |(id, _)| id);
+        let rows = sqlx::query($crate::sql::LIST_TIMERS)
+            .bind(filter.app.as_ref().map(|a| a.as_str()))
+            .bind(filter.enabled)
+            .bind(filter.bucket.map(|b| b.get() as i32))
+            .bind(after)
+            .bind(i64::from(page.size.get()) + 1)
+            .fetch_all($db)
+            .await?;
+        let items = $crate::rows::timers(&rows)?;
+        Ok($crate::into_page(items, page.size, &scope, |t| {
+            (t.id.get(), 0)
+        }))
+    }};
+}
+
+/// [`LIST_RUNS`] for `OccurrenceStore::list_runs`.
+macro_rules! list_runs {
+    ($db:expr, $filter:expr, $page:expr) => {{
+        let (filter, page) = ($filter, $page);
+        let scope = filter.scope();
+        let before = filter.before($crate::decode_page_token(page, &scope)?);
+        let rows = sqlx::query($crate::sql::LIST_RUNS)
+            .bind(filter.timer_id.get())
+            .bind(filter.status.map(|s| s.as_str()))
+            .bind(before)
+            .bind(i64::from(page.size.get()) + 1)
+            .fetch_all($db)
+            .await?;
+        let items = $crate::rows::occurrences(&rows)?;
+        Ok($crate::into_page(items, page.size, &scope, |o| {
+            (o.key.run_at.as_millis(), 0)
+        }))
+    }};
+}
+
+/// [`LIST_DEAD`] for `OccurrenceStore::list_dead`.
+macro_rules! list_dead {
+    ($db:expr, $filter:expr, $page:expr) => {{
+        let (filter, page) = ($filter, $page);
+        let scope = filter.scope();
+        let (after_id, after_run) =
+            $crate::decode_page_token(page, &scope)?.unwrap_or((0, i64::MIN));
+        let rows = sqlx::query($crate::sql::LIST_DEAD)
+            .bind(filter.timer_id.map(|t| t.get()))
+            .bind(filter.app.as_ref().map(chime_domain::AppName::as_str))
+            .bind(after_id)
+            .bind(after_run)
+            .bind(i64::from(page.size.get()) + 1)
+            .fetch_all($db)
+            .await?;
+        let items = $crate::rows::occurrences(&rows)?;
+        Ok($crate::into_page(items, page.size, &scope, |o| {
+            (o.key.timer_id.get(), o.key.run_at.as_millis())
+        }))
+    }};
+}
+
+/// [`REDRIVE`] for `OccurrenceStore::redrive`.
+macro_rules! redrive {
+    ($db:expr, $what:expr, $now:expr) => {{
+        let (timer, run_at) = $what.parts();
+        let done = sqlx::query($crate::sql::REDRIVE)
+            .bind(timer)
+            .bind(run_at)
+            .bind($now.as_millis())
+            .execute($db)
+            .await?;
+        Ok(done.rows_affected())
+    }};
+}
+
+/// [`FIND_OVERDUE`] for `OccurrenceStore::find_overdue`.
+macro_rules! find_overdue {
+    ($db:expr, $due_before:expr, $now:expr, $limit:expr) => {{
+        let limit = $limit;
+        let rows = sqlx::query($crate::sql::FIND_OVERDUE)
+            .bind($due_before.as_millis())
+            .bind($now.as_millis())
+            .bind(i64::from(limit))
+            .fetch_all($db)
+            .await?;
+        let items = $crate::rows::occurrences(&rows)?;
+        Ok($crate::oldest_first(items, limit))
+    }};
+}
+
+/// [`DUE_IN_BUCKET`] for `OccurrenceStore::due_in_bucket`.
+macro_rules! due_in_bucket {
+    ($db:expr, $bucket:expr, $from:expr, $to:expr, $limit:expr) => {{
+        let rows = sqlx::query($crate::sql::DUE_IN_BUCKET)
+            .bind($bucket.get() as i32)
+            .bind($from.as_millis())
+            .bind($to.as_millis())
+            .bind(i64::from($limit))
+            .fetch_all($db)
+            .await?;
+        rows.iter().map($crate::rows::due_pair).collect()
+    }};
+}
+
+pub(crate) use {due_in_bucket, find_overdue, list_dead, list_runs, list_timers, redrive};

@@ -73,9 +73,24 @@ impl HttpTarget {
         Ok(Self { http, settings })
     }
 
+    /// The response body up to the cap, lossily as UTF-8; `None` when empty.
+    async fn read_capped(&self, mut response: reqwest::Response) -> Option<String> {
+        let cap = self.settings.output_cap;
+        let mut kept = Vec::new();
+        // Reading the rest (bounded by the request timeout) lets the connection be reused.
+        while let Ok(Some(chunk)) = response.chunk().await {
+            let room = cap.saturating_sub(kept.len());
+            kept.extend_from_slice(&chunk[..chunk.len().min(room)]);
+        }
+        (!kept.is_empty()).then(|| String::from_utf8_lossy(&kept).into_owned())
+    }
+}
+
+#[async_trait]
+impl DeliveryTarget for HttpTarget {
     /// Calls the timer's callback for one claimed occurrence; never fails, every failure
     /// is an outcome.
-    async fn call(
+    async fn deliver(
         &self,
         timer: &Timer,
         occurrence: ClaimedOccurrence,
@@ -99,16 +114,13 @@ impl HttpTarget {
             request = request.body(body.as_str().to_owned());
         }
         let fired_at = clock.now();
-        let mut outcome = Outcome {
+        let mut outcome = Outcome::ended(
             key,
-            attempt: occurrence.attempt,
-            status: OccurrenceStatus::Failed,
-            fired_at: Some(fired_at),
-            http_status: None,
-            output: None,
-            error: None,
-            next_attempt_at: None,
-        };
+            occurrence.attempt,
+            OccurrenceStatus::Failed,
+            Some(fired_at),
+            None,
+        );
         let mut retryable = false;
         let mut retry_after = None;
         match request.send().await {
@@ -142,30 +154,6 @@ impl HttpTarget {
             retryable,
             retry_after,
         }
-    }
-
-    /// The response body up to the cap, lossily as UTF-8; `None` when empty.
-    async fn read_capped(&self, mut response: reqwest::Response) -> Option<String> {
-        let cap = self.settings.output_cap;
-        let mut kept = Vec::new();
-        // Reading the rest (bounded by the request timeout) lets the connection be reused.
-        while let Ok(Some(chunk)) = response.chunk().await {
-            let room = cap.saturating_sub(kept.len());
-            kept.extend_from_slice(&chunk[..chunk.len().min(room)]);
-        }
-        (!kept.is_empty()).then(|| String::from_utf8_lossy(&kept).into_owned())
-    }
-}
-
-#[async_trait]
-impl DeliveryTarget for HttpTarget {
-    async fn deliver(
-        &self,
-        timer: &Timer,
-        occurrence: ClaimedOccurrence,
-        clock: &dyn Clock,
-    ) -> Attempt {
-        self.call(timer, occurrence, clock).await
     }
 }
 

@@ -69,19 +69,16 @@ impl Targets {
         match self.by_kind.get(&kind) {
             Some(target) => target.deliver(timer, occurrence, clock).await,
             None => Attempt {
-                outcome: Outcome {
-                    key: occurrence.key,
-                    attempt: occurrence.attempt,
-                    status: OccurrenceStatus::Failed,
-                    fired_at: Some(clock.now()),
-                    http_status: None,
-                    output: None,
-                    error: Some(format!(
+                outcome: Outcome::ended(
+                    occurrence.key,
+                    occurrence.attempt,
+                    OccurrenceStatus::Failed,
+                    Some(clock.now()),
+                    Some(format!(
                         "this executor cannot deliver to {} targets",
                         kind.as_str()
                     )),
-                    next_attempt_at: None,
-                },
+                ),
                 retryable: false,
                 retry_after: None,
             },

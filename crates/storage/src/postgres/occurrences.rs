@@ -8,10 +8,7 @@ use chime_domain::{
 use super::PgStore;
 use crate::rows;
 use crate::sql;
-use crate::{
-    DeadFilter, OccurrenceStore, PageRequest, Redrive, RunFilter, StoreResult, decode_page_token,
-    into_page,
-};
+use crate::{DeadFilter, OccurrenceStore, PageRequest, Redrive, RunFilter, StoreResult};
 
 #[async_trait]
 impl OccurrenceStore for PgStore {
@@ -110,19 +107,7 @@ impl OccurrenceStore for PgStore {
         filter: &RunFilter,
         page: &PageRequest,
     ) -> StoreResult<Page<Occurrence>> {
-        let scope = filter.scope();
-        let before = filter.before(decode_page_token(page, &scope)?);
-        let rows = sqlx::query(sql::LIST_RUNS)
-            .bind(filter.timer_id.get())
-            .bind(filter.status.map(|s| s.as_str()))
-            .bind(before)
-            .bind(i64::from(page.size.get()) + 1)
-            .fetch_all(&self.pool)
-            .await?;
-        let items = rows::occurrences(&rows)?;
-        Ok(into_page(items, page.size, &scope, |o| {
-            (o.key.run_at.as_millis(), 0)
-        }))
+        sql::list_runs!(&self.pool, filter, page)
     }
 
     async fn skip_occurrences(&self, keys: &[TaskKey], reason: &str) -> StoreResult<u64> {
@@ -149,31 +134,11 @@ impl OccurrenceStore for PgStore {
         filter: &DeadFilter,
         page: &PageRequest,
     ) -> StoreResult<Page<Occurrence>> {
-        let scope = filter.scope();
-        let (after_id, after_run) = decode_page_token(page, &scope)?.unwrap_or((0, i64::MIN));
-        let rows = sqlx::query(sql::LIST_DEAD)
-            .bind(filter.timer_id.map(|t| t.get()))
-            .bind(filter.app.as_ref().map(chime_domain::AppName::as_str))
-            .bind(after_id)
-            .bind(after_run)
-            .bind(i64::from(page.size.get()) + 1)
-            .fetch_all(&self.pool)
-            .await?;
-        let items = rows::occurrences(&rows)?;
-        Ok(into_page(items, page.size, &scope, |o| {
-            (o.key.timer_id.get(), o.key.run_at.as_millis())
-        }))
+        sql::list_dead!(&self.pool, filter, page)
     }
 
     async fn redrive(&self, what: Redrive, now: Timestamp) -> StoreResult<u64> {
-        let (timer, run_at) = what.parts();
-        let done = sqlx::query(sql::REDRIVE)
-            .bind(timer)
-            .bind(run_at)
-            .bind(now.as_millis())
-            .execute(&self.pool)
-            .await?;
-        Ok(done.rows_affected())
+        sql::redrive!(&self.pool, what, now)
     }
 
     async fn find_overdue(
@@ -182,14 +147,7 @@ impl OccurrenceStore for PgStore {
         now: Timestamp,
         limit: u32,
     ) -> StoreResult<Vec<Occurrence>> {
-        let rows = sqlx::query(sql::FIND_OVERDUE)
-            .bind(due_before.as_millis())
-            .bind(now.as_millis())
-            .bind(i64::from(limit))
-            .fetch_all(&self.pool)
-            .await?;
-        let items = rows::occurrences(&rows)?;
-        Ok(crate::oldest_first(items, limit))
+        sql::find_overdue!(&self.pool, due_before, now, limit)
     }
 
     async fn due_in_bucket(
@@ -199,14 +157,7 @@ impl OccurrenceStore for PgStore {
         to: Timestamp,
         limit: u32,
     ) -> StoreResult<Vec<(TaskKey, Timestamp)>> {
-        let rows = sqlx::query(sql::DUE_IN_BUCKET)
-            .bind(bucket.get() as i32)
-            .bind(from.as_millis())
-            .bind(to.as_millis())
-            .bind(i64::from(limit))
-            .fetch_all(&self.pool)
-            .await?;
-        rows.iter().map(rows::due_pair).collect()
+        sql::due_in_bucket!(&self.pool, bucket, from, to, limit)
     }
 }
 

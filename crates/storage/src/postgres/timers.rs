@@ -11,11 +11,11 @@ use sqlx::{Postgres, Transaction};
 use super::PgStore;
 use super::create::{PendingCreate, insert_timers};
 use super::occurrences::insert_new;
-use crate::rows::{self, spec_json, timer_not_found};
+use crate::rows::{self, spec_json};
 use crate::sql;
 use crate::{
     Behind, CreateTimer, PageRequest, StoreError, StoreResult, TimerFilter, TimerStore, Watermark,
-    Written, decode_page_token, first_occurrences, into_page,
+    Written, first_occurrences,
 };
 
 impl PgStore {
@@ -166,7 +166,7 @@ impl TimerStore for PgStore {
         .bind(id.get())
         .fetch_optional(&self.pool)
         .await?
-        .ok_or_else(|| timer_not_found(id))?;
+        .ok_or_else(|| StoreError::timer_not_found(id))?;
         rows::timer(&row)
     }
 
@@ -199,18 +199,7 @@ impl TimerStore for PgStore {
         filter: &TimerFilter,
         page: &PageRequest,
     ) -> StoreResult<Page<Timer>> {
-        let scope = filter.scope();
-        let after = decode_page_token(page, &scope)?.map_or(0, |(id, _)| id);
-        let rows = sqlx::query(sql::LIST_TIMERS)
-            .bind(filter.app.as_ref().map(|a| a.as_str()))
-            .bind(filter.enabled)
-            .bind(filter.bucket.map(|b| b.get() as i32))
-            .bind(after)
-            .bind(i64::from(page.size.get()) + 1)
-            .fetch_all(&self.pool)
-            .await?;
-        let items = rows::timers(&rows)?;
-        Ok(into_page(items, page.size, &scope, |t| (t.id.get(), 0)))
+        sql::list_timers!(&self.pool, filter, page)
     }
 
     async fn update_timer(
@@ -244,7 +233,7 @@ impl TimerStore for PgStore {
                 (Some(actual), Some(expected)) => {
                     Err(StoreError::VersionConflict { expected, actual })
                 }
-                _ => Err(timer_not_found(id)),
+                _ => Err(StoreError::timer_not_found(id)),
             };
         };
         let timer = rows::timer(&row)?;
@@ -294,7 +283,7 @@ impl TimerStore for PgStore {
         .execute(&self.pool)
         .await?;
         if done.rows_affected() == 0 {
-            return Err(timer_not_found(id));
+            return Err(StoreError::timer_not_found(id));
         }
         Ok(())
     }

@@ -8,11 +8,11 @@ use chime_domain::{
 use serde_json::json;
 
 use super::SqliteStore;
-use crate::rows::{self, spec_json, timer_not_found};
+use crate::rows::{self, spec_json};
 use crate::sql;
 use crate::{
     Behind, CreateTimer, PageRequest, StoreError, StoreResult, TimerFilter, TimerStore, Watermark,
-    Written, decode_page_token, into_page,
+    Written,
 };
 
 #[async_trait]
@@ -87,7 +87,7 @@ impl TimerStore for SqliteStore {
         .bind(id.get())
         .fetch_optional(&self.reader)
         .await?
-        .ok_or_else(|| timer_not_found(id))?;
+        .ok_or_else(|| StoreError::timer_not_found(id))?;
         rows::timer(&row)
     }
 
@@ -117,18 +117,7 @@ impl TimerStore for SqliteStore {
         filter: &TimerFilter,
         page: &PageRequest,
     ) -> StoreResult<Page<Timer>> {
-        let scope = filter.scope();
-        let after = decode_page_token(page, &scope)?.map_or(0, |(id, _)| id);
-        let rows = sqlx::query(sql::LIST_TIMERS)
-            .bind(filter.app.as_ref().map(|a| a.as_str()))
-            .bind(filter.enabled)
-            .bind(filter.bucket.map(|b| b.get() as i32))
-            .bind(after)
-            .bind(i64::from(page.size.get()) + 1)
-            .fetch_all(&self.reader)
-            .await?;
-        let items = rows::timers(&rows)?;
-        Ok(into_page(items, page.size, &scope, |t| (t.id.get(), 0)))
+        sql::list_timers!(&self.reader, filter, page)
     }
 
     async fn update_timer(
@@ -168,7 +157,7 @@ impl TimerStore for SqliteStore {
                 .await?;
         match (actual, expected_version) {
             (Some(actual), Some(expected)) => Err(StoreError::VersionConflict { expected, actual }),
-            _ => Err(timer_not_found(id)),
+            _ => Err(StoreError::timer_not_found(id)),
         }
     }
 
@@ -212,7 +201,7 @@ impl TimerStore for SqliteStore {
         .execute(&self.writer)
         .await?;
         if done.rows_affected() == 0 {
-            return Err(timer_not_found(id));
+            return Err(StoreError::timer_not_found(id));
         }
         Ok(())
     }
