@@ -121,11 +121,9 @@ impl From<ValidationError> for ApiError {
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         match e {
-            StoreError::NotFound(what) => Self::new(
-                ErrorCode::NotFound,
-                "NOT_FOUND",
-                format!("{what} not found"),
-            ),
+            StoreError::TimerNotFound(_) => {
+                Self::new(ErrorCode::NotFound, "NOT_FOUND", e.to_string())
+            }
             StoreError::NameTaken { .. } => {
                 let mut err = Self::new(ErrorCode::AlreadyExists, "NAME_TAKEN", e.to_string());
                 err.field = Some("name".into());

@@ -13,7 +13,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use chime_domain::{Clock, NewOccurrence, Timestamp};
-use chime_storage::{HotEntry, HotIndex};
+use chime_storage::{HotEntry, HotIndex, StoreError};
 use tokio::sync::{mpsc, oneshot};
 
 /// Longest a request waits for the index.
@@ -33,7 +33,7 @@ const NO_WAIT_BEYOND: Duration = Duration::from_secs(10);
 
 struct Addition {
     entries: Vec<HotEntry>,
-    reply: Option<oneshot::Sender<Result<(), String>>>,
+    reply: Option<oneshot::Sender<Result<(), StoreError>>>,
 }
 
 /// What requests and the writer share: the clock and the back-off after a failure.
@@ -141,9 +141,9 @@ async fn write_groups(
             .iter()
             .flat_map(|a| a.entries.iter().copied())
             .collect();
-        let result = index.add(&entries).await.map_err(|e| e.to_string());
+        let result = index.add(&entries).await;
         if let Err(error) = &result {
-            health.failed(error, entries.len());
+            health.failed(&error.to_string(), entries.len());
         }
         for addition in group.drain(..) {
             // A request that timed out has gone; its rows fire through the database.

@@ -27,8 +27,8 @@ struct ApiReadiness(Arc<dyn TimerApi>);
 
 #[async_trait::async_trait]
 impl chime_runtime::admin::Readiness for ApiReadiness {
-    async fn ready(&self) -> Result<(), String> {
-        self.0.ready().await.map_err(|e| e.to_string())
+    async fn ready(&self) -> Result<(), chime_runtime::admin::NotReady> {
+        Ok(self.0.ready().await?)
     }
 }
 

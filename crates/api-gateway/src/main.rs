@@ -27,7 +27,12 @@ async fn main() -> anyhow::Result<()> {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     // Without Redis the occurrences a request writes are found by the schedulers' database
     // reads; with it, they are indexed after the commit.
-    let stores = chime_runtime::Stores::for_service(&config, clock.clone()).await?;
+    let stores = chime_storage::Stores::for_service(
+        &config.store_settings(),
+        config.database_url()?,
+        clock.clone(),
+    )
+    .await?;
     if config.gateway.migrator_endpoint.is_some() {
         tracing::info!(
             "CHIME_MIGRATOR_ENDPOINT is not needed any more: the gateway writes a timer's \

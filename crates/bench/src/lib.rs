@@ -1,7 +1,7 @@
-//! chime-bench's reusable parts: a loopback callback sink that records what Chime delivers,
-//! and the helpers that run Chime's binaries as processes; the end-to-end tests use both.
+//! chime-bench's reusable parts: measuring, and (from `chime-test-support`, shared with the
+//! tests) the loopback callback sink and the binaries run as processes.
 
-pub mod deploy;
+pub use chime_test_support::deploy;
 pub mod measure;
 /// The callback sink, shared with the tests.
 pub use chime_test_support::sink;

@@ -15,8 +15,8 @@ use chime_domain::{Clock, SystemClock, TaskKey, Timestamp};
 use chime_executor::{CallbackSettings, Executor, ExecutorSettings, HttpTarget, Targets};
 use chime_migrator::{Janitor, Materializer, Migrator, MigratorSettings, RetentionSettings};
 use chime_runtime::Config;
-use chime_runtime::{HotPath, Stores};
 use chime_scheduler::{Handoff, Scheduler, SchedulerSettings};
+use chime_storage::{HotPath, Stores};
 use tokio_util::sync::CancellationToken;
 
 #[derive(Debug, Clone, clap::Args)]
@@ -79,7 +79,14 @@ pub async fn run(config: Config, args: DevArgs) -> anyhow::Result<()> {
     let started = Instant::now();
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let url = args.database_url(&config);
-    let stores = Stores::open(&config, &url, clock.clone(), HotPath::InMemory, true).await?;
+    let stores = Stores::open(
+        &config.store_settings(),
+        &url,
+        clock.clone(),
+        HotPath::InMemory,
+        true,
+    )
+    .await?;
     let (index, leases) = stores.hot_path()?;
     let db = stores.database.clone();
 

@@ -1,4 +1,6 @@
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
@@ -83,9 +85,21 @@ impl fmt::Display for Timestamp {
     }
 }
 
-/// The source of "now" for all scheduling logic, injected so tests can drive time.
+/// A wait on a [`Clock`].
+pub type Sleep = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
+
+/// The source of "now" for all scheduling logic, and of every wait for a scheduling reason
+/// (ticks, sweeps, due instants), injected so tests can drive time. Waits paced by another
+/// system's real time (lease renewal, network retries) stay on tokio's timer.
 pub trait Clock: Send + Sync + fmt::Debug + 'static {
     fn now(&self) -> Timestamp;
+
+    /// Resolves once this clock reads `at` or later.
+    fn sleep_until(&self, at: Timestamp) -> Sleep;
+
+    fn sleep(&self, d: Duration) -> Sleep {
+        self.sleep_until(self.now().saturating_add(d))
+    }
 }
 
 /// Wall-clock time.
@@ -96,30 +110,88 @@ impl Clock for SystemClock {
     fn now(&self) -> Timestamp {
         Timestamp::from_datetime(Utc::now())
     }
+
+    fn sleep_until(&self, at: Timestamp) -> Sleep {
+        let ms = at.as_millis().saturating_sub(self.now().as_millis()).max(0);
+        Box::pin(tokio::time::sleep(Duration::from_millis(ms.unsigned_abs())))
+    }
+
+    // Keeps sub-millisecond precision, which a round trip through Timestamp would lose.
+    fn sleep(&self, d: Duration) -> Sleep {
+        Box::pin(tokio::time::sleep(d))
+    }
 }
 
-/// A clock that moves only when told to. Clones share the same time.
+/// Ticks every `period` on a clock, the first tick at once. A late tick delays the ones after
+/// it rather than bursting to catch up.
+#[derive(Debug)]
+pub struct Ticker {
+    clock: Arc<dyn Clock>,
+    period: Duration,
+    next: Option<Timestamp>,
+}
+
+impl Ticker {
+    pub fn new(clock: Arc<dyn Clock>, period: Duration) -> Self {
+        Self {
+            clock,
+            period,
+            next: None,
+        }
+    }
+
+    pub async fn tick(&mut self) {
+        if let Some(at) = self.next {
+            self.clock.sleep_until(at).await;
+        }
+        self.next = Some(self.clock.now().saturating_add(self.period));
+    }
+}
+
+/// A clock that moves only when told to; its sleepers wake when it is moved past their
+/// instant. Clones share the same time.
 #[derive(Debug, Clone)]
-pub struct ManualClock(Arc<AtomicI64>);
+pub struct ManualClock {
+    now: Arc<AtomicI64>,
+    moved: Arc<tokio::sync::watch::Sender<()>>,
+}
 
 impl ManualClock {
     pub fn new(start: Timestamp) -> Self {
-        Self(Arc::new(AtomicI64::new(start.as_millis())))
+        Self {
+            now: Arc::new(AtomicI64::new(start.as_millis())),
+            moved: Arc::new(tokio::sync::watch::Sender::new(())),
+        }
     }
 
     pub fn advance(&self, d: Duration) {
         let ms = i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
-        self.0.fetch_add(ms, Ordering::SeqCst);
+        self.now.fetch_add(ms, Ordering::SeqCst);
+        self.moved.send_replace(());
     }
 
     pub fn set(&self, t: Timestamp) {
-        self.0.store(t.as_millis(), Ordering::SeqCst);
+        self.now.store(t.as_millis(), Ordering::SeqCst);
+        self.moved.send_replace(());
     }
 }
 
 impl Clock for ManualClock {
     fn now(&self) -> Timestamp {
-        Timestamp::from_millis(self.0.load(Ordering::SeqCst))
+        Timestamp::from_millis(self.now.load(Ordering::SeqCst))
+    }
+
+    fn sleep_until(&self, at: Timestamp) -> Sleep {
+        // Subscribed before the check, so a move between the two still wakes this sleeper.
+        let mut moved = self.moved.subscribe();
+        let now = self.now.clone();
+        Box::pin(async move {
+            while now.load(Ordering::SeqCst) < at.as_millis() {
+                if moved.changed().await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+            }
+        })
     }
 }
 
@@ -142,5 +214,22 @@ mod tests {
         assert_eq!(clock.now(), Timestamp::from_millis(1_000));
         shared.advance(Duration::from_millis(500));
         assert_eq!(clock.now(), Timestamp::from_millis(1_500));
+    }
+
+    #[tokio::test]
+    async fn a_manual_sleeper_wakes_only_when_the_clock_reaches_its_instant() {
+        let clock = ManualClock::new(Timestamp::from_millis(0));
+        let sleep = tokio::spawn(clock.sleep(Duration::from_secs(3600)));
+        clock.advance(Duration::from_secs(3599));
+        // Not woken a second early: still pending after the runtime had every chance to run it.
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        assert!(!sleep.is_finished());
+        clock.advance(Duration::from_secs(1));
+        tokio::time::timeout(Duration::from_secs(10), sleep)
+            .await
+            .expect("woken by the move")
+            .expect("sleeper ran");
     }
 }

@@ -17,7 +17,7 @@ pub use callback::{
     Callback, CallbackBody, CallbackHeaders, CallbackInput, CallbackTimeout, CallbackUrl,
     HttpMethod, TargetKind,
 };
-pub use clock::{Clock, ManualClock, SystemClock, Timestamp, TimestampError};
+pub use clock::{Clock, ManualClock, Sleep, SystemClock, Ticker, Timestamp, TimestampError};
 pub use duration::{DurationError, format_duration, parse_duration};
 pub use error::ValidationError;
 pub use horizon::{EXHAUSTED, Horizon, Plan};

@@ -302,10 +302,8 @@ const MAX_EARLY: Duration = Duration::from_secs(5);
 /// Waits until `due` by `clock`: keys are handed off (and claimed) a little ahead, so the
 /// claim's round trips are done by the due instant and the callback goes out on time.
 async fn wait_until(clock: &dyn Clock, due: chime_domain::Timestamp) {
-    let ahead = due.as_millis() - clock.now().as_millis();
-    if ahead > 0 {
-        tokio::time::sleep(Duration::from_millis(ahead as u64).min(MAX_EARLY)).await;
-    }
+    let latest = clock.now().saturating_add(MAX_EARLY);
+    clock.sleep_until(due.min(latest)).await;
 }
 
 /// The longest a callee's `Retry-After` may postpone a retry.

@@ -27,7 +27,12 @@ async fn main() -> anyhow::Result<()> {
         return Ok(());
     };
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let stores = chime_runtime::Stores::for_service(&config, clock.clone()).await?;
+    let stores = chime_storage::Stores::for_service(
+        &config.store_settings(),
+        config.database_url()?,
+        clock.clone(),
+    )
+    .await?;
     let db = stores.database.clone();
     let targets = Targets::new(HttpTarget::new(CallbackSettings::from_config(&config))?);
     // Retries are scheduled in the hot index; without Redis the sweeper finds them when due.

@@ -62,10 +62,14 @@ pub const MAX_TIMERS_PER_CALL: usize = 1_000;
 
 fn status_of(e: StoreError) -> Status {
     match e {
-        StoreError::NotFound(_) => Status::not_found(e.to_string()),
+        StoreError::TimerNotFound(_) => Status::not_found(e.to_string()),
         StoreError::Invalid(_) => Status::invalid_argument(e.to_string()),
+        StoreError::NameTaken { .. } | StoreError::IdempotencyKeyReused { .. } => {
+            Status::already_exists(e.to_string())
+        }
+        StoreError::VersionConflict { .. } => Status::failed_precondition(e.to_string()),
         StoreError::Unavailable(_) => Status::unavailable(e.to_string()),
-        _ => Status::internal(e.to_string()),
+        StoreError::Internal(_) => Status::internal(e.to_string()),
     }
 }
 

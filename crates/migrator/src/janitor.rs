@@ -166,7 +166,7 @@ impl Janitor {
             }
             tokio::select! {
                 () = shutdown.cancelled() => break,
-                () = tokio::time::sleep(self.settings.interval) => {}
+                () = self.clock.sleep(self.settings.interval) => {}
             }
         }
         let _ = self.leases.release(LEASE, &self.token).await;

@@ -46,7 +46,12 @@ async fn main() -> anyhow::Result<()> {
 
 async fn run(config: chime_runtime::Config) -> anyhow::Result<()> {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let stores = chime_runtime::Stores::for_service(&config, clock.clone()).await?;
+    let stores = chime_storage::Stores::for_service(
+        &config.store_settings(),
+        config.database_url()?,
+        clock.clone(),
+    )
+    .await?;
     let (index, leases) = stores.hot_path()?;
     let db = stores.database.clone();
     let settings = MigratorSettings::from_config(&config);

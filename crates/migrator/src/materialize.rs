@@ -84,6 +84,11 @@ impl Materializer {
         }
     }
 
+    /// The clock its passes, and the migrator's pauses between them, run on.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
     pub fn horizon(&self) -> Horizon {
         self.horizon
     }

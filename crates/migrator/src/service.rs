@@ -204,7 +204,7 @@ impl Migrator {
             }
             tokio::select! {
                 () = shutdown.cancelled() => break,
-                () = tokio::time::sleep(self.settings.interval) => {}
+                () = self.materializer.clock().sleep(self.settings.interval) => {}
             }
         }
         self.release_all().await;

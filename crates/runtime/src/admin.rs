@@ -14,11 +14,13 @@ use tokio_util::sync::CancellationToken;
 
 use crate::without_nagle;
 
+/// Why a service cannot serve right now: the failing dependency's own error.
+pub type NotReady = Box<dyn std::error::Error + Send + Sync>;
+
 /// What `/readyz` asks.
 #[async_trait]
 pub trait Readiness: Send + Sync + 'static {
-    /// `Err` says why the service cannot serve right now.
-    async fn ready(&self) -> Result<(), String>;
+    async fn ready(&self) -> Result<(), NotReady>;
 }
 
 /// Ready whenever the process runs: for services whose readiness is their own liveness.
@@ -26,7 +28,7 @@ pub struct AlwaysReady;
 
 #[async_trait]
 impl Readiness for AlwaysReady {
-    async fn ready(&self) -> Result<(), String> {
+    async fn ready(&self) -> Result<(), NotReady> {
         Ok(())
     }
 }
@@ -39,7 +41,7 @@ pub fn admin_router(readiness: Arc<dyn Readiness>) -> Router {
             get(|State(r): State<Arc<dyn Readiness>>| async move {
                 match r.ready().await {
                     Ok(()) => (StatusCode::OK, "ready".to_owned()).into_response(),
-                    Err(why) => (StatusCode::SERVICE_UNAVAILABLE, why).into_response(),
+                    Err(why) => (StatusCode::SERVICE_UNAVAILABLE, why.to_string()).into_response(),
                 }
             }),
         )

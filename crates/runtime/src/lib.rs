@@ -4,7 +4,6 @@
 pub mod admin;
 mod config;
 mod shutdown;
-mod stores;
 mod telemetry;
 
 pub use config::{
@@ -12,7 +11,6 @@ pub use config::{
     LogFormat, MigratorConfig, RedisConfig, RetentionConfig, SchedulerConfig, Seconds,
 };
 pub use shutdown::{cancel_on_signal, shutdown_token};
-pub use stores::{HotPath, Stores, pg_settings};
 pub use telemetry::{init_tracing, prometheus};
 
 /// `/readyz` of a service whose job needs the database: ready when it answers.
@@ -20,8 +18,8 @@ pub struct DatabaseReadiness(pub chime_storage::Database);
 
 #[async_trait::async_trait]
 impl admin::Readiness for DatabaseReadiness {
-    async fn ready(&self) -> Result<(), String> {
-        self.0.ping().await.map_err(|e| e.to_string())
+    async fn ready(&self) -> Result<(), admin::NotReady> {
+        Ok(self.0.ping().await?)
     }
 }
 

@@ -5,14 +5,14 @@
 use std::sync::Arc;
 
 use chime_domain::SystemClock;
-use chime_runtime::{Config, HotPath, Stores};
-use chime_storage::{SchemaStatus, StoreError};
+use chime_runtime::Config;
+use chime_storage::{HotPath, SchemaStatus, StoreError, Stores};
 
 /// A private in-memory SQLite database with the default configuration.
 async fn open(hot_path: HotPath, migrate: bool) -> Result<Stores, StoreError> {
     let clock = Arc::new(SystemClock);
     Stores::open(
-        &Config::default(),
+        &Config::default().store_settings(),
         "sqlite::memory:",
         clock,
         hot_path,

@@ -15,7 +15,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use chime_domain::{BucketCount, Clock, ShardKey, TaskKey, Timestamp};
+use chime_domain::{BucketCount, Clock, ShardKey, TaskKey, Ticker, Timestamp};
 use chime_storage::{HotIndex, LeaseToken, Leases, OccurrenceStore, TimerStore};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -167,8 +167,7 @@ impl Scheduler {
         let sweeper = tokio::spawn(self.clone().sweep_loop(workers_stop.clone()));
         let mut held: HashMap<ShardKey, JoinHandle<bool>> = HashMap::new();
         let mut finished: HashSet<ShardKey> = HashSet::new();
-        let mut tick = tokio::time::interval(self.settings.tick);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut tick = Ticker::new(self.clock.clone(), self.settings.tick);
         loop {
             tokio::select! {
                 () = shutdown.cancelled() => break,
@@ -438,13 +437,12 @@ impl Scheduler {
 
     /// Sleeps until `at` by the injected clock, to the millisecond. `false` if stopped first.
     async fn pause_until(&self, at: Timestamp, stop: &CancellationToken) -> bool {
-        let wait = at.as_millis() - self.clock.now().as_millis();
-        if wait <= 0 {
+        if at <= self.clock.now() {
             return !stop.is_cancelled();
         }
         tokio::select! {
             () = stop.cancelled() => false,
-            () = tokio::time::sleep(Duration::from_millis(wait.unsigned_abs())) => true,
+            () = self.clock.sleep_until(at) => true,
         }
     }
 }

@@ -29,7 +29,12 @@ async fn main() -> anyhow::Result<()> {
     };
     let endpoints = Endpoints::parse(&config.scheduler.executor_endpoints)?;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let stores = chime_runtime::Stores::for_service(&config, clock.clone()).await?;
+    let stores = chime_storage::Stores::for_service(
+        &config.store_settings(),
+        config.database_url()?,
+        clock.clone(),
+    )
+    .await?;
     let (index, leases) = stores.hot_path()?;
     let db = stores.database.clone();
     let shutdown = chime_runtime::shutdown_token();

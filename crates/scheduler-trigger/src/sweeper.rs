@@ -42,8 +42,7 @@ impl Scheduler {
     /// Sweeps every `sweep_interval` while holding the sweeper lease, until `stop`.
     pub(crate) async fn sweep_loop(self: Arc<Self>, stop: CancellationToken) {
         let mut held = false;
-        let mut tick = tokio::time::interval(self.settings.sweep_interval);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut tick = chime_domain::Ticker::new(self.clock.clone(), self.settings.sweep_interval);
         loop {
             tokio::select! {
                 () = stop.cancelled() => break,

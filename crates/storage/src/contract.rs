@@ -291,25 +291,25 @@ pub mod timer_store {
         let missing = id(987_654_321);
         assert!(matches!(
             store.get_timer(missing).await,
-            Err(StoreError::NotFound(_))
+            Err(StoreError::TimerNotFound(_))
         ));
         assert!(matches!(
             store.delete_timer(missing).await,
-            Err(StoreError::NotFound(_))
+            Err(StoreError::TimerNotFound(_))
         ));
         assert!(matches!(
             store.set_timer_enabled(missing, false, H).await,
-            Err(StoreError::NotFound(_))
+            Err(StoreError::TimerNotFound(_))
         ));
         assert!(matches!(
             store.update_timer(missing, None, spec("a", "b"), H).await,
-            Err(StoreError::NotFound(_))
+            Err(StoreError::TimerNotFound(_))
         ));
         assert!(matches!(
             store
                 .update_timer(missing, Some(1), spec("a", "b"), H)
                 .await,
-            Err(StoreError::NotFound(_))
+            Err(StoreError::TimerNotFound(_))
         ));
     }
 
@@ -514,17 +514,17 @@ pub mod timer_store {
         store.delete_timer(t.id).await.unwrap();
         assert!(matches!(
             store.get_timer(t.id).await,
-            Err(StoreError::NotFound(_))
+            Err(StoreError::TimerNotFound(_))
         ));
         assert!(matches!(
             store.delete_timer(t.id).await,
-            Err(StoreError::NotFound(_))
+            Err(StoreError::TimerNotFound(_))
         ));
         assert!(matches!(
             store
                 .update_timer(t.id, None, spec("billing", "nightly"), H)
                 .await,
-            Err(StoreError::NotFound(_))
+            Err(StoreError::TimerNotFound(_))
         ));
         let listed = store
             .list_timers(&TimerFilter::default(), &page(10, None))

@@ -1,11 +1,39 @@
 //! The one place where driver errors (sqlx, fred) become domain-level storage errors.
 
-use chime_domain::ValidationError;
+use std::sync::Arc;
+
+use chime_domain::{TimerId, ValidationError};
+
+/// Why a backend failed: the driver's error kept whole (its source chain too), shareable
+/// between the callers of one group commit.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{0}")]
+pub struct Cause(Arc<dyn std::error::Error + Send + Sync>);
+
+impl Cause {
+    pub fn new(err: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Self(Arc::new(err))
+    }
+
+    /// A failure Chime itself detected, with no driver error behind it.
+    pub fn msg(message: impl Into<String>) -> Self {
+        #[derive(Debug, thiserror::Error)]
+        #[error("{0}")]
+        struct Message(String);
+        Self::new(Message(message.into()))
+    }
+
+    /// The driver error this wraps, if it is an `E`.
+    pub fn downcast_ref<E: std::error::Error + 'static>(&self) -> Option<&E> {
+        self.0.downcast_ref()
+    }
+}
 
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
-    #[error("{0} not found")]
-    NotFound(String),
+    /// No live timer with that id (or one the caller may not see).
+    #[error("timer {0} not found")]
+    TimerNotFound(TimerId),
     /// The app already has a live timer of that name.
     #[error("a timer named {name:?} already exists in app {app:?}")]
     NameTaken { app: String, name: String },
@@ -18,16 +46,26 @@ pub enum StoreError {
     Invalid(#[from] ValidationError),
     /// The backend could not be reached or was busy; the same call may succeed later.
     #[error("storage unavailable: {0}")]
-    Unavailable(String),
+    Unavailable(#[source] Cause),
     /// Anything else: a bug, a corrupt row, a schema mismatch. Retrying will not help.
     #[error("storage failure: {0}")]
-    Internal(String),
+    Internal(#[source] Cause),
 }
 
 impl StoreError {
     /// No live timer `id`: what every store, and a caller hiding another app's timer, says.
-    pub fn timer_not_found(id: chime_domain::TimerId) -> Self {
-        Self::NotFound(format!("timer {id}"))
+    pub fn timer_not_found(id: TimerId) -> Self {
+        Self::TimerNotFound(id)
+    }
+
+    /// A failure detected by Chime rather than reported by a driver.
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::Internal(Cause::msg(message))
+    }
+
+    /// A dependency Chime itself found gone (a stopped writer task, a closed channel).
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        Self::Unavailable(Cause::msg(message))
     }
 
     pub fn is_retryable(&self) -> bool {
@@ -35,7 +73,7 @@ impl StoreError {
     }
 
     pub(crate) fn corrupt(what: impl std::fmt::Display) -> Self {
-        Self::Internal(format!("corrupt stored value: {what}"))
+        Self::internal(format!("corrupt stored value: {what}"))
     }
 }
 
@@ -49,7 +87,7 @@ impl From<sqlx::Error> for StoreError {
         use sqlx::Error as E;
         match &err {
             E::Io(_) | E::Tls(_) | E::PoolTimedOut | E::PoolClosed | E::WorkerCrashed => {
-                Self::Unavailable(err.to_string())
+                Self::Unavailable(Cause::new(err))
             }
             E::Database(db) => {
                 let code = db.code().map(|c| c.into_owned()).unwrap_or_default();
@@ -60,12 +98,12 @@ impl From<sqlx::Error> for StoreError {
                     "40001" | "40P01" | "57P01" | "57P02" | "57P03" | "53300"
                 ) || code.parse::<i32>().is_ok_and(|c| matches!(c & 0xff, 5 | 6));
                 if transient {
-                    Self::Unavailable(err.to_string())
+                    Self::Unavailable(Cause::new(err))
                 } else {
-                    Self::Internal(err.to_string())
+                    Self::Internal(Cause::new(err))
                 }
             }
-            _ => Self::Internal(err.to_string()),
+            _ => Self::Internal(Cause::new(err)),
         }
     }
 }
@@ -75,9 +113,9 @@ impl From<fred::error::Error> for StoreError {
         use fred::error::ErrorKind as K;
         match err.kind() {
             K::IO | K::Timeout | K::Canceled | K::Cluster | K::Backpressure | K::Routing => {
-                Self::Unavailable(err.to_string())
+                Self::Unavailable(Cause::new(err))
             }
-            _ => Self::Internal(err.to_string()),
+            _ => Self::Internal(Cause::new(err)),
         }
     }
 }
@@ -86,7 +124,7 @@ impl From<sqlx::migrate::MigrateError> for StoreError {
     fn from(err: sqlx::migrate::MigrateError) -> Self {
         match err {
             sqlx::migrate::MigrateError::Execute(e) => e.into(),
-            other => Self::Internal(format!("migration failed: {other}")),
+            other => Self::Internal(Cause::new(other)),
         }
     }
 }

@@ -9,7 +9,7 @@
 //! | [`Leases`]          | redis, memory       |
 //!
 //! Every batch operation is one round trip (arrays, `json_each`, pipelines). Every backend
-//! passes the same contract suite in [`contract`].
+//! passes the same contract suite in `contract` (feature `testkit`, with the fixtures).
 
 /// Occurrence columns, identical in both SQL schemas.
 macro_rules! occurrence_cols {
@@ -20,6 +20,7 @@ macro_rules! occurrence_cols {
 }
 
 mod batch;
+#[cfg(feature = "testkit")]
 pub mod contract;
 mod error;
 pub mod memory;
@@ -30,6 +31,8 @@ pub mod redis;
 mod rows;
 mod sql;
 pub mod sqlite;
+mod stores;
+#[cfg(feature = "testkit")]
 pub mod testkit;
 
 use std::time::Duration;
@@ -42,9 +45,10 @@ use chime_domain::{
 };
 
 pub(crate) use batch::{OutcomeColumns, dedup_new_occurrences, oldest_first};
-pub use error::StoreError;
+pub use error::{Cause, StoreError};
 pub use migrate::{SchemaStatus, postgres_migrator, sqlite_migrator};
 pub use open::Database;
+pub use stores::{HotPath, HotStores, NoHotPath, StoreSettings, Stores};
 
 pub type StoreResult<T> = Result<T, StoreError>;
 

@@ -13,7 +13,7 @@ use crate::{HotEntry, HotIndex, LeaseToken, Leases, StoreError, StoreResult};
 
 fn lock<T>(m: &Mutex<T>) -> StoreResult<MutexGuard<'_, T>> {
     m.lock()
-        .map_err(|_| StoreError::Internal("in-memory store poisoned by an earlier panic".into()))
+        .map_err(|_| StoreError::internal("in-memory store poisoned by an earlier panic"))
 }
 
 #[derive(Debug)]

@@ -71,9 +71,10 @@ impl Database {
                 PgStore::connect(url, settings, clock, buckets).await?,
             )))
         } else {
-            Err(StoreError::Internal(
-                "the database URL must start with postgres:// or sqlite:".into(),
-            ))
+            Err(StoreError::Invalid(chime_domain::ValidationError::new(
+                "database.url",
+                "must start with postgres:// or sqlite:",
+            )))
         }
     }
 
@@ -102,7 +103,7 @@ impl Database {
     pub async fn require_current_schema(&self) -> StoreResult<()> {
         match self.schema_status().await? {
             SchemaStatus::Current => Ok(()),
-            SchemaStatus::Behind { missing } => Err(StoreError::Internal(format!(
+            SchemaStatus::Behind { missing } => Err(StoreError::internal(format!(
                 "the database schema is behind this binary (missing migrations {missing:?}): \
                  run `chime-migrator migrate`"
             ))),

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use chime_domain::{ShardKey, TaskKey, Timestamp};
+use chime_domain::{ShardKey, TaskKey, Timestamp, ValidationError};
 use fred::clients::Pool;
 use fred::interfaces::{ClientLike, KeysInterface, LuaInterface, SortedSetsInterface};
 use fred::types::config::{Config, ReconnectPolicy};
@@ -69,7 +69,7 @@ impl RedisBackend {
     /// Connects, and keeps reconnecting in the background if Redis goes away.
     pub async fn connect(url: &str, settings: RedisSettings) -> StoreResult<Self> {
         let config = Config::from_url(url)
-            .map_err(|e| StoreError::Internal(format!("invalid Redis URL: {e}")))?;
+            .map_err(|e| StoreError::Invalid(ValidationError::new("redis.url", e)))?;
         let timeout = settings.connect_timeout;
         let pool = Builder::from_config(config)
             .with_connection_config(|c| {

@@ -199,7 +199,7 @@ pub(crate) fn new_timer_row(
 
 /// Serializes a spec for storage.
 pub(crate) fn spec_json(spec: &TimerSpec) -> StoreResult<String> {
-    serde_json::to_string(spec).map_err(|e| StoreError::Internal(format!("encoding spec: {e}")))
+    serde_json::to_string(spec).map_err(|e| StoreError::internal(format!("encoding spec: {e}")))
 }
 
 /// The error for a duplicate (app, name).

@@ -67,6 +67,23 @@ pub(crate) const DUE_IN_BUCKET: &str = "SELECT timer_id, run_at, \
        AND COALESCE(next_attempt_at, run_at) < $3 \
      ORDER BY due LIMIT $4";
 
+/// Takes idempotency key `$2` of app `$1` for timer `$4`, unless it was taken before. On
+/// PostgreSQL a concurrent holder of the key is waited for, then seen.
+pub(crate) const CLAIM_IDEMPOTENCY_KEY: &str = "INSERT INTO idempotency_keys \
+       (app, key, fingerprint, timer_id, created_at) VALUES ($1, $2, $3, $4, $5) \
+     ON CONFLICT (app, key) DO NOTHING";
+
+/// What key `$2` of app `$1` was first used for.
+pub(crate) const IDEMPOTENCY_KEY: &str =
+    "SELECT fingerprint, timer_id FROM idempotency_keys WHERE app = $1 AND key = $2";
+
+/// Timer `$1`, deleted or not.
+pub(crate) const TIMER_BY_ID: &str = concat!(
+    "SELECT ",
+    shared_timer_cols!(),
+    " FROM timers WHERE id = $1"
+);
+
 // Running them: the binds and the decoding are the same for both backends too. A macro rather
 // than a generic function, because each driver's bind and row traits would have to be spelled
 // out as bounds; expanded, each body is checked against its own driver. `$db` is the pool.
@@ -177,4 +194,50 @@ macro_rules! due_in_bucket {
     }};
 }
 
+/// The idempotent part of a create, the same on every backend: inside the create's
+/// transaction `$tx`, before timer `$id` of request `$req` is written, claims its key. The
+/// first use of a key goes on to write the timer (`None`); a repeat gets the timer the
+/// first use created, once its fingerprint shows it is the same request (`Some`).
+macro_rules! claim_idempotency_key {
+    ($tx:expr, $req:expr, $id:expr, $now:expr) => {{
+        let req: &$crate::CreateTimer = $req;
+        match &req.idempotency {
+            None => None,
+            Some(idem) => {
+                let app = req.timer.spec.app.as_str();
+                let first_use = sqlx::query($crate::sql::CLAIM_IDEMPOTENCY_KEY)
+                    .bind(app)
+                    .bind(&idem.key)
+                    .bind(&idem.fingerprint)
+                    .bind($id.get())
+                    .bind($now.as_millis())
+                    .execute(&mut *$tx)
+                    .await?
+                    .rows_affected()
+                    == 1;
+                if first_use {
+                    None
+                } else {
+                    let (fingerprint, original): (String, i64) =
+                        sqlx::query_as($crate::sql::IDEMPOTENCY_KEY)
+                            .bind(app)
+                            .bind(&idem.key)
+                            .fetch_one(&mut *$tx)
+                            .await?;
+                    $crate::rows::check_fingerprint(idem, &fingerprint)?;
+                    let row = sqlx::query($crate::sql::TIMER_BY_ID)
+                        .bind(original)
+                        .fetch_one(&mut *$tx)
+                        .await?;
+                    Some($crate::Written {
+                        timer: $crate::rows::timer(&row)?,
+                        occurrences: Vec::new(),
+                    })
+                }
+            }
+        }
+    }};
+}
+
+pub(crate) use claim_idempotency_key;
 pub(crate) use {due_in_bucket, find_overdue, list_dead, list_runs, list_timers, redrive};

@@ -42,7 +42,7 @@ pub struct DownIndex;
 #[async_trait]
 impl HotIndex for DownIndex {
     async fn add(&self, _: &[HotEntry]) -> StoreResult<()> {
-        Err(StoreError::Unavailable("connection refused".into()))
+        Err(StoreError::unavailable("connection refused"))
     }
     async fn due(
         &self,
@@ -50,16 +50,16 @@ impl HotIndex for DownIndex {
         _: Timestamp,
         _: usize,
     ) -> StoreResult<Vec<(TaskKey, Timestamp)>> {
-        Err(StoreError::Unavailable("connection refused".into()))
+        Err(StoreError::unavailable("connection refused"))
     }
     async fn touch(&self, _: &[ShardKey]) -> StoreResult<()> {
-        Err(StoreError::Unavailable("connection refused".into()))
+        Err(StoreError::unavailable("connection refused"))
     }
     async fn remove(&self, _: ShardKey, _: &[TaskKey]) -> StoreResult<()> {
-        Err(StoreError::Unavailable("connection refused".into()))
+        Err(StoreError::unavailable("connection refused"))
     }
     async fn shard_exists(&self, _: ShardKey) -> StoreResult<bool> {
-        Err(StoreError::Unavailable("connection refused".into()))
+        Err(StoreError::unavailable("connection refused"))
     }
 }
 

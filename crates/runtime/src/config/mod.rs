@@ -196,6 +196,24 @@ impl Config {
         chime_domain::Horizon::new(self.migrator.lead.get(), self.migrator.max_ahead)
     }
 
+    /// What opening the stores needs of `[database]`, `[redis]` and `buckets`.
+    pub fn store_settings(&self) -> chime_storage::StoreSettings {
+        chime_storage::StoreSettings {
+            buckets: self.buckets,
+            postgres: chime_storage::postgres::PgSettings {
+                max_connections: self.database.max_connections,
+                acquire_timeout: self.database.acquire_timeout.get(),
+            },
+            redis_url: self.redis.url.clone(),
+            redis: chime_storage::redis::RedisSettings {
+                prefix: self.redis.prefix.clone(),
+                pool_size: self.redis.pool_size,
+                shard_retention: self.redis.shard_retention.get(),
+                ..Default::default()
+            },
+        }
+    }
+
     /// The database URL, or a message naming the variable that sets it.
     pub fn database_url(&self) -> Result<&str, ConfigError> {
         self.database.url.as_deref().ok_or_else(|| {

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use chime_domain::{BucketCount, Clock, TimerId};
+use chime_domain::{BucketCount, Clock, TimerId, ValidationError};
 use sqlx::ConnectOptions;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 
@@ -71,7 +71,7 @@ impl PgStore {
     ) -> StoreResult<Self> {
         let options: PgConnectOptions = url
             .parse::<PgConnectOptions>()
-            .map_err(|e| StoreError::Internal(format!("invalid database URL: {e}")))?
+            .map_err(|e| StoreError::Invalid(ValidationError::new("database.url", e)))?
             .log_statements(tracing::log::LevelFilter::Trace);
         let pool = PgPoolOptions::new()
             .max_connections(settings.max_connections)
@@ -103,7 +103,7 @@ impl PgStore {
         let take = |spare: &mut std::collections::VecDeque<i64>| -> Option<Vec<i64>> {
             (spare.len() >= n).then(|| spare.drain(..n).collect())
         };
-        let poisoned = || StoreError::Internal("id reserve poisoned by an earlier panic".into());
+        let poisoned = || StoreError::internal("id reserve poisoned by an earlier panic");
         if let Some(ids) = take(&mut *self.spare_ids.lock().map_err(|_| poisoned())?) {
             return ids.into_iter().map(rows::timer_id).collect();
         }

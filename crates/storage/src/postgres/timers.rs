@@ -57,10 +57,10 @@ impl TimerStore for PgStore {
             .next_ids(1)
             .await?
             .pop()
-            .ok_or_else(|| StoreError::Internal("no timer id reserved".into()))?;
+            .ok_or_else(|| StoreError::internal("no timer id reserved"))?;
         let (written, watermark) = self.new_written(id, &new, horizon);
         let (reply, answer) = tokio::sync::oneshot::channel();
-        let gone = || StoreError::Unavailable("timer writer stopped".into());
+        let gone = || StoreError::unavailable("timer writer stopped");
         self.create_queue()
             .await
             .send(PendingCreate {
@@ -87,46 +87,11 @@ impl TimerStore for PgStore {
         // index of a fresh one in `fresh`.
         let mut results: Vec<Result<Written, usize>> = Vec::with_capacity(batch.len());
         let mut fresh: Vec<(Written, Timestamp)> = Vec::new();
+        let now = self.clock.now();
         for (req, id) in batch.iter().zip(ids) {
-            if let Some(idem) = &req.idempotency {
-                // Waits for a concurrent holder of the same key, then sees its commit.
-                let first_use = sqlx::query(
-                    "INSERT INTO idempotency_keys (app, key, fingerprint, timer_id, created_at) \
-                     VALUES ($1, $2, $3, $4, $5) ON CONFLICT (app, key) DO NOTHING",
-                )
-                .bind(req.timer.spec.app.as_str())
-                .bind(&idem.key)
-                .bind(&idem.fingerprint)
-                .bind(id.get())
-                .bind(self.clock.now().as_millis())
-                .execute(&mut *tx)
-                .await?
-                .rows_affected()
-                    == 1;
-                if !first_use {
-                    let (fingerprint, original): (String, i64) = sqlx::query_as(
-                        "SELECT fingerprint, timer_id FROM idempotency_keys \
-                         WHERE app = $1 AND key = $2",
-                    )
-                    .bind(req.timer.spec.app.as_str())
-                    .bind(&idem.key)
-                    .fetch_one(&mut *tx)
-                    .await?;
-                    rows::check_fingerprint(idem, &fingerprint)?;
-                    let row = sqlx::query(concat!(
-                        "SELECT ",
-                        timer_cols!(),
-                        " FROM timers WHERE id = $1"
-                    ))
-                    .bind(original)
-                    .fetch_one(&mut *tx)
-                    .await?;
-                    results.push(Ok(Written {
-                        timer: rows::timer(&row)?,
-                        occurrences: Vec::new(),
-                    }));
-                    continue;
-                }
+            if let Some(original) = sql::claim_idempotency_key!(tx, req, id, now) {
+                results.push(Ok(original));
+                continue;
             }
             results.push(Err(fresh.len()));
             fresh.push(self.new_written(id, &req.timer, horizon));
@@ -152,7 +117,7 @@ impl TimerStore for PgStore {
                 Err(i) => fresh
                     .get_mut(i)
                     .and_then(Option::take)
-                    .ok_or_else(|| StoreError::Internal("batch result out of place".into())),
+                    .ok_or_else(|| StoreError::internal("batch result out of place")),
             })
             .collect()
     }

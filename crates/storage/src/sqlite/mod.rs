@@ -6,8 +6,9 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use chime_domain::{BucketCount, Clock, Horizon, NewOccurrence, NewTimer, Timer, Timestamp};
-use sqlx::Row;
+use chime_domain::{
+    BucketCount, Clock, Horizon, NewOccurrence, NewTimer, Timer, TimerId, ValidationError,
+};
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
@@ -41,7 +42,7 @@ impl SqliteStore {
     pub async fn open(url: &str, clock: Arc<dyn Clock>, buckets: BucketCount) -> StoreResult<Self> {
         let in_memory = url.contains(":memory:") || url.contains("mode=memory");
         let options = SqliteConnectOptions::from_str(url)
-            .map_err(|e| StoreError::Internal(format!("invalid SQLite URL {url:?}: {e}")))?
+            .map_err(|e| StoreError::Invalid(ValidationError::new("database.url", e)))?
             .create_if_missing(true)
             .journal_mode(if in_memory {
                 SqliteJournalMode::Memory
@@ -93,37 +94,60 @@ impl SqliteStore {
         ))
     }
 
-    /// Inserts one timer inside a write transaction, with its first occurrences and
-    /// watermark; the bucket derives from the id, which SQLite assigns on insert.
+    /// Reserves `n` timer ids inside a write transaction, the way PostgreSQL's sequence
+    /// hands them out: the idempotency key of a create is claimed for its id before the
+    /// timer is written, on every backend. Moves the AUTOINCREMENT counter, so ids are never
+    /// reused and rows written without an id still get fresh ones.
+    async fn reserve_ids(
+        &self,
+        tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+        n: usize,
+    ) -> StoreResult<Vec<TimerId>> {
+        // The counter's row appears with the table's first insert; start it if missing.
+        sqlx::query(
+            "INSERT INTO sqlite_sequence (name, seq) SELECT 'timers', 0 \
+             WHERE NOT EXISTS (SELECT 1 FROM sqlite_sequence WHERE name = 'timers')",
+        )
+        .execute(&mut **tx)
+        .await?;
+        let last: i64 = sqlx::query_scalar(
+            "UPDATE sqlite_sequence SET seq = seq + ?1 WHERE name = 'timers' RETURNING seq",
+        )
+        .bind(n as i64)
+        .fetch_one(&mut **tx)
+        .await?;
+        (last - n as i64 + 1..=last).map(rows::timer_id).collect()
+    }
+
+    /// Inserts timer `id` inside a write transaction, with its first occurrences and
+    /// watermark.
     async fn insert_timer(
         &self,
         tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+        id: TimerId,
         new: &NewTimer,
         horizon: Horizon,
     ) -> StoreResult<Written> {
-        let now = self.clock.now().as_millis();
-        let inserted = sqlx::query(
-            "INSERT INTO timers (app, name, schedule_kind, spec, enabled, version, bucket, \
-             created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, 1, 0, ?6, ?6) RETURNING id",
+        let now = self.clock.now();
+        let timer = rows::new_timer_row(id, new, self.buckets, now);
+        let (occurrences, watermark) = first_occurrences(&timer, timer.created_at, horizon);
+        sqlx::query(
+            "INSERT INTO timers (id, app, name, schedule_kind, spec, enabled, version, bucket, \
+             created_at, updated_at, materialized_until) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, 1, ?7, ?8, ?8, ?9)",
         )
+        .bind(id.get())
         .bind(new.spec.app.as_str())
         .bind(new.spec.name.as_str())
         .bind(new.spec.schedule.kind_name())
         .bind(spec_json(&new.spec)?)
         .bind(new.enabled)
-        .bind(now)
-        .fetch_one(&mut **tx)
+        .bind(timer.bucket.get() as i32)
+        .bind(now.as_millis())
+        .bind(watermark.as_millis())
+        .execute(&mut **tx)
         .await
         .map_err(rows::name_taken_or(&new.spec))?;
-        let id = rows::timer_id(inserted.try_get("id")?)?;
-        let timer = rows::new_timer_row(id, new, self.buckets, Timestamp::from_millis(now));
-        let (occurrences, watermark) = first_occurrences(&timer, timer.created_at, horizon);
-        sqlx::query("UPDATE timers SET bucket = ?2, materialized_until = ?3 WHERE id = ?1")
-            .bind(id.get())
-            .bind(timer.bucket.get() as i32)
-            .bind(watermark.as_millis())
-            .execute(&mut **tx)
-            .await?;
         insert_new(&mut **tx, &occurrences).await?;
         Ok(Written { timer, occurrences })
     }

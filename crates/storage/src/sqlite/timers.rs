@@ -19,7 +19,9 @@ use crate::{
 impl TimerStore for SqliteStore {
     async fn create_timer(&self, new: NewTimer, horizon: Horizon) -> StoreResult<Written> {
         let mut tx = self.writer.begin().await?;
-        let written = self.insert_timer(&mut tx, &new, horizon).await?;
+        let id = self.reserve_ids(&mut tx, 1).await?.pop();
+        let id = id.ok_or_else(|| StoreError::internal("no timer id reserved"))?;
+        let written = self.insert_timer(&mut tx, id, &new, horizon).await?;
         tx.commit().await?;
         Ok(written)
     }
@@ -30,48 +32,14 @@ impl TimerStore for SqliteStore {
         horizon: Horizon,
     ) -> StoreResult<Vec<Written>> {
         let mut tx = self.writer.begin().await?;
+        let ids = self.reserve_ids(&mut tx, batch.len()).await?;
+        let now = self.clock.now();
         let mut created = Vec::with_capacity(batch.len());
-        for req in &batch {
-            if let Some(idem) = &req.idempotency {
-                let seen: Option<(String, i64)> = sqlx::query_as(
-                    "SELECT fingerprint, timer_id FROM idempotency_keys WHERE app = ?1 AND key = ?2",
-                )
-                .bind(req.timer.spec.app.as_str())
-                .bind(&idem.key)
-                .fetch_optional(&mut *tx)
-                .await?;
-                if let Some((fingerprint, original)) = seen {
-                    rows::check_fingerprint(idem, &fingerprint)?;
-                    let row = sqlx::query(concat!(
-                        "SELECT ",
-                        timer_cols!(),
-                        " FROM timers WHERE id = ?1"
-                    ))
-                    .bind(original)
-                    .fetch_one(&mut *tx)
-                    .await?;
-                    created.push(Written {
-                        timer: rows::timer(&row)?,
-                        occurrences: Vec::new(),
-                    });
-                    continue;
-                }
-            }
-            let written = self.insert_timer(&mut tx, &req.timer, horizon).await?;
-            let timer = &written.timer;
-            if let Some(idem) = &req.idempotency {
-                sqlx::query(
-                    "INSERT INTO idempotency_keys (app, key, fingerprint, timer_id, created_at) \
-                     VALUES (?1, ?2, ?3, ?4, ?5)",
-                )
-                .bind(timer.spec.app.as_str())
-                .bind(&idem.key)
-                .bind(&idem.fingerprint)
-                .bind(timer.id.get())
-                .bind(timer.created_at.as_millis())
-                .execute(&mut *tx)
-                .await?;
-            }
+        for (req, id) in batch.iter().zip(ids) {
+            let written = match sql::claim_idempotency_key!(tx, req, id, now) {
+                Some(original) => original,
+                None => self.insert_timer(&mut tx, id, &req.timer, horizon).await?,
+            };
             created.push(written);
         }
         tx.commit().await?;
@@ -97,7 +65,7 @@ impl TimerStore for SqliteStore {
         }
         let ids: Vec<i64> = ids.iter().map(|id| id.get()).collect();
         let ids = serde_json::to_string(&ids)
-            .map_err(|e| StoreError::Internal(format!("encoding timer ids: {e}")))?;
+            .map_err(|e| StoreError::internal(format!("encoding timer ids: {e}")))?;
         sqlx::query(concat!(
             "SELECT ",
             timer_cols!(),

@@ -54,7 +54,12 @@ pub fn log_dir(test: &str) -> PathBuf {
     } else {
         root.join("bench").join("logs")
     };
-    let dir = root.join(chime_storage::testkit::unique(test));
+    // The pid and a random suffix keep parallel runs of one test apart.
+    let dir = root.join(format!(
+        "{test}_{}_{:08x}",
+        std::process::id(),
+        rand::random::<u32>()
+    ));
     std::fs::create_dir_all(&dir).expect("log directory");
     dir
 }

@@ -1,27 +1,42 @@
 //! One factory for the stores a process uses: the database its URL names, and the hot index
-//! and leases, in Redis when `CHIME_REDIS_URL` is set or in memory for `chime dev`. Every
-//! binary and `chime dev` open their stores here.
+//! and leases, in Redis when a Redis URL is given or in memory for `chime dev`. Every binary
+//! and `chime dev` open their stores here; `chime-runtime` only turns the config into
+//! [`StoreSettings`].
 
 use std::sync::Arc;
 
-use chime_domain::Clock;
-use chime_storage::memory::{MemoryHotIndex, MemoryLeases};
-use chime_storage::redis::{RedisBackend, RedisSettings};
-use chime_storage::{Database, HotIndex, Leases, StoreError};
+use chime_domain::{BucketCount, Clock};
 
-use crate::Config;
+use crate::memory::{MemoryHotIndex, MemoryLeases};
+use crate::postgres::PgSettings;
+use crate::redis::{RedisBackend, RedisSettings};
+use crate::{Database, HotIndex, Leases, StoreError};
 
 /// Where the hot index and the leases live.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HotPath {
-    /// Redis when `CHIME_REDIS_URL` is set, none otherwise.
+    /// Redis when [`StoreSettings::redis_url`] is set, none otherwise.
     Configured,
     /// In this process's memory (`chime dev`: one process runs every service).
     InMemory,
 }
 
+/// What opening the stores needs to know, whatever the config layer it came from.
+#[derive(Debug, Clone)]
+pub struct StoreSettings {
+    pub buckets: BucketCount,
+    pub postgres: PgSettings,
+    pub redis_url: Option<String>,
+    pub redis: RedisSettings,
+}
+
 /// The hot index with the leases beside it.
 pub type HotStores = (Arc<dyn HotIndex>, Arc<dyn Leases>);
+
+/// A service that needs the hot path was started without one.
+#[derive(Debug, Clone, Copy, thiserror::Error)]
+#[error("no Redis configured: set CHIME_REDIS_URL (redis://…)")]
+pub struct NoHotPath;
 
 pub struct Stores {
     pub database: Database,
@@ -32,11 +47,11 @@ pub struct Stores {
 }
 
 impl Stores {
-    /// Opens the configured database and hot path. `migrate`: apply pending migrations
-    /// first (`chime dev`); otherwise the schema must already be current, so a service never
-    /// runs against a schema it does not know.
+    /// Opens the database `database_url` names and the hot path. `migrate`: apply pending
+    /// migrations first (`chime dev`); otherwise the schema must already be current, so a
+    /// service never runs against a schema it does not know.
     pub async fn open(
-        config: &Config,
+        settings: &StoreSettings,
         database_url: &str,
         clock: Arc<dyn Clock>,
         hot_path: HotPath,
@@ -44,9 +59,9 @@ impl Stores {
     ) -> Result<Self, StoreError> {
         let database = Database::open(
             database_url,
-            &pg_settings(config),
+            &settings.postgres,
             clock.clone(),
-            config.buckets,
+            settings.buckets,
         )
         .await?;
         if migrate {
@@ -55,17 +70,16 @@ impl Stores {
             database.require_current_schema().await?;
         }
         let (hot, redis): (Option<HotStores>, Option<RedisBackend>) =
-            match (hot_path, config.redis.url.as_deref()) {
+            match (hot_path, settings.redis_url.as_deref()) {
                 (HotPath::InMemory, _) => {
-                    let index =
-                        MemoryHotIndex::new(clock.clone(), config.redis.shard_retention.get());
+                    let index = MemoryHotIndex::new(clock.clone(), settings.redis.shard_retention);
                     (
                         Some((Arc::new(index), Arc::new(MemoryLeases::new(clock)))),
                         None,
                     )
                 }
                 (HotPath::Configured, Some(url)) => {
-                    let redis = RedisBackend::connect(url, redis_settings(config)).await?;
+                    let redis = RedisBackend::connect(url, settings.redis.clone()).await?;
                     (
                         Some((Arc::new(redis.hot_index()), Arc::new(redis.leases()))),
                         Some(redis),
@@ -82,21 +96,20 @@ impl Stores {
         })
     }
 
-    /// [`Self::open`] for a service, from `CHIME_DATABASE_URL` and `CHIME_REDIS_URL`.
-    pub async fn for_service(config: &Config, clock: Arc<dyn Clock>) -> Result<Self, StoreError> {
-        let url = config
-            .database_url()
-            .map_err(|e| StoreError::Internal(e.to_string()))?;
-        Self::open(config, url, clock, HotPath::Configured, false).await
+    /// [`Self::open`] for a service: Redis if configured, the schema already current.
+    pub async fn for_service(
+        settings: &StoreSettings,
+        database_url: &str,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self, StoreError> {
+        Self::open(settings, database_url, clock, HotPath::Configured, false).await
     }
 
     /// The hot index and leases, for a service that cannot run without them.
-    pub fn hot_path(&self) -> Result<HotStores, StoreError> {
+    pub fn hot_path(&self) -> Result<HotStores, NoHotPath> {
         match (&self.hot_index, &self.leases) {
             (Some(index), Some(leases)) => Ok((index.clone(), leases.clone())),
-            _ => Err(StoreError::Internal(
-                "no Redis configured: set CHIME_REDIS_URL (redis://…)".into(),
-            )),
+            _ => Err(NoHotPath),
         }
     }
 
@@ -106,22 +119,5 @@ impl Stores {
             redis.quit().await;
         }
         self.database.close().await;
-    }
-}
-
-/// The PostgreSQL pool settings of `[database]`.
-pub fn pg_settings(config: &Config) -> chime_storage::postgres::PgSettings {
-    chime_storage::postgres::PgSettings {
-        max_connections: config.database.max_connections,
-        acquire_timeout: config.database.acquire_timeout.get(),
-    }
-}
-
-fn redis_settings(config: &Config) -> RedisSettings {
-    RedisSettings {
-        prefix: config.redis.prefix.clone(),
-        pool_size: config.redis.pool_size,
-        shard_retention: config.redis.shard_retention.get(),
-        ..Default::default()
     }
 }
