@@ -326,11 +326,6 @@ impl ShardKey {
             dt.minute()
         )
     }
-
-    /// The Redis key of this shard's ZSET: `{prefix}:shard:{yyyymmddHHMM}:{bucket}`.
-    pub fn redis_key(self, prefix: &str) -> String {
-        format!("{prefix}:shard:{}:{}", self.minute_label(), self.bucket)
-    }
 }
 
 impl fmt::Display for ShardKey {
@@ -377,7 +372,7 @@ mod tests {
     fn shard_key_names_the_utc_minute_and_bucket() {
         let due = Timestamp::parse_rfc3339("2026-11-22T10:07:59.999Z").unwrap();
         let shard = ShardKey::new(due, Bucket::from_stored(3));
-        assert_eq!(shard.redis_key("chime"), "chime:shard:202611221007:3");
+        assert_eq!(shard.to_string(), "202611221007:3");
         assert_eq!(shard.previous_minute().minute_label(), "202611221006");
         assert_eq!(
             shard.minute_end().as_millis() - shard.minute_start().as_millis(),

@@ -50,6 +50,12 @@ impl Default for RedisSettings {
     }
 }
 
+/// The Redis key of a shard's ZSET: `{prefix}:shard:{yyyymmddHHMM}:{bucket}`. The key layout
+/// is this backend's business; the domain only names the shard.
+fn shard_key(prefix: &str, shard: ShardKey) -> String {
+    format!("{prefix}:shard:{shard}")
+}
+
 /// A connected Redis pool shared by the hot index and the leases.
 #[derive(Clone)]
 pub struct RedisBackend {
@@ -134,7 +140,7 @@ impl RedisHotIndex {
             i64::try_from(self.0.settings.shard_retention.as_millis()).unwrap_or(i64::MAX);
         let pipeline = self.0.pool.next().pipeline();
         for (shard, mut members) in by_shard {
-            let key = shard.redis_key(&self.0.settings.prefix);
+            let key = shard_key(&self.0.settings.prefix, shard);
             // The marker rides in the first ZADD: one command per shard in the usual case.
             members.insert(0, (MARKER_SCORE, MARKER.to_owned()));
             for chunk in members.chunks(ZADD_CHUNK) {
@@ -173,7 +179,7 @@ impl HotIndex for RedisHotIndex {
         up_to: Timestamp,
         limit: usize,
     ) -> StoreResult<Vec<(TaskKey, Timestamp)>> {
-        let key = shard.redis_key(&self.0.settings.prefix);
+        let key = shard_key(&self.0.settings.prefix, shard);
         let members: Vec<(String, f64)> = self
             .0
             .pool
@@ -207,7 +213,7 @@ impl HotIndex for RedisHotIndex {
             .0
             .pool
             .next()
-            .zrem(shard.redis_key(&self.0.settings.prefix), members)
+            .zrem(shard_key(&self.0.settings.prefix, shard), members)
             .await?;
         Ok(())
     }
@@ -217,7 +223,7 @@ impl HotIndex for RedisHotIndex {
             .0
             .pool
             .next()
-            .exists(shard.redis_key(&self.0.settings.prefix))
+            .exists(shard_key(&self.0.settings.prefix, shard))
             .await?;
         Ok(n > 0)
     }
@@ -273,5 +279,20 @@ impl Leases for RedisLeases {
             )
             .await?;
         Ok(released == 1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use chime_domain::{Bucket, ShardKey, Timestamp};
+
+    #[test]
+    fn shard_keys_follow_the_documented_layout() {
+        let at = Timestamp::parse_rfc3339("2026-11-22T10:07:31Z").unwrap_or_else(|e| panic!("{e}"));
+        let shard = ShardKey::new(at, Bucket::from_stored(3));
+        assert_eq!(
+            super::shard_key("chime", shard),
+            "chime:shard:202611221007:3"
+        );
     }
 }
