@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chime_domain::{
-    BucketCount, CallbackInput, Clock, Horizon, ManualClock, NewTimer, ScheduleInput, ShardKey,
-    SystemClock, TaskKey, Timer, TimerSpec, Timestamp,
+    BucketCount, Clock, Horizon, ManualClock, NewTimer, ScheduleInput, ShardKey, SystemClock,
+    TaskKey, Timer, TimerSpec, Timestamp,
 };
 use chime_migrator::{Materialized, Materializer, Migrator, MigratorSettings, PassReport};
 use chime_storage::postgres::PgStore;
@@ -61,20 +61,7 @@ async fn setup() -> Setup {
 }
 
 fn spec(name: &str, schedule: ScheduleInput, now: Timestamp) -> TimerSpec {
-    TimerSpec {
-        app: chime_domain::AppName::parse("billing").unwrap(),
-        name: chime_domain::TimerName::parse(name).unwrap(),
-        schedule: schedule.resolve(now, None, None).unwrap(),
-        callback: CallbackInput {
-            url: "http://127.0.0.1:9/".into(),
-            ..Default::default()
-        }
-        .parse()
-        .unwrap(),
-        retry: Default::default(),
-        misfire: Default::default(),
-        delivery: Default::default(),
-    }
+    chime_storage::contract::spec_with("billing", name, &schedule, now)
 }
 
 /// Creates a timer as the gateway does: with its first occurrences (not indexed here).

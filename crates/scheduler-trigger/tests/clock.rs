@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chime_domain::{
-    AppName, Bucket, BucketCount, CallbackInput, Clock, ManualClock, NewOccurrence, NewTimer,
-    ScheduleInput, SystemClock, TaskKey, Timer, TimerName, TimerSpec, Timestamp,
+    Bucket, BucketCount, Clock, ManualClock, NewOccurrence, NewTimer, ScheduleInput, SystemClock,
+    TaskKey, Timer, Timestamp,
 };
 use chime_scheduler::{Handoff, Scheduler, SchedulerSettings};
 use chime_storage::memory::{MemoryHotIndex, MemoryLeases};
@@ -88,25 +88,11 @@ impl Setup {
     /// A timer whose own schedule stays out of the way (one shot a year ahead).
     async fn timer(&self) -> Timer {
         let now = self.clock.now();
-        let spec = TimerSpec {
-            app: AppName::parse("ops").unwrap(),
-            name: TimerName::parse("t").unwrap(),
-            schedule: ScheduleInput {
-                at: Some(now.add_millis(365 * 86_400_000).to_rfc3339()),
-                ..Default::default()
-            }
-            .resolve(now, None, None)
-            .unwrap(),
-            callback: CallbackInput {
-                url: "http://127.0.0.1:9/".into(),
-                ..Default::default()
-            }
-            .parse()
-            .unwrap(),
-            retry: Default::default(),
-            misfire: Default::default(),
-            delivery: Default::default(),
+        let once = ScheduleInput {
+            at: Some(now.add_millis(365 * 86_400_000).to_rfc3339()),
+            ..Default::default()
         };
+        let spec = chime_storage::contract::spec_with("ops", "t", &once, now);
         let new = NewTimer {
             spec,
             enabled: true,

@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chime_domain::{
-    AppName, Bucket, BucketCount, CallbackInput, Claim, Clock, DeliveryMode, MisfirePolicy,
-    NewOccurrence, NewTimer, OccurrenceStatus, ScheduleInput, ShardKey, SystemClock, TaskKey,
-    Timer, TimerId, TimerName, TimerSpec, Timestamp,
+    Bucket, BucketCount, Claim, Clock, DeliveryMode, MisfirePolicy, NewOccurrence, NewTimer,
+    OccurrenceStatus, ScheduleInput, ShardKey, SystemClock, TaskKey, Timer, TimerId, TimerSpec,
+    Timestamp,
 };
 use chime_scheduler::{Handoff, Scheduler, SchedulerSettings, Swept};
 use chime_storage::testkit::{self, PgFixture, RedisFixture};
@@ -339,20 +339,9 @@ fn timer_spec(
 ) -> TimerSpec {
     let now = SystemClock.now();
     TimerSpec {
-        app: AppName::parse("ops").unwrap(),
-        name: TimerName::parse(name).unwrap(),
-        schedule: schedule
-            .resolve(now.add_millis(-3_600_000), None, None)
-            .unwrap(),
-        callback: CallbackInput {
-            url: "http://127.0.0.1:9/".into(),
-            ..Default::default()
-        }
-        .parse()
-        .unwrap(),
-        retry: Default::default(),
         misfire,
         delivery,
+        ..chime_storage::contract::spec_with("ops", name, &schedule, now.add_millis(-3_600_000))
     }
 }
 

@@ -48,17 +48,22 @@ const T0: i64 = 1_893_456_000_000; // 2030-01-01T00:00:00Z: clear of any real cl
 /// The horizon timer writes use in the contracts.
 const H: Horizon = Horizon::DEFAULT;
 
-/// A valid timer spec for tests.
+/// A valid timer spec for tests: every minute from [`T0`].
 pub fn spec(app: &str, name: &str) -> TimerSpec {
+    let every_minute = ScheduleInput {
+        every: Some("1m".into()),
+        ..Default::default()
+    };
+    spec_with(app, name, &every_minute, Timestamp::from_millis(T0))
+}
+
+/// A valid timer spec for tests with `schedule` anchored at `now`, calling back a port
+/// nothing listens on, the other settings at their defaults.
+pub fn spec_with(app: &str, name: &str, schedule: &ScheduleInput, now: Timestamp) -> TimerSpec {
     TimerSpec {
         app: AppName::parse(app).expect("test app name"),
         name: TimerName::parse(name).expect("test timer name"),
-        schedule: ScheduleInput {
-            every: Some("1m".into()),
-            ..Default::default()
-        }
-        .resolve(Timestamp::from_millis(T0), None, None)
-        .expect("test schedule"),
+        schedule: schedule.resolve(now, None, None).expect("test schedule"),
         callback: CallbackInput {
             url: "http://127.0.0.1:9/callback".into(),
             ..Default::default()
