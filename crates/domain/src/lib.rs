@@ -8,6 +8,7 @@ mod error;
 mod horizon;
 mod ids;
 mod occurrence;
+mod ownership;
 mod page;
 mod policy;
 mod schedule;
@@ -25,6 +26,7 @@ pub use ids::{AppName, Bucket, BucketCount, ShardKey, TaskKey, TimerId, TimerNam
 pub use occurrence::{
     Claim, ClaimedOccurrence, NewOccurrence, Occurrence, OccurrenceStatus, Outcome,
 };
+pub use ownership::Ownership;
 pub use page::{Page, PageSize, PageToken};
 pub use policy::{DeliveryMode, MisfirePolicy, RetryPolicy, RetryPolicyInput};
 pub use schedule::{CronExpr, Interval, Schedule, ScheduleInput, ScheduleKind, TimeZone};

@@ -10,7 +10,7 @@ mod service;
 
 pub use janitor::{Janitor, JanitorRun, RetentionSettings};
 pub use materialize::{BucketPass, CATCH_UP, Materialized, Materializer};
-pub use service::{Migrator, MigratorSettings, PassReport};
+pub use service::{GROUP, Migrator, MigratorSettings, PassReport};
 
 use std::sync::Arc;
 

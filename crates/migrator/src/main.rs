@@ -59,10 +59,18 @@ async fn run(config: chime_runtime::Config) -> anyhow::Result<()> {
         db.timers.clone(),
         db.occurrences.clone(),
         index,
-        clock,
+        clock.clone(),
         settings.horizon,
     );
     let migrator = Arc::new(Migrator::new(materializer, leases.clone(), settings));
+    migrator.join(chime_runtime::Roster::new(
+        stores.membership()?,
+        chime_migrator::GROUP,
+        migrator.token().clone(),
+        config.buckets,
+        config.roster(),
+        clock.clone(),
+    ));
     let janitor = Janitor::new(
         db.retention.clone(),
         leases,

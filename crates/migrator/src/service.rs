@@ -55,11 +55,16 @@ pub struct PassReport {
     pub rebucketed: usize,
 }
 
+/// The migrator replicas' group: they split the buckets like the schedulers.
+pub const GROUP: &str = "migrator";
+
 pub struct Migrator {
     materializer: Materializer,
     leases: Arc<dyn Leases>,
     settings: MigratorSettings,
     token: LeaseToken,
+    /// Without a group (one replica, `chime dev`) it works every bucket it can lease.
+    roster: std::sync::OnceLock<Arc<chime_runtime::Roster>>,
 }
 
 impl Migrator {
@@ -73,7 +78,19 @@ impl Migrator {
             leases,
             settings,
             token: LeaseToken::random(),
+            roster: std::sync::OnceLock::new(),
         }
+    }
+
+    /// This replica's lease token, which is also its member id.
+    pub fn token(&self) -> &LeaseToken {
+        &self.token
+    }
+
+    /// Makes this replica one of a group that splits the buckets; before [`Migrator::run`].
+    /// The roster's token must be [`Migrator::token`].
+    pub fn join(&self, roster: Arc<chime_runtime::Roster>) {
+        let _ = self.roster.set(roster);
     }
 
     pub fn settings(&self) -> MigratorSettings {
@@ -99,12 +116,18 @@ impl Migrator {
         format!("migrator:bucket:{}", bucket.get())
     }
 
-    /// Keeps the buckets this replica holds and takes free ones: ownership sticks while the
-    /// replica lives, and a dead replica's buckets go to another within `work_lease`.
-    async fn hold(&self, name: &str) -> StoreResult<bool> {
+    /// Keeps the buckets this replica holds and takes free ones (in a group, its own, and
+    /// those of a replica gone from the group at once); without a group, a dead replica's
+    /// buckets go to another within `work_lease`.
+    async fn hold(&self, name: &str, live: Option<&[String]>) -> StoreResult<bool> {
         let ttl = self.settings.work_lease;
-        Ok(self.leases.renew(name, &self.token, ttl).await?
-            || self.leases.acquire(name, &self.token, ttl).await?)
+        if self.leases.renew(name, &self.token, ttl).await? {
+            return Ok(true);
+        }
+        match live {
+            Some(live) => self.leases.take(name, &self.token, ttl, live).await,
+            None => self.leases.acquire(name, &self.token, ttl).await,
+        }
     }
 
     /// One pass: first moves timers a larger bucket count left out of range (after
@@ -114,9 +137,17 @@ impl Migrator {
             rebucketed: self.materializer.rebucket(self.settings.buckets).await?,
             ..PassReport::default()
         };
+        let view = self.roster.get().map(|r| r.ownership());
         for bucket in self.settings.buckets.all() {
             let name = Self::lease_name(bucket);
-            if !self.hold(&name).await? {
+            if let Some(view) = &view
+                && !view.owns(bucket)
+            {
+                // A peer's now: let go, so it takes over at once.
+                self.leases.release(&name, &self.token).await?;
+                continue;
+            }
+            if !self.hold(&name, view.as_ref().map(|v| v.members())).await? {
                 continue;
             }
             let pass = self
@@ -163,6 +194,14 @@ impl Migrator {
 
     /// Runs passes every `interval` until `shutdown`.
     pub async fn run(&self, shutdown: CancellationToken) {
+        let heartbeats = self
+            .roster
+            .get()
+            .map(|r| tokio::spawn(r.clone().run(shutdown.clone())));
+        if let Some(r) = self.roster.get() {
+            // The first pass already knows the group.
+            r.beat().await;
+        }
         loop {
             let pass = tokio::select! {
                 () = shutdown.cancelled() => break,
@@ -208,5 +247,8 @@ impl Migrator {
             }
         }
         self.release_all().await;
+        if let Some(h) = heartbeats {
+            let _ = h.await;
+        }
     }
 }

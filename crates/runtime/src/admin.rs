@@ -33,6 +33,8 @@ impl Readiness for AlwaysReady {
     }
 }
 
+/// The admin endpoints; a service adds its own views (the scheduler's `/ownership`) with
+/// [`Router::merge`].
 pub fn admin_router(readiness: Arc<dyn Readiness>) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
@@ -55,9 +57,19 @@ pub async fn serve_admin(
     readiness: Arc<dyn Readiness>,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
+    serve_admin_with(listener, readiness, Router::new(), shutdown).await
+}
+
+/// [`serve_admin`] with a service's own routes beside the common ones.
+pub async fn serve_admin_with(
+    listener: Option<TcpListener>,
+    readiness: Arc<dyn Readiness>,
+    extra: Router,
+    shutdown: CancellationToken,
+) -> std::io::Result<()> {
     match listener {
         Some(l) => {
-            axum::serve(without_nagle(l), admin_router(readiness))
+            axum::serve(without_nagle(l), admin_router(readiness).merge(extra))
                 .with_graceful_shutdown(shutdown.cancelled_owned())
                 .await
         }

@@ -3,13 +3,16 @@
 
 pub mod admin;
 mod config;
+mod roster;
 mod shutdown;
 mod telemetry;
 
 pub use config::{
     CommonArgs, Config, ConfigError, DatabaseConfig, ExecutorConfig, GatewayConfig, LogConfig,
-    LogFormat, MigratorConfig, RedisConfig, RetentionConfig, SchedulerConfig, Seconds,
+    LogFormat, MembershipConfig, MigratorConfig, RedisConfig, RetentionConfig, SchedulerConfig,
+    Seconds,
 };
+pub use roster::{Roster, RosterSettings};
 pub use shutdown::{cancel_on_signal, shutdown_token};
 pub use telemetry::{init_tracing, prometheus};
 

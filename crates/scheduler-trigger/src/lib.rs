@@ -1,26 +1,32 @@
 //! chime-scheduler (scheduler-trigger): fires each occurrence at its due millisecond.
 //!
-//! Every `tick` (1 s) a replica tries to lease each shard (minute × bucket) of the previous,
-//! the current and, close to a minute's end, the next minute. The holder of a shard renews
-//! its short lease while it works, reads the members due within the look-ahead, sleeps until
-//! each one's due instant, hands the due keys to executors in batches and removes what they
-//! accepted. A dead holder's lease lapses within `lease_ttl` and another replica resumes the
-//! shard. A shard missing from Redis (lost data) is read from the database instead.
+//! Replicas split the buckets among the live members of their group (`ownership.rs`).
+//! Every `tick` (1 s), and whenever the members change, a replica leases the shards
+//! (minute × bucket) of its own buckets for the previous, the current and, close to a
+//! minute's end, the next minute, and lets go of shards whose bucket went to a peer. The
+//! holder of a shard renews its short lease while it works, reads the members due within the
+//! look-ahead, sleeps until each one's due instant, hands the due keys to executors in
+//! batches and removes what they accepted. A replica that dies stops heartbeating; its peers
+//! take its buckets and its leases as soon as its membership lapses. A shard missing from
+//! Redis (lost data) is read from the database instead.
 
 pub mod handoff;
+mod ownership;
 mod shard;
 mod sweeper;
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use chime_domain::{BucketCount, Clock, ShardKey, TaskKey, Ticker, Timestamp};
+use chime_runtime::Roster;
 use chime_storage::{HotIndex, LeaseToken, Leases, OccurrenceStore, TimerStore};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 pub use handoff::{Endpoints, EndpointsError, GrpcExecutors, Handoff};
+pub use ownership::GROUP;
 use shard::{Member, ShardReader};
 pub use sweeper::Swept;
 
@@ -96,6 +102,16 @@ pub struct Scheduler {
     clock: Arc<dyn Clock>,
     settings: SchedulerSettings,
     token: LeaseToken,
+    /// The replica's group; without one it works every bucket (one replica, `chime dev`).
+    roster: OnceLock<Arc<Roster>>,
+    /// The shards held at the last tick, for the ownership view.
+    held_now: Mutex<Vec<ShardKey>>,
+}
+
+/// A shard worker and how to stop it when its bucket goes to a peer.
+struct Held {
+    worker: JoinHandle<bool>,
+    stop: CancellationToken,
 }
 
 /// How one round of hand-offs from a shard ended.
@@ -138,7 +154,14 @@ impl Scheduler {
             clock,
             settings,
             token: LeaseToken::random(),
+            roster: OnceLock::new(),
+            held_now: Mutex::new(Vec::new()),
         })
+    }
+
+    /// This replica's lease token, which is also its member id.
+    pub fn token(&self) -> &LeaseToken {
+        &self.token
     }
 
     /// The shards worth holding at `now`.
@@ -164,42 +187,53 @@ impl Scheduler {
     /// lease) within `grace`.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken, grace: Duration) {
         let workers_stop = shutdown.child_token();
+        // The group is left at shutdown, before the workers release their leases, so peers
+        // own the buckets by the time the leases are free.
+        let heartbeats = self.roster().map(|r| tokio::spawn(r.run(shutdown.clone())));
+        let mut changes = self.roster().map(|r| r.subscribe());
         let sweeper = tokio::spawn(self.clone().sweep_loop(workers_stop.clone()));
-        let mut held: HashMap<ShardKey, JoinHandle<bool>> = HashMap::new();
+        let mut held: HashMap<ShardKey, Held> = HashMap::new();
         let mut finished: HashSet<ShardKey> = HashSet::new();
         let mut tick = Ticker::new(self.clock.clone(), self.settings.tick);
         loop {
             tokio::select! {
                 () = shutdown.cancelled() => break,
                 _ = tick.tick() => {}
+                () = ownership::changed(&mut changes) => {}
             }
             let ended: Vec<ShardKey> = held
                 .iter()
-                .filter(|(_, h)| h.is_finished())
+                .filter(|(_, h)| h.worker.is_finished())
                 .map(|(s, _)| *s)
                 .collect();
             for shard in ended {
                 if let Some(h) = held.remove(&shard)
-                    && h.await.unwrap_or(false)
+                    && h.worker.await.unwrap_or(false)
                 {
                     finished.insert(shard);
                 }
             }
             let now = self.clock.now();
             finished.retain(|s| s.minute_end().add_millis(60_000) > now);
+            let view = self.ownership_now();
+            for (shard, h) in &held {
+                if !view.owns(shard.bucket) {
+                    // Its worker releases the lease; the new owner takes it then.
+                    h.stop.cancel();
+                }
+            }
             for shard in self.shards_at(now) {
-                if held.contains_key(&shard) || finished.contains(&shard) {
+                if held.contains_key(&shard)
+                    || finished.contains(&shard)
+                    || !view.owns(shard.bucket)
+                {
                     continue;
                 }
-                match self
-                    .leases
-                    .acquire(&lease_name(shard), &self.token, self.settings.lease_ttl)
-                    .await
-                {
+                match self.take_lease(&lease_name(shard), &view).await {
                     Ok(true) => {
-                        let this = self.clone();
-                        let stop = workers_stop.clone();
-                        held.insert(shard, tokio::spawn(this.work(shard, stop)));
+                        let stop = workers_stop.child_token();
+                        let worker = tokio::spawn(self.clone().work(shard, stop.clone()));
+                        held.insert(shard, Held { worker, stop });
                     }
                     Ok(false) => {}
                     Err(e) => {
@@ -208,11 +242,14 @@ impl Scheduler {
                     }
                 }
             }
-            metrics::gauge!("chime_scheduler_shards_held").set(held.len() as f64);
+            self.publish(&view, &held);
         }
         workers_stop.cancel();
         let _ = sweeper.await;
-        let all = futures::future::join_all(held.into_values());
+        if let Some(h) = heartbeats {
+            let _ = h.await;
+        }
+        let all = futures::future::join_all(held.into_values().map(|h| h.worker));
         if tokio::time::timeout(grace, all).await.is_err() {
             tracing::warn!("shard workers did not stop within the grace period");
         }

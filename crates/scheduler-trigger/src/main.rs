@@ -36,6 +36,7 @@ async fn main() -> anyhow::Result<()> {
     )
     .await?;
     let (index, leases) = stores.hot_path()?;
+    let membership = stores.membership()?;
     let db = stores.database.clone();
     let shutdown = chime_runtime::shutdown_token();
     let executors = GrpcExecutors::new(endpoints).await;
@@ -49,6 +50,22 @@ async fn main() -> anyhow::Result<()> {
         clock,
         SchedulerSettings::from_config(&config),
     );
+    scheduler.join(chime_runtime::Roster::new(
+        membership,
+        chime_scheduler::GROUP,
+        scheduler.token().clone(),
+        config.buckets,
+        config.roster(),
+        Arc::new(SystemClock),
+    ));
+    let view = scheduler.clone();
+    let ownership = axum::Router::new().route(
+        "/ownership",
+        axum::routing::get(move || {
+            let view = view.clone();
+            async move { axum::Json(view.ownership_report()) }
+        }),
+    );
     let admin = chime_runtime::admin::bind_admin(Some(
         config
             .admin_addr
@@ -59,9 +76,10 @@ async fn main() -> anyhow::Result<()> {
     let _ = chime_runtime::prometheus();
     tracing::info!("starting");
     let (admin, ()) = tokio::join!(
-        chime_runtime::admin::serve_admin(
+        chime_runtime::admin::serve_admin_with(
             admin,
             Arc::new(chime_runtime::DatabaseReadiness(db.clone())),
+            ownership,
             shutdown.clone(),
         ),
         scheduler.run(shutdown.clone(), config.shutdown_grace.get()),

@@ -52,7 +52,8 @@ impl Scheduler {
             let leased = if held {
                 self.leases.renew(LEASE, &self.token, ttl).await
             } else {
-                self.leases.acquire(LEASE, &self.token, ttl).await
+                // From a replica gone from the group at once, not after its lease lapses.
+                self.take_lease(LEASE, &self.ownership_now()).await
             };
             held = matches!(leased, Ok(true));
             if !held {

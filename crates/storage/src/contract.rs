@@ -17,7 +17,7 @@ use chime_domain::{
 };
 
 use crate::{
-    CreateTimer, DeadFilter, HotEntry, HotIndex, IdempotencyKey, LeaseToken, Leases,
+    CreateTimer, DeadFilter, HotEntry, HotIndex, IdempotencyKey, LeaseToken, Leases, Membership,
     OccurrenceStore, PageRequest, Redrive, RunFilter, StoreError, TimerFilter, TimerStore,
 };
 
@@ -41,6 +41,7 @@ impl TimeControl for chime_domain::ManualClock {
 }
 
 pub mod materialize;
+pub mod membership;
 pub mod retention;
 
 const T0: i64 = 1_893_456_000_000; // 2030-01-01T00:00:00Z: clear of any real clock in tests.
@@ -1460,6 +1461,27 @@ macro_rules! storage_contract {
             $crate::storage_contract!(@lease_case $make, holder_renews_and_releases);
             $crate::storage_contract!(@lease_case $make, expired_lease_goes_to_a_new_token);
             $crate::storage_contract!(@lease_case $make, stale_token_can_neither_renew_nor_release);
+        }
+    };
+    (membership, $make:expr) => {
+        mod membership {
+            #[allow(unused_imports)]
+            use super::*;
+            $crate::storage_contract!(@membership_case $make, heartbeats_show_every_live_member_sorted);
+            $crate::storage_contract!(@membership_case $make, a_member_that_stops_heartbeating_lapses);
+            $crate::storage_contract!(@membership_case $make, a_lease_held_by_a_departed_member_is_taken);
+        }
+    };
+    (@membership_case $make:expr, $case:ident) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $case() {
+            let fixture = $make.await;
+            $crate::contract::membership::$case(
+                fixture.membership(),
+                fixture.leases(),
+                fixture.time(),
+            )
+            .await;
         }
     };
     (@lease_case $make:expr, $case:ident) => {

@@ -486,7 +486,8 @@ impl LeaseToken {
     }
 }
 
-/// Named, expiring, exclusive leases.
+/// Named, expiring, exclusive leases. A holder's token doubles as its member id in
+/// [`Membership`], so a lease left by a member that died can be taken at once.
 #[async_trait]
 pub trait Leases: Send + Sync + 'static {
     /// Takes the lease if it is free or expired. `true` if `token` now holds it.
@@ -497,6 +498,29 @@ pub trait Leases: Send + Sync + 'static {
 
     /// Frees the lease if `token` still holds it.
     async fn release(&self, name: &str, token: &LeaseToken) -> StoreResult<bool>;
+
+    /// Takes the lease if it is free, expired, or held by a token that is not among `live`
+    /// (a member whose heartbeat lapsed): failover without waiting out the lease. `true` if
+    /// `token` now holds it; `false` if it already did or a live member does.
+    async fn take(
+        &self,
+        name: &str,
+        token: &LeaseToken,
+        ttl: Duration,
+        live: &[String],
+    ) -> StoreResult<bool>;
+}
+
+/// The live members of a group of replicas (schedulers, migrators), each kept alive by its
+/// heartbeats: what the replicas split their buckets by ([`chime_domain::Ownership`]).
+#[async_trait]
+pub trait Membership: Send + Sync + 'static {
+    /// Marks `member` of `group` live for `ttl` and returns the group's live members, sorted.
+    async fn heartbeat(&self, group: &str, member: &str, ttl: Duration)
+    -> StoreResult<Vec<String>>;
+
+    /// Removes `member` at once, so peers take over its buckets without waiting for a lapse.
+    async fn leave(&self, group: &str, member: &str) -> StoreResult<()>;
 }
 
 /// Page tokens with an optional secondary key; shared by the SQL backends.

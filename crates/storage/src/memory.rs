@@ -9,7 +9,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chime_domain::{Clock, ShardKey, TaskKey, Timestamp};
 
-use crate::{HotEntry, HotIndex, LeaseToken, Leases, StoreError, StoreResult};
+use crate::{HotEntry, HotIndex, LeaseToken, Leases, Membership, StoreError, StoreResult};
 
 fn lock<T>(m: &Mutex<T>) -> StoreResult<MutexGuard<'_, T>> {
     m.lock()
@@ -127,9 +127,12 @@ impl HotIndex for MemoryHotIndex {
     }
 }
 
+/// Leases and group membership in this process's memory (`chime dev`, tests).
 #[derive(Debug)]
 pub struct MemoryLeases {
     held: Mutex<HashMap<String, (LeaseToken, Timestamp)>>,
+    /// Per group, each member's expiry.
+    members: Mutex<HashMap<String, HashMap<String, Timestamp>>>,
     clock: Arc<dyn Clock>,
 }
 
@@ -137,8 +140,35 @@ impl MemoryLeases {
     pub fn new(clock: Arc<dyn Clock>) -> Self {
         Self {
             held: Mutex::new(HashMap::new()),
+            members: Mutex::new(HashMap::new()),
             clock,
         }
+    }
+}
+
+#[async_trait]
+impl Membership for MemoryLeases {
+    async fn heartbeat(
+        &self,
+        group: &str,
+        member: &str,
+        ttl: Duration,
+    ) -> StoreResult<Vec<String>> {
+        let now = self.clock.now();
+        let mut groups = lock(&self.members)?;
+        let members = groups.entry(group.to_owned()).or_default();
+        members.retain(|_, until| *until > now);
+        members.insert(member.to_owned(), now.saturating_add(ttl));
+        let mut live: Vec<String> = members.keys().cloned().collect();
+        live.sort();
+        Ok(live)
+    }
+
+    async fn leave(&self, group: &str, member: &str) -> StoreResult<()> {
+        if let Some(members) = lock(&self.members)?.get_mut(group) {
+            members.remove(member);
+        }
+        Ok(())
     }
 }
 
@@ -177,5 +207,24 @@ impl Leases for MemoryLeases {
             }
             _ => Ok(false),
         }
+    }
+
+    async fn take(
+        &self,
+        name: &str,
+        token: &LeaseToken,
+        ttl: Duration,
+        live: &[String],
+    ) -> StoreResult<bool> {
+        let now = self.clock.now();
+        let mut held = lock(&self.held)?;
+        if let Some((holder, until)) = held.get(name)
+            && *until > now
+            && (holder == token || live.iter().any(|m| m == holder.as_str()))
+        {
+            return Ok(false);
+        }
+        held.insert(name.to_owned(), (token.clone(), now.saturating_add(ttl)));
+        Ok(true)
     }
 }

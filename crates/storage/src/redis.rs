@@ -15,7 +15,7 @@ use fred::interfaces::{ClientLike, KeysInterface, LuaInterface, SortedSetsInterf
 use fred::types::config::{Config, ReconnectPolicy};
 use fred::types::{Builder, Expiration, SetOptions};
 
-use crate::{HotEntry, HotIndex, LeaseToken, Leases, StoreError, StoreResult};
+use crate::{HotEntry, HotIndex, LeaseToken, Leases, Membership, StoreError, StoreResult};
 
 /// Member that keeps an emptied shard present. Not a valid task key, never due.
 const MARKER: &str = "~";
@@ -28,6 +28,22 @@ const RENEW: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then \
                        return redis.call('PEXPIRE', KEYS[1], ARGV[2]) else return 0 end";
 const RELEASE: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then \
                          return redis.call('DEL', KEYS[1]) else return 0 end";
+/// Sets the lease unless its holder is the taker (ARGV[1]) or one of the live members
+/// (ARGV[3..]).
+const TAKE: &str = "local h = redis.call('GET', KEYS[1]) \
+    if h then \
+      for i = 3, #ARGV do if ARGV[i] == h then return 0 end end \
+      if h == ARGV[1] then return 0 end \
+    end \
+    redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) return 1";
+/// Expiries are Redis's own clock (TIME), so replicas with skewed clocks agree on who lapsed.
+/// One key: safe on Redis Cluster.
+const HEARTBEAT: &str = "local t = redis.call('TIME') \
+    local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) \
+    redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now) \
+    redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1]) \
+    redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[2]) * 10) \
+    return redis.call('ZRANGE', KEYS[1], 0, -1)";
 
 #[derive(Debug, Clone)]
 pub struct RedisSettings {
@@ -124,6 +140,10 @@ impl RedisBackend {
 
     fn lease_key(&self, name: &str) -> String {
         format!("{}:lease:{name}", self.settings.prefix)
+    }
+
+    fn members_key(&self, group: &str) -> String {
+        format!("{}:members:{group}", self.settings.prefix)
     }
 }
 
@@ -279,6 +299,57 @@ impl Leases for RedisLeases {
             )
             .await?;
         Ok(released == 1)
+    }
+
+    async fn take(
+        &self,
+        name: &str,
+        token: &LeaseToken,
+        ttl: Duration,
+        live: &[String],
+    ) -> StoreResult<bool> {
+        let mut args = vec![token.as_str().to_owned(), ttl_ms(ttl).to_string()];
+        args.extend(live.iter().cloned());
+        let taken: i64 = self
+            .0
+            .pool
+            .next()
+            .eval(TAKE, vec![self.0.lease_key(name)], args)
+            .await?;
+        Ok(taken == 1)
+    }
+}
+
+#[async_trait]
+impl Membership for RedisLeases {
+    async fn heartbeat(
+        &self,
+        group: &str,
+        member: &str,
+        ttl: Duration,
+    ) -> StoreResult<Vec<String>> {
+        let mut live: Vec<String> = self
+            .0
+            .pool
+            .next()
+            .eval(
+                HEARTBEAT,
+                vec![self.0.members_key(group)],
+                vec![member.to_owned(), ttl_ms(ttl).to_string()],
+            )
+            .await?;
+        live.sort();
+        Ok(live)
+    }
+
+    async fn leave(&self, group: &str, member: &str) -> StoreResult<()> {
+        let _: i64 = self
+            .0
+            .pool
+            .next()
+            .zrem(self.0.members_key(group), member.to_owned())
+            .await?;
+        Ok(())
     }
 }
 

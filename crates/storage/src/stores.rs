@@ -10,7 +10,7 @@ use chime_domain::{BucketCount, Clock};
 use crate::memory::{MemoryHotIndex, MemoryLeases};
 use crate::postgres::PgSettings;
 use crate::redis::{RedisBackend, RedisSettings};
-use crate::{Database, HotIndex, Leases, StoreError};
+use crate::{Database, HotIndex, Leases, Membership, StoreError};
 
 /// Where the hot index and the leases live.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,6 +43,8 @@ pub struct Stores {
     /// `None` without Redis: services that can, read the database instead.
     pub hot_index: Option<Arc<dyn HotIndex>>,
     pub leases: Option<Arc<dyn Leases>>,
+    /// Beside the leases: who the live replicas of each group are.
+    pub membership: Option<Arc<dyn Membership>>,
     redis: Option<RedisBackend>,
 }
 
@@ -69,29 +71,34 @@ impl Stores {
         } else {
             database.require_current_schema().await?;
         }
-        let (hot, redis): (Option<HotStores>, Option<RedisBackend>) =
+        type Hot = (Arc<dyn HotIndex>, Arc<dyn Leases>, Arc<dyn Membership>);
+        let (hot, redis): (Option<Hot>, Option<RedisBackend>) =
             match (hot_path, settings.redis_url.as_deref()) {
                 (HotPath::InMemory, _) => {
                     let index = MemoryHotIndex::new(clock.clone(), settings.redis.shard_retention);
-                    (
-                        Some((Arc::new(index), Arc::new(MemoryLeases::new(clock)))),
-                        None,
-                    )
+                    let leases = Arc::new(MemoryLeases::new(clock));
+                    (Some((Arc::new(index), leases.clone(), leases)), None)
                 }
                 (HotPath::Configured, Some(url)) => {
                     let redis = RedisBackend::connect(url, settings.redis.clone()).await?;
-                    (
-                        Some((Arc::new(redis.hot_index()), Arc::new(redis.leases()))),
-                        Some(redis),
-                    )
+                    let hot: Hot = (
+                        Arc::new(redis.hot_index()),
+                        Arc::new(redis.leases()),
+                        Arc::new(redis.leases()),
+                    );
+                    (Some(hot), Some(redis))
                 }
                 (HotPath::Configured, None) => (None, None),
             };
-        let (hot_index, leases) = hot.unzip();
+        let (hot_index, leases, membership) = match hot {
+            Some((i, l, m)) => (Some(i), Some(l), Some(m)),
+            None => (None, None, None),
+        };
         Ok(Self {
             database,
             hot_index,
             leases,
+            membership,
             redis,
         })
     }
@@ -111,6 +118,11 @@ impl Stores {
             (Some(index), Some(leases)) => Ok((index.clone(), leases.clone())),
             _ => Err(NoHotPath),
         }
+    }
+
+    /// Group membership, beside the leases, for a service that splits work with its peers.
+    pub fn membership(&self) -> Result<Arc<dyn Membership>, NoHotPath> {
+        self.membership.clone().ok_or(NoHotPath)
     }
 
     /// Closes the Redis connections, if any, and the database's.

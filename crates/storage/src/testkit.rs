@@ -16,7 +16,7 @@ use crate::memory::{MemoryHotIndex, MemoryLeases};
 use crate::postgres::PgStore;
 use crate::redis::{RedisBackend, RedisSettings};
 use crate::sqlite::SqliteStore;
-use crate::{HotIndex, Leases};
+use crate::{HotIndex, Leases, Membership};
 use chime_domain::{BucketCount, Clock, ManualClock, SystemClock};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{AssertSqlSafe, Connection};
@@ -202,6 +202,9 @@ impl RedisFixture {
     pub fn leases(&self) -> Arc<dyn Leases> {
         Arc::new(self.backend.leases())
     }
+    pub fn membership(&self) -> Arc<dyn Membership> {
+        Arc::new(self.backend.leases())
+    }
     pub fn time(&self) -> Arc<dyn TimeControl> {
         Arc::new(RealTime)
     }
@@ -244,6 +247,9 @@ impl MemoryFixture {
         ))
     }
     pub fn leases(&self) -> Arc<dyn Leases> {
+        Arc::new(MemoryLeases::new(Arc::new(self.clock.clone())))
+    }
+    pub fn membership(&self) -> Arc<dyn Membership> {
         Arc::new(MemoryLeases::new(Arc::new(self.clock.clone())))
     }
     pub fn time(&self) -> Arc<dyn TimeControl> {

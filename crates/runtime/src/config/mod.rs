@@ -21,8 +21,8 @@ use serde::{Deserialize, Serialize};
 
 pub use args::CommonArgs;
 pub use sections::{
-    DatabaseConfig, ExecutorConfig, GatewayConfig, LogConfig, LogFormat, MigratorConfig,
-    RedisConfig, RetentionConfig, SchedulerConfig, Seconds,
+    DatabaseConfig, ExecutorConfig, GatewayConfig, LogConfig, LogFormat, MembershipConfig,
+    MigratorConfig, RedisConfig, RetentionConfig, SchedulerConfig, Seconds,
 };
 
 /// Flat environment names (docs/configuration.md) and the config keys they set.
@@ -81,6 +81,7 @@ pub struct Config {
     pub migrator: MigratorConfig,
     pub retention: RetentionConfig,
     pub scheduler: SchedulerConfig,
+    pub membership: MembershipConfig,
     pub executor: ExecutorConfig,
     pub log: LogConfig,
 }
@@ -97,6 +98,7 @@ impl Default for Config {
             migrator: MigratorConfig::default(),
             retention: RetentionConfig::default(),
             scheduler: SchedulerConfig::default(),
+            membership: MembershipConfig::default(),
             executor: ExecutorConfig::default(),
             log: LogConfig::default(),
         }
@@ -178,6 +180,12 @@ impl Config {
         if self.retention.partitions_ahead.get() < Duration::from_secs(86_400) {
             return bad("retention.partitions_ahead must be at least 1d");
         }
+        if self.membership.heartbeat.get() < Duration::from_millis(50) {
+            return bad("membership.heartbeat must be at least 50ms");
+        }
+        if self.membership.ttl.get() < self.membership.heartbeat.get() * 3 {
+            return bad("membership.ttl must be at least three heartbeats");
+        }
         if self.scheduler.lease_ttl.get() < Duration::from_secs(1) {
             return bad("scheduler.lease_ttl must be at least 1s");
         }
@@ -211,6 +219,14 @@ impl Config {
                 shard_retention: self.redis.shard_retention.get(),
                 ..Default::default()
             },
+        }
+    }
+
+    /// Heartbeat timings of the scheduler and migrator groups.
+    pub fn roster(&self) -> crate::RosterSettings {
+        crate::RosterSettings {
+            heartbeat: self.membership.heartbeat.get(),
+            ttl: self.membership.ttl.get(),
         }
     }
 

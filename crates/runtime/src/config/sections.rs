@@ -164,6 +164,26 @@ impl Default for RetentionConfig {
     }
 }
 
+/// Scheduler and migrator replicas split the buckets among the live members of their group.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MembershipConfig {
+    /// How often a replica announces itself.
+    pub heartbeat: Seconds,
+    /// How long after its last heartbeat a replica still counts as live: a replica killed
+    /// without a goodbye loses its buckets to its peers this long after its last heartbeat.
+    pub ttl: Seconds,
+}
+
+impl Default for MembershipConfig {
+    fn default() -> Self {
+        Self {
+            heartbeat: Seconds(Duration::from_millis(250)),
+            ttl: Seconds(Duration::from_millis(1_000)),
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SchedulerConfig {
