@@ -75,6 +75,143 @@ impl Drop for PrivateRedis {
     }
 }
 
+/// A Redis Cluster of its own on loopback: six `redis-server --cluster-enabled yes`, three
+/// masters and a replica each, removed when dropped.
+pub struct PrivateRedisCluster {
+    dir: PathBuf,
+    nodes: Vec<(u16, Option<Child>)>,
+}
+
+impl PrivateRedisCluster {
+    pub fn start() -> Self {
+        let dir = std::env::temp_dir().join(format!(
+            "chime-redis-cluster-{}-{:08x}",
+            std::process::id(),
+            rand::random::<u32>()
+        ));
+        std::fs::create_dir_all(&dir).expect("cluster directory");
+        let mut nodes = Vec::new();
+        while nodes.len() < 6 {
+            let port = free_port();
+            // The cluster bus listens on port + 10000.
+            if port > 55_535 || std::net::TcpListener::bind(("127.0.0.1", port + 10_000)).is_err() {
+                continue;
+            }
+            let child = Command::new("redis-server")
+                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+                .args(["--cluster-enabled", "yes", "--cluster-node-timeout", "2000"])
+                .args(["--cluster-config-file", &format!("nodes-{port}.conf")])
+                .args(["--save", "", "--appendonly", "no"])
+                .arg("--dir")
+                .arg(&dir)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("redis-server (apt-get install redis-server)");
+            wait_for_port(port, "redis-server");
+            nodes.push((port, Some(child)));
+        }
+        let addrs: Vec<String> = nodes
+            .iter()
+            .map(|(p, _)| format!("127.0.0.1:{p}"))
+            .collect();
+        let out = Command::new("redis-cli")
+            .arg("--cluster")
+            .arg("create")
+            .args(&addrs)
+            .args(["--cluster-replicas", "1", "--cluster-yes"])
+            .output()
+            .expect("redis-cli --cluster create");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        let cluster = Self { dir, nodes };
+        cluster.wait_healthy();
+        cluster
+    }
+
+    fn cli(port: u16, args: &[&str]) -> String {
+        let out = Command::new("redis-cli")
+            .args(["-p", &port.to_string()])
+            .args(args)
+            .output()
+            .expect("redis-cli");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Waits until every running node reports the cluster ok with three masters serving.
+    pub fn wait_healthy(&self) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let ok = self
+                .nodes
+                .iter()
+                .filter(|(_, c)| c.is_some())
+                .all(|(p, _)| {
+                    Self::cli(*p, &["cluster", "info"]).contains("cluster_state:ok")
+                        && Self::cli(*p, &["cluster", "nodes"])
+                            .lines()
+                            .filter(|l| {
+                                l.contains("master")
+                                    && !l.contains("fail")
+                                    && l.split(' ').count() > 8
+                            })
+                            .count()
+                            == 3
+                });
+            if ok {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the Redis Cluster did not settle"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// `redis-cluster://…` with every node, as `CHIME_REDIS_URL` takes it.
+    pub fn url(&self) -> String {
+        let (first, rest) = self.nodes.split_first().expect("nodes");
+        let others: Vec<String> = rest
+            .iter()
+            .map(|(p, _)| format!("node=127.0.0.1:{p}"))
+            .collect();
+        format!("redis-cluster://127.0.0.1:{}?{}", first.0, others.join("&"))
+    }
+
+    /// Kills one master that serves slots (SIGKILL); its replica takes over after the node
+    /// timeout. Returns its port.
+    pub fn kill9_a_master(&mut self) -> u16 {
+        let (i, port) = self
+            .nodes
+            .iter()
+            .enumerate()
+            .find(|(_, (p, c))| c.is_some() && Self::cli(*p, &["role"]).starts_with("master"))
+            .map(|(i, (p, _))| (i, *p))
+            .expect("a running master");
+        if let Some(mut child) = self.nodes[i].1.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        port
+    }
+}
+
+impl Drop for PrivateRedisCluster {
+    fn drop(&mut self) {
+        for (_, child) in &mut self.nodes {
+            if let Some(c) = child {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
 /// A PostgreSQL cluster of its own (initdb in a scratch directory), which a test may stop
 /// and start again.
 pub struct PrivatePostgres {

@@ -29,8 +29,8 @@ pub struct Roster {
 }
 
 impl Roster {
-    /// Until its first heartbeat answers, a replica sees itself alone and owns every
-    /// bucket: without a reachable Redis it keeps working, its leases keeping it exclusive.
+    /// Until its first heartbeat answers, a replica owns nothing: seeing itself alone, it
+    /// would take every lease from its live peers.
     pub fn new(
         membership: Arc<dyn Membership>,
         group: &'static str,
@@ -39,7 +39,7 @@ impl Roster {
         settings: RosterSettings,
         clock: Arc<dyn Clock>,
     ) -> Arc<Self> {
-        let alone = Ownership::alone(token.as_str(), buckets);
+        let unknown = Ownership::new(token.as_str(), buckets, Vec::new());
         Arc::new(Self {
             membership,
             group,
@@ -47,7 +47,7 @@ impl Roster {
             buckets,
             settings,
             clock,
-            view: watch::Sender::new(alone),
+            view: watch::Sender::new(unknown),
         })
     }
 

@@ -189,18 +189,28 @@ impl Scheduler {
         let workers_stop = shutdown.child_token();
         // The group is left at shutdown, before the workers release their leases, so peers
         // own the buckets by the time the leases are free.
+        if let Some(r) = self.roster() {
+            // The first leases are taken knowing the group.
+            r.beat().await;
+        }
         let heartbeats = self.roster().map(|r| tokio::spawn(r.run(shutdown.clone())));
         let mut changes = self.roster().map(|r| r.subscribe());
         let sweeper = tokio::spawn(self.clone().sweep_loop(workers_stop.clone()));
         let mut held: HashMap<ShardKey, Held> = HashMap::new();
         let mut finished: HashSet<ShardKey> = HashSet::new();
         let mut tick = Ticker::new(self.clock.clone(), self.settings.tick);
+        // Shards of this replica's buckets it could not lease yet (a peer handing them over
+        // still holds them): tried again after a poll rather than a whole tick.
+        let mut waiting = false;
         loop {
+            let retry = self.settings.poll;
             tokio::select! {
                 () = shutdown.cancelled() => break,
                 _ = tick.tick() => {}
                 () = ownership::changed(&mut changes) => {}
+                () = self.clock.sleep(retry), if waiting => {}
             }
+            waiting = false;
             let ended: Vec<ShardKey> = held
                 .iter()
                 .filter(|(_, h)| h.worker.is_finished())
@@ -235,7 +245,7 @@ impl Scheduler {
                         let worker = tokio::spawn(self.clone().work(shard, stop.clone()));
                         held.insert(shard, Held { worker, stop });
                     }
-                    Ok(false) => {}
+                    Ok(false) => waiting = true,
                     Err(e) => {
                         tracing::warn!(error = %e, "cannot lease shards");
                         break;

@@ -62,9 +62,14 @@ impl Scheduler {
 
     /// Sets the gauges and the shards shown by [`Scheduler::ownership_report`].
     pub(crate) fn publish(&self, view: &Ownership, held: &HashMap<ShardKey, Held>) {
-        metrics::gauge!("chime_scheduler_shards_held").set(held.len() as f64);
+        // Shards being handed over are no longer counted.
+        let mut shards: Vec<ShardKey> = held
+            .iter()
+            .filter(|(_, h)| !h.stop.is_cancelled())
+            .map(|(s, _)| *s)
+            .collect();
+        metrics::gauge!("chime_scheduler_shards_held").set(shards.len() as f64);
         metrics::gauge!("chime_scheduler_members").set(view.members().len() as f64);
-        let mut shards: Vec<ShardKey> = held.keys().copied().collect();
         shards.sort();
         if let Ok(mut now) = self.held_now.lock() {
             *now = shards;
