@@ -335,6 +335,55 @@ async fn a_replica_keeps_its_buckets_and_another_takes_them_when_it_dies() {
     }
 }
 
+/// `m` as a member of the migrator group in the test's Redis.
+fn join(s: &Setup, m: &Migrator) -> Arc<chime_runtime::Roster> {
+    let roster = chime_runtime::Roster::new(
+        s.redis.membership(),
+        chime_migrator::GROUP,
+        m.token().clone(),
+        BucketCount::DEFAULT,
+        chime_runtime::RosterSettings {
+            heartbeat: Duration::from_millis(100),
+            ttl: Duration::from_secs(30),
+        },
+        Arc::new(SystemClock),
+    );
+    m.join(roster.clone());
+    roster
+}
+
+#[tokio::test]
+async fn replicas_in_a_group_split_the_buckets_and_one_that_leaves_hands_its_share_over() {
+    let s = setup().await;
+    for i in 0..40 {
+        create(&s, &format!("t{i}"), every("10s"), true).await;
+    }
+    let leases = s.redis.leases();
+    let lease = Duration::from_secs(30);
+    let (a, b) = (
+        replica(&s, leases.clone(), lease),
+        replica(&s, leases.clone(), lease),
+    );
+    let (ra, rb) = (join(&s, &a), join(&s, &b));
+    ra.beat().await;
+    rb.beat().await;
+    ra.beat().await;
+    s.clock.advance(Duration::from_secs(31));
+    let (pa, pb) = (a.run_pass().await.unwrap(), b.run_pass().await.unwrap());
+    assert_eq!((pa.buckets, pb.buckets), (8, 8), "{pa:?} {pb:?}");
+    assert_eq!(
+        pa.materialized.written + pb.materialized.written,
+        40 * 4,
+        "every timer extended once"
+    );
+
+    // `b` is gone from the group (its leases, 30 s long, still held): `a` owns every bucket
+    // from its next heartbeat and takes them at once.
+    rb.leave().await;
+    ra.beat().await;
+    assert_eq!(a.run_pass().await.unwrap().buckets, 16);
+}
+
 #[tokio::test]
 async fn a_bucket_held_elsewhere_is_left_to_its_holder() {
     let s = setup().await;
