@@ -2,6 +2,7 @@
 //! [`TimerApi`]. The `chime-gateway` binary wires it to the configured stores.
 
 pub mod api;
+mod catalog;
 pub mod context;
 pub mod error;
 pub mod grpc;
@@ -18,6 +19,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 pub use api::TimerApi;
+pub use catalog::METRICS;
 pub use context::{AppScope, Caller, ContextLayer, RequestContext, RequestId};
 pub use error::{ApiError, ErrorCode};
 pub use service::TimerService;
@@ -73,8 +75,8 @@ pub async fn serve_with(
     extra: Router,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    // Install the recorder before any request counts something.
-    let _ = chime_runtime::prometheus();
+    // Install the recorder, and describe the metrics, before any request counts something.
+    chime_runtime::describe_metrics(METRICS);
     // Reflection describes the timer API only: the internal services run elsewhere.
     let (health, introspection) = chime_proto::introspection(&["chime/v1/timer.proto"])?;
     health

@@ -137,6 +137,14 @@ pub async fn run(config: Config, args: DevArgs) -> anyhow::Result<()> {
     let admin = chime_runtime::admin::bind_admin(config.admin_addr).await?;
 
     let shutdown = chime_runtime::shutdown_token();
+    // One process, every service's metrics (the gateway describes its own when it serves).
+    for metrics in [
+        chime_executor::METRICS,
+        chime_scheduler::METRICS,
+        chime_migrator::METRICS,
+    ] {
+        chime_runtime::describe_metrics(metrics);
+    }
     let servers_stop = CancellationToken::new();
     let grace = config.shutdown_grace.get();
     let extra = Router::new().route("/v1/echo", any(echo));

@@ -52,7 +52,7 @@ pub async fn serve(
     shutdown: CancellationToken,
     grace: Duration,
 ) -> anyhow::Result<()> {
-    let _ = chime_runtime::prometheus();
+    chime_runtime::describe_metrics(crate::METRICS);
     let (health, introspection) = chime_proto::introspection(&["chime/v1/executor.proto"])?;
     health
         .set_serving::<ExecutorServiceServer<ExecutorGrpc>>()

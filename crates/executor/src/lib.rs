@@ -13,6 +13,7 @@
 //! `max_in_flight` bounds memory and work, "full" is exact, and draining on shutdown is
 //! waiting for every permit to come back.
 
+mod catalog;
 pub mod grpc;
 pub mod targets;
 
@@ -29,6 +30,7 @@ use chime_storage::{HotEntry, HotIndex, OccurrenceStore, StoreResult, TimerStore
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio_util::task::TaskTracker;
 
+pub use catalog::METRICS;
 pub use targets::{Attempt, CallbackSettings, DeliveryTarget, HttpTarget, Targets};
 
 #[derive(Debug, Clone)]
@@ -132,7 +134,7 @@ impl Executor {
             tracker: TaskTracker::new(),
         });
         tokio::spawn(claim_loop(inner.clone(), jobs));
-        tokio::spawn(outcome_loop(inner.clone(), outcomes));
+        tokio::spawn(outcome_loop(inner.clone(), outcomes, permits.clone()));
         Arc::new(Self {
             inner,
             permits,
@@ -157,6 +159,7 @@ impl Executor {
             accepted += 1;
         }
         metrics::counter!("chime_executor_accepted_total").increment(accepted as u64);
+        metrics::gauge!("chime_executor_in_flight").set(self.in_flight() as f64);
         if accepted < keys.len() {
             metrics::counter!("chime_executor_rejected_full_total")
                 .increment((keys.len() - accepted) as u64);
@@ -358,7 +361,11 @@ fn skip_reason(timer: Option<&Timer>, version: i64) -> Option<String> {
 }
 
 /// Writes outcomes a batch at a time; each key's permit is freed once its outcome is stored.
-async fn outcome_loop(inner: Arc<Inner>, mut done: mpsc::UnboundedReceiver<Done>) {
+async fn outcome_loop(
+    inner: Arc<Inner>,
+    mut done: mpsc::UnboundedReceiver<Done>,
+    permits: Arc<Semaphore>,
+) {
     let mut batch = Vec::with_capacity(inner.settings.batch);
     while done.recv_many(&mut batch, inner.settings.batch).await > 0 {
         // The permits are dropped at the end of this iteration, once the outcomes are stored.
@@ -398,6 +405,9 @@ async fn outcome_loop(inner: Arc<Inner>, mut done: mpsc::UnboundedReceiver<Done>
                 metrics::histogram!("chime_executor_lateness_seconds").record(late as f64 / 1000.0);
             }
         }
+        drop(held);
+        let in_flight = inner.settings.max_in_flight - permits.available_permits();
+        metrics::gauge!("chime_executor_in_flight").set(in_flight as f64);
     }
 }
 

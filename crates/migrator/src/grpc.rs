@@ -82,7 +82,7 @@ pub async fn serve(
     readiness: Arc<dyn Readiness>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    let _ = chime_runtime::prometheus();
+    chime_runtime::describe_metrics(crate::METRICS);
     let (health, introspection) = chime_proto::introspection(&["chime/v1/migrator.proto"])?;
     health
         .set_serving::<MigratorServiceServer<MigratorGrpc>>()

@@ -3,11 +3,13 @@
 //! from its watermark, split across replicas by bucket leases ([`Migrator`]), and one timer
 //! on demand (`MigrateTimer`, [`grpc`]).
 
+mod catalog;
 pub mod grpc;
 mod janitor;
 mod materialize;
 mod service;
 
+pub use catalog::METRICS;
 pub use janitor::{Janitor, JanitorRun, RetentionSettings};
 pub use materialize::{BucketPass, CATCH_UP, Materialized, Materializer};
 pub use service::{GROUP, Migrator, MigratorSettings, PassReport};

@@ -14,7 +14,9 @@ pub use config::{
 };
 pub use roster::{Roster, RosterSettings};
 pub use shutdown::{cancel_on_signal, shutdown_token};
-pub use telemetry::{init_tracing, prometheus};
+pub use telemetry::{
+    LATENCY_BUCKETS, MetricKind, MetricSpec, describe_metrics, init_tracing, prometheus,
+};
 
 /// `/readyz` of a service whose job needs the database: ready when it answers.
 pub struct DatabaseReadiness(pub chime_storage::Database);

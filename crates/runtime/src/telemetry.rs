@@ -20,6 +20,48 @@ pub fn init_tracing(config: &LogConfig) {
     };
 }
 
+/// Seconds, from 1 ms to 60 s: every latency histogram's buckets.
+pub const LATENCY_BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+];
+
+/// What a metric is, for [`describe_metrics`].
+#[derive(Debug, Clone, Copy)]
+pub enum MetricKind {
+    Counter,
+    /// A counter whose series carry labels: described, not registered (a series without
+    /// its labels would show up beside them).
+    LabelledCounter,
+    Gauge,
+    Histogram,
+}
+
+/// A service's metric: its name, kind and HELP text.
+pub type MetricSpec = (&'static str, MetricKind, &'static str);
+
+/// Gives each of a service's metrics its HELP text and registers the unlabelled counters and
+/// gauges at zero, so `/metrics` lists them before they first move (dashboards and alerts
+/// then find every series, and `promtool check metrics` finds every HELP).
+pub fn describe_metrics(metrics: &[MetricSpec]) {
+    let _ = prometheus();
+    for &(name, kind, help) in metrics {
+        match kind {
+            MetricKind::Counter => {
+                metrics::describe_counter!(name, help);
+                metrics::counter!(name).increment(0);
+            }
+            MetricKind::LabelledCounter => metrics::describe_counter!(name, help),
+            MetricKind::Gauge => {
+                metrics::describe_gauge!(name, help);
+                metrics::gauge!(name).increment(0.0);
+            }
+            MetricKind::Histogram => {
+                metrics::describe_histogram!(name, metrics::Unit::Seconds, help)
+            }
+        }
+    }
+}
+
 /// The process's Prometheus recorder, installed on first use; `/metrics` renders it. One per
 /// process because `metrics` has one global recorder (several servers in one test process
 /// share it).
@@ -27,7 +69,12 @@ pub fn prometheus() -> PrometheusHandle {
     static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
     HANDLE
         .get_or_init(|| {
-            let recorder = PrometheusBuilder::new().build_recorder();
+            // Histograms, not summaries: the fleet's p99 is `histogram_quantile` over the
+            // replicas' buckets summed, which summaries cannot give.
+            let recorder = PrometheusBuilder::new()
+                .set_buckets(LATENCY_BUCKETS)
+                .expect("the latency buckets are not empty")
+                .build_recorder();
             let handle = recorder.handle();
             // Fails only if another recorder was installed first; metrics then go there.
             let _ = metrics::set_global_recorder(recorder);

@@ -10,6 +10,7 @@
 //! take its buckets and its leases as soon as its membership lapses. A shard missing from
 //! Redis (lost data) is read from the database instead.
 
+mod catalog;
 pub mod handoff;
 mod ownership;
 mod shard;
@@ -25,6 +26,7 @@ use chime_storage::{HotIndex, LeaseToken, Leases, OccurrenceStore, TimerStore};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+pub use catalog::METRICS;
 pub use handoff::{Endpoints, EndpointsError, GrpcExecutors, Handoff};
 pub use ownership::GROUP;
 use shard::{Member, ShardReader};

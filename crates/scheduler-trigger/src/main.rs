@@ -73,7 +73,7 @@ async fn main() -> anyhow::Result<()> {
     ))
     .await
     .context("binding the admin address")?;
-    let _ = chime_runtime::prometheus();
+    chime_runtime::describe_metrics(chime_scheduler::METRICS);
     tracing::info!("starting");
     let (admin, ()) = tokio::join!(
         chime_runtime::admin::serve_admin_with(

@@ -1,0 +1,43 @@
+//! The executor's metrics, with their HELP text: registered at start-up
+//! ([`chime_runtime::describe_metrics`]) so every series is there before it first moves.
+
+use chime_runtime::MetricKind::{Counter, Gauge, Histogram, LabelledCounter};
+use chime_runtime::MetricSpec;
+
+pub const METRICS: &[MetricSpec] = &[
+    (
+        "chime_executor_accepted_total",
+        Counter,
+        "Task keys accepted from schedulers.",
+    ),
+    (
+        "chime_executor_rejected_full_total",
+        Counter,
+        "Task keys refused because every callback slot was taken.",
+    ),
+    (
+        "chime_executor_not_claimed_total",
+        Counter,
+        "Accepted keys this executor could not claim (claimed elsewhere or no longer due).",
+    ),
+    (
+        "chime_executor_skipped_total",
+        Counter,
+        "Occurrences skipped at fire time: timer disabled, deleted or changed.",
+    ),
+    (
+        "chime_executor_outcomes_total",
+        LabelledCounter,
+        "Outcomes recorded, by status.",
+    ),
+    (
+        "chime_executor_lateness_seconds",
+        Histogram,
+        "Callback start minus the occurrence's due time.",
+    ),
+    (
+        "chime_executor_in_flight",
+        Gauge,
+        "Accepted task keys not finished yet (at most executor.max_in_flight).",
+    ),
+];

@@ -1,0 +1,58 @@
+//! The scheduler's metrics (sweeper included), with their HELP text: registered at start-up
+//! ([`chime_runtime::describe_metrics`]) so every series is there before it first moves.
+
+use chime_runtime::MetricKind::{Counter, Gauge, Histogram, LabelledCounter};
+use chime_runtime::MetricSpec;
+
+pub const METRICS: &[MetricSpec] = &[
+    (
+        "chime_scheduler_handed_off_total",
+        Counter,
+        "Task keys executors accepted from this scheduler.",
+    ),
+    (
+        "chime_scheduler_handoff_lateness_seconds",
+        Histogram,
+        "Hand-off to an executor minus due time, 0 when handed off ahead.",
+    ),
+    (
+        "chime_scheduler_handoff_deferred_total",
+        Counter,
+        "Task keys no executor accepted, kept in their shard and offered again.",
+    ),
+    (
+        "chime_scheduler_handoff_refused_total",
+        LabelledCounter,
+        "Hand-offs executors refused, by reason.",
+    ),
+    (
+        "chime_scheduler_shard_fallbacks_total",
+        Counter,
+        "Shards read from the database because Redis did not have them.",
+    ),
+    (
+        "chime_scheduler_shards_held",
+        Gauge,
+        "Shard leases this replica holds and works.",
+    ),
+    (
+        "chime_scheduler_members",
+        Gauge,
+        "Live scheduler replicas as this replica sees them.",
+    ),
+    (
+        "chime_sweeper_handed_off_total",
+        Counter,
+        "Overdue or abandoned occurrences the sweeper handed to executors.",
+    ),
+    (
+        "chime_sweeper_skipped_total",
+        Counter,
+        "Overdue occurrences the sweeper skipped by their misfire policy.",
+    ),
+    (
+        "chime_sweeper_abandoned_total",
+        Counter,
+        "At-most-once occurrences whose executor died after claiming, marked failed.",
+    ),
+];
