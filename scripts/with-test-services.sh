@@ -115,6 +115,15 @@ redis_reachable "$redis_url" || start_redis
 postgres_reachable "$db_url" || { say "error: PostgreSQL at $db_url does not answer"; exit 1; }
 redis_reachable "$redis_url" || { say "error: Redis at $redis_url does not answer"; exit 1; }
 
+# The observability tests run a real Prometheus (and promtool); install Debian's when missing.
+if ! command -v prometheus >/dev/null 2>&1 || ! command -v promtool >/dev/null 2>&1; then
+    if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then
+        say "installing Debian's prometheus for the observability tests"
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -q prometheus >/dev/null 2>&1 ||
+            say "warning: apt-get install prometheus failed"
+    fi
+fi
+
 export CHIME_TEST_DATABASE_URL=$db_url
 export CHIME_TEST_REDIS_URL=$redis_url
 "$@"

@@ -158,3 +158,159 @@ async fn the_dashboard_and_alerts_name_only_metrics_the_services_export() {
     );
     c.stop().await;
 }
+
+/// Debian's `prometheus` scraping the given admin addresses every second, on a free port,
+/// its data in a scratch directory; killed and removed when dropped.
+struct Prometheus {
+    child: std::process::Child,
+    dir: std::path::PathBuf,
+    url: String,
+}
+
+impl Prometheus {
+    fn start(targets: &[String]) -> Self {
+        let dir = std::env::temp_dir().join(format!(
+            "chime-prometheus-{}-{:08x}",
+            std::process::id(),
+            rand::random::<u32>()
+        ));
+        std::fs::create_dir_all(dir.join("data")).unwrap();
+        let hosts: Vec<String> = targets
+            .iter()
+            .map(|t| format!("'{}'", t.trim_start_matches("http://")))
+            .collect();
+        let config = format!(
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  \
+             - job_name: chime\n    static_configs:\n      - targets: [{}]\n",
+            hosts.join(", ")
+        );
+        std::fs::write(dir.join("prometheus.yml"), config).unwrap();
+        let port = chime_e2e::free_port();
+        let child = std::process::Command::new("prometheus")
+            .arg(format!(
+                "--config.file={}",
+                dir.join("prometheus.yml").display()
+            ))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.join("data").display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(dir.join("prometheus.log")).unwrap())
+            .spawn()
+            .expect("prometheus (apt-get install prometheus; scripts/with-test-services.sh does)");
+        Self {
+            child,
+            dir,
+            url: format!("http://127.0.0.1:{port}"),
+        }
+    }
+
+    /// The value of an instant query's first sample, if it has one.
+    async fn query(&self, promql: &str) -> Option<f64> {
+        let body: serde_json::Value = chime_runtime::http_client()
+            .build()
+            .unwrap()
+            .get(format!(
+                "{}/api/v1/query?query={}",
+                self.url,
+                encode(promql)
+            ))
+            .send()
+            .await
+            .ok()?
+            .json()
+            .await
+            .ok()?;
+        body["data"]["result"][0]["value"][1].as_str()?.parse().ok()
+    }
+}
+
+/// Percent-encodes a query parameter.
+fn encode(value: &str) -> String {
+    value
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_prometheus_scrapes_the_firing_rate_and_lateness() {
+    let db = testkit::pg_unmigrated().await;
+    let redis = testkit::redis().await;
+    let sink = Sink::start().await.unwrap();
+    let mut c = Cluster::start(Spec {
+        test: "prometheus",
+        database_url: db.url(),
+        redis_url: testkit::redis_url(),
+        redis_prefix: redis.backend.prefix().to_owned(),
+        schedulers: 2,
+        executors: 2,
+        env: Vec::new(),
+    })
+    .await;
+    let targets: Vec<String> = [&c.gateway, &c.migrator]
+        .into_iter()
+        .chain(&c.schedulers)
+        .chain(&c.executors)
+        .map(|n| n.admin.clone())
+        .collect();
+    let prometheus = Prometheus::start(&targets);
+    // 100 firings a second for 20 s.
+    let start = now() + 3_000;
+    let expected = one_shots(&c.rest, &sink.url("/hook"), &due_over(start, 20_000, 2_000)).await;
+    wait_delivered(&sink, &expected, Duration::from_secs(60)).await;
+
+    // The last 10 s of the run, as Prometheus saw it, once it has scraped past the end.
+    let at = (start + 18_000) as f64 / 1000.0;
+    let rate =
+        format!("sum(rate(chime_executor_outcomes_total{{status=\"succeeded\"}}[10s] @ {at}))");
+    let p99 = format!(
+        "histogram_quantile(0.99, sum by (le) \
+         (rate(chime_executor_lateness_seconds_bucket[15s] @ {at})))"
+    );
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let (firing, late) = loop {
+        let firing = prometheus.query(&rate).await;
+        let late = prometheus.query(&p99).await;
+        let up = prometheus.query("count(up == 1)").await;
+        if let (Some(f), Some(l), Some(u)) = (firing, late, up)
+            && u as usize == targets.len()
+        {
+            break (f, l);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            let total = prometheus.query("sum(chime_executor_outcomes_total)").await;
+            panic!(
+                "Prometheus has no answer: rate {firing:?}, p99 {late:?}, targets up {up:?}; \
+                 outcomes now {total:?}, at {at}"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    eprintln!(
+        "Prometheus over {} targets: firing rate {firing:.1}/s (100/s sent), lateness p99 {:.1} ms",
+        targets.len(),
+        late * 1000.0
+    );
+    assert!(
+        (60.0..=140.0).contains(&firing),
+        "firing rate {firing}/s, 100/s sent"
+    );
+    assert!(late > 0.0 && late < 1.0, "lateness p99 {late} s");
+    c.stop().await;
+}
