@@ -314,3 +314,163 @@ async fn a_real_prometheus_scrapes_the_firing_rate_and_lateness() {
     assert!(late > 0.0 && late < 1.0, "lateness p99 {late} s");
     c.stop().await;
 }
+
+/// An OTLP trace receiver: the collector's `TraceService`, keeping every span it is sent
+/// with the `service.name` of its resource.
+#[derive(Clone, Default)]
+struct Receiver {
+    spans: std::sync::Arc<std::sync::Mutex<Vec<(String, OtlpSpan)>>>,
+}
+
+use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
+    TraceService, TraceServiceServer,
+};
+use opentelemetry_proto::tonic::collector::trace::v1::{
+    ExportTraceServiceRequest, ExportTraceServiceResponse,
+};
+use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
+use opentelemetry_proto::tonic::trace::v1::Span as OtlpSpan;
+
+#[tonic::async_trait]
+impl TraceService for Receiver {
+    async fn export(
+        &self,
+        request: tonic::Request<ExportTraceServiceRequest>,
+    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+        let mut kept = self.spans.lock().unwrap();
+        for rs in request.into_inner().resource_spans {
+            let service = rs
+                .resource
+                .iter()
+                .flat_map(|r| &r.attributes)
+                .find(|a| a.key == "service.name")
+                .and_then(|a| match a.value.as_ref()?.value.as_ref()? {
+                    AnyValue::StringValue(s) => Some(s.clone()),
+                    _ => None,
+                })
+                .unwrap_or_default();
+            for ss in rs.scope_spans {
+                kept.extend(ss.spans.into_iter().map(|s| (service.clone(), s)));
+            }
+        }
+        Ok(tonic::Response::new(ExportTraceServiceResponse {
+            partial_success: None,
+        }))
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_firing_is_one_trace_from_the_hand_off_to_the_callee() {
+    let receiver = Receiver::default();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let otlp = format!("http://{}", listener.local_addr().unwrap());
+    let serving = tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(TraceServiceServer::new(receiver.clone()))
+            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
+    );
+    let db = testkit::pg_unmigrated().await;
+    let redis = testkit::redis().await;
+    let sink = Sink::start().await.unwrap();
+    let mut c = Cluster::start(Spec {
+        test: "traces",
+        database_url: db.url(),
+        redis_url: testkit::redis_url(),
+        redis_prefix: redis.backend.prefix().to_owned(),
+        schedulers: 1,
+        executors: 1,
+        env: vec![
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", otlp),
+            ("OTEL_TRACES_SAMPLER", "always_on".into()),
+            ("OTEL_BSP_SCHEDULE_DELAY", "200".into()),
+            ("CHIME_LOG_FORMAT", "json".into()),
+            ("CHIME_LOG", "info,chime_executor=debug".into()),
+        ],
+    })
+    .await;
+    let expected = one_shots(&c.rest, &sink.url("/hook"), &[now() + 2_000]).await;
+    wait_delivered(&sink, &expected, Duration::from_secs(30)).await;
+    // The callee saw the callback span as its parent: traceparent 00-{trace}-{span}-{flags}.
+    let got = sink.received();
+    let traceparent = got[0]
+        .header("traceparent")
+        .expect("a traceparent header")
+        .to_owned();
+    let parts: Vec<&str> = traceparent.split('-').collect();
+    assert_eq!(parts.len(), 4, "{traceparent}");
+    let (trace, callback_id) = (parts[1].to_owned(), parts[2].to_owned());
+
+    // callback (executor) → execute (executor) → hand_off (scheduler), one trace.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let chain = loop {
+        let spans = receiver.spans.lock().unwrap().clone();
+        let by_id = |id: &str| {
+            spans
+                .iter()
+                .find(|(_, s)| hex(&s.span_id) == id && hex(&s.trace_id) == trace)
+                .cloned()
+        };
+        let mut chain = Vec::new();
+        let mut next = Some(callback_id.clone());
+        while let Some(id) = next.take() {
+            let Some((service, span)) = by_id(&id) else {
+                break;
+            };
+            next = (!span.parent_span_id.is_empty()).then(|| hex(&span.parent_span_id));
+            chain.push((service, span.name.clone()));
+        }
+        if chain.len() >= 3 {
+            break chain;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "trace {trace} incomplete: {chain:?} of {} spans received",
+            spans.len()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    eprintln!("one firing's trace {trace}: {chain:?}");
+    // Every stage has its spans: the create, the materialization, the claim.
+    let spans = receiver.spans.lock().unwrap().clone();
+    for (service, name) in [
+        ("chime-gateway", "create"),
+        ("chime-migrator", "materialize"),
+        ("chime-executor", "claim"),
+    ] {
+        assert!(
+            spans
+                .iter()
+                .any(|(s, span)| s == service && span.name == name),
+            "no {name} span from {service}"
+        );
+    }
+    // JSON logs written inside the callback carry its trace and span ids.
+    let logged = c.executors[0].service.log();
+    let line = logged
+        .lines()
+        .find(|l| l.contains("callback done"))
+        .expect("the executor logged the callback");
+    assert!(
+        line.contains(&format!("\"trace_id\":\"{trace}\""))
+            && line.contains(&format!("\"span_id\":\"{callback_id}\"")),
+        "{line}"
+    );
+    let names: Vec<(&str, &str)> = chain
+        .iter()
+        .map(|(s, n)| (s.as_str(), n.as_str()))
+        .collect();
+    assert_eq!(
+        names[..3],
+        [
+            ("chime-executor", "callback"),
+            ("chime-executor", "execute"),
+            ("chime-scheduler", "hand_off"),
+        ]
+    );
+    c.stop().await;
+    serving.abort();
+}

@@ -55,5 +55,6 @@ async fn main() -> anyhow::Result<()> {
     let served =
         chime_api_gateway::serve(api, http, grpc, admin, chime_runtime::shutdown_token()).await;
     stores.close().await;
+    chime_runtime::flush_traces();
     served
 }

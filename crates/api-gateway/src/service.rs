@@ -131,6 +131,7 @@ impl TimerApi for TimerService {
             .ok_or_else(|| ApiError::new(ErrorCode::Internal, "INTERNAL", "nothing created"))
     }
 
+    #[tracing::instrument(name = "create", skip_all, fields(timers = reqs.len()))]
     async fn batch_create_timers(
         &self,
         ctx: &RequestContext,

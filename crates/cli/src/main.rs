@@ -74,7 +74,9 @@ async fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            match dev::run(config, dev).await {
+            let ran = dev::run(config, dev).await;
+            chime_runtime::flush_traces();
+            match ran {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("error: {e:#}");

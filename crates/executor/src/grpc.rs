@@ -21,6 +21,15 @@ impl ExecutorService for ExecutorGrpc {
         &self,
         request: Request<ExecuteRequest>,
     ) -> Result<Response<ExecuteResponse>, Status> {
+        // The scheduler's hand-off span is the parent (traceparent in the metadata).
+        let span = tracing::info_span!(
+            "execute",
+            keys = request.get_ref().tasks.len(),
+            trace_id = tracing::field::Empty,
+            span_id = tracing::field::Empty,
+        );
+        chime_runtime::adopt_context(&span, &request.metadata().clone().into_headers());
+        chime_runtime::record_ids(&span);
         let keys = request
             .into_inner()
             .tasks
@@ -33,7 +42,7 @@ impl ExecutorService for ExecutorGrpc {
             .collect::<Result<Vec<_>, _>>()?;
         let offered = self
             .0
-            .offer(&keys)
+            .offer_in(&keys, span)
             .map_err(|e| Status::unavailable(e.to_string()))?;
         Ok(Response::new(ExecuteResponse {
             accepted: u32::try_from(offered.accepted).unwrap_or(u32::MAX),

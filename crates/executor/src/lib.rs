@@ -29,6 +29,7 @@ use chime_domain::{
 use chime_storage::{HotEntry, HotIndex, OccurrenceStore, StoreResult, TimerStore};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio_util::task::TaskTracker;
+use tracing::Instrument;
 
 pub use catalog::METRICS;
 pub use targets::{Attempt, CallbackSettings, DeliveryTarget, HttpTarget, Targets};
@@ -82,6 +83,8 @@ pub struct Offered {
 struct Job {
     key: TaskKey,
     permit: OwnedSemaphorePermit,
+    /// The hand-off that brought it: its callback's span is a child of it.
+    span: tracing::Span,
 }
 
 struct Done {
@@ -145,6 +148,12 @@ impl Executor {
 
     /// Takes as many of `keys` as there is room for, from the front.
     pub fn offer(&self, keys: &[TaskKey]) -> Result<Offered, Stopping> {
+        self.offer_in(keys, tracing::Span::current())
+    }
+
+    /// [`Executor::offer`] for keys a traced hand-off brought: their claim and callbacks
+    /// are spans under `span`.
+    pub fn offer_in(&self, keys: &[TaskKey], span: tracing::Span) -> Result<Offered, Stopping> {
         if self.stopping.load(Ordering::Acquire) {
             return Err(Stopping);
         }
@@ -153,7 +162,12 @@ impl Executor {
             let Ok(permit) = self.permits.clone().try_acquire_owned() else {
                 break;
             };
-            if self.queue.send(Job { key: *key, permit }).is_err() {
+            let job = Job {
+                key: *key,
+                permit,
+                span: span.clone(),
+            };
+            if self.queue.send(job).is_err() {
                 break;
             }
             accepted += 1;
@@ -249,7 +263,15 @@ impl Inner {
             lease_until: now.saturating_add(longest + self.settings.lease_margin),
         };
         let keys: Vec<TaskKey> = jobs.iter().map(|j| j.key).collect();
-        let claimed = self.occurrences.claim(&keys, claim).await?;
+        let claiming = match jobs.first() {
+            Some(j) => tracing::info_span!(parent: &j.span, "claim", keys = keys.len()),
+            None => tracing::Span::none(),
+        };
+        let claimed = self
+            .occurrences
+            .claim(&keys, claim)
+            .instrument(claiming)
+            .await?;
         let mut claimed: HashMap<TaskKey, ClaimedOccurrence> =
             claimed.into_iter().map(|c| (c.key, c)).collect();
         for job in jobs.drain(..) {
@@ -280,19 +302,30 @@ impl Inner {
                 continue;
             };
             let inner = self.clone();
-            self.tracker.spawn(async move {
+            let span = tracing::info_span!(
+                parent: &job.span,
+                "callback",
+                task = %job.key,
+                attempt = occurrence.attempt,
+                trace_id = tracing::field::Empty,
+                span_id = tracing::field::Empty,
+            );
+            chime_runtime::record_ids(&span);
+            let fire = async move {
                 wait_until(inner.clock.as_ref(), occurrence.due).await;
                 let attempt = inner
                     .targets
                     .deliver(&timer, occurrence, inner.clock.as_ref())
                     .await;
                 let outcome = settle(&timer, attempt, inner.clock.now(), rand::random());
+                tracing::debug!(status = outcome.status.as_str(), "callback done");
                 let _ = inner.done.send(Done {
                     outcome,
                     bucket: occurrence.bucket,
                     permit: job.permit,
                 });
-            });
+            };
+            self.tracker.spawn(fire.instrument(span));
         }
         Ok(())
     }

@@ -67,5 +67,6 @@ async fn main() -> anyhow::Result<()> {
     )
     .await;
     stores.close().await;
+    chime_runtime::flush_traces();
     served
 }

@@ -40,7 +40,11 @@ async fn main() -> anyhow::Result<()> {
             tracing::info!("schema is current");
             Ok(())
         }
-        None => run(config).await,
+        None => {
+            let ran = run(config).await;
+            chime_runtime::flush_traces();
+            ran
+        }
     }
 }
 

@@ -96,6 +96,7 @@ impl Materializer {
     /// One pass over `bucket`: extends every enabled timer whose watermark is before
     /// `now + lead / 2`, page by page in watermark order, then rebuilds the bucket's missing
     /// shards of the lead window from the database.
+    #[tracing::instrument(name = "materialize", skip(self), fields(bucket = bucket.get()))]
     pub async fn bucket(&self, bucket: Bucket) -> StoreResult<BucketPass> {
         let now = self.clock.now();
         let before = self.horizon.refill_before(now);

@@ -6,6 +6,7 @@ mod config;
 mod roster;
 mod shutdown;
 mod telemetry;
+mod traces;
 
 pub use config::{
     CommonArgs, Config, ConfigError, DatabaseConfig, ExecutorConfig, GatewayConfig, LogConfig,
@@ -17,6 +18,7 @@ pub use shutdown::{cancel_on_signal, shutdown_token};
 pub use telemetry::{
     LATENCY_BUCKETS, MetricKind, MetricSpec, describe_metrics, init_tracing, prometheus,
 };
+pub use traces::{adopt_context, flush_traces, inject_context, record_ids};
 
 /// `/readyz` of a service whose job needs the database: ready when it answers.
 pub struct DatabaseReadiness(pub chime_storage::Database);

@@ -1,23 +1,33 @@
 use std::sync::OnceLock;
 
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
-use tracing_subscriber::EnvFilter;
+use tracing_subscriber::{EnvFilter, Layer};
 
 use crate::{LogConfig, LogFormat};
 
 /// Installs the global subscriber: text for people, JSON for log pipelines. `RUST_LOG`, when
 /// set, wins over the configured filter. Calling it twice keeps the first.
 pub fn init_tracing(config: &LogConfig) {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
     let filter = EnvFilter::try_from_default_env()
         .or_else(|_| EnvFilter::try_new(&config.filter))
         .unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    let _ = match config.format {
-        LogFormat::Text => builder.try_init(),
-        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let fmt = match config.format {
+        LogFormat::Text => fmt.boxed(),
+        // The current span's fields (trace and span ids among them) go with each event.
+        LogFormat::Json => fmt
+            .json()
+            .flatten_event(true)
+            .with_current_span(true)
+            .boxed(),
     };
+    let _ = tracing_subscriber::registry()
+        .with(filter)
+        .with(fmt)
+        .with(crate::traces::otlp_layer())
+        .try_init();
 }
 
 /// Seconds, from 1 ms to 60 s: every latency histogram's buckets.

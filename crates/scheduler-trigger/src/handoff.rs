@@ -210,6 +210,13 @@ impl Handoff for GrpcExecutors {
             return 0;
         }
         let start = self.next.fetch_add(1, Ordering::Relaxed);
+        let span = tracing::info_span!(
+            "hand_off",
+            keys = keys.len(),
+            trace_id = tracing::field::Empty,
+            span_id = tracing::field::Empty,
+        );
+        chime_runtime::record_ids(&span);
         let mut done = 0;
         let mut backoff = Duration::from_millis(10);
         for round in 0..self.rounds {
@@ -225,7 +232,7 @@ impl Handoff for GrpcExecutors {
                 match replica
                     .client
                     .clone()
-                    .execute(ExecuteRequest { tasks })
+                    .execute(traced(&span, ExecuteRequest { tasks }))
                     .await
                 {
                     Ok(answer) => {
@@ -251,6 +258,23 @@ impl Handoff for GrpcExecutors {
         }
         done
     }
+}
+
+/// A request carrying `span`'s context (`traceparent`) in its metadata.
+fn traced<T>(span: &tracing::Span, message: T) -> tonic::Request<T> {
+    let mut headers = http::HeaderMap::new();
+    chime_runtime::inject_context(span, &mut headers);
+    let mut request = tonic::Request::new(message);
+    for (name, value) in &headers {
+        if let (Ok(k), Ok(v)) = (
+            tonic::metadata::MetadataKey::from_bytes(name.as_str().as_bytes()),
+            value.to_str().map(tonic::metadata::MetadataValue::try_from),
+        ) && let Ok(v) = v
+        {
+            request.metadata_mut().insert(k, v);
+        }
+    }
+    request
 }
 
 #[cfg(test)]

@@ -85,6 +85,7 @@ async fn main() -> anyhow::Result<()> {
         scheduler.run(shutdown.clone(), config.shutdown_grace.get()),
     );
     stores.close().await;
+    chime_runtime::flush_traces();
     admin?;
     Ok(())
 }

@@ -110,6 +110,10 @@ impl DeliveryTarget for HttpTarget {
         for (name, value) in chime_headers(key, occurrence.attempt) {
             request = request.header(name, value);
         }
+        // The callback span's context, so the callee's spans join the firing's trace.
+        let mut trace = http::HeaderMap::new();
+        chime_runtime::inject_context(&tracing::Span::current(), &mut trace);
+        request = request.headers(trace);
         if let Some(body) = &cb.body {
             request = request.body(body.as_str().to_owned());
         }
