@@ -270,20 +270,19 @@ async fn changing_the_bucket_count_under_load_loses_and_repeats_nothing() {
     let db = testkit::pg_unmigrated().await;
     let redis = testkit::redis().await;
     let sink = Sink::start().await.unwrap();
-    let mut c = Cluster::start(Spec {
-        test: "rebucket",
-        database_url: db.url(),
-        redis_url: testkit::redis_url(),
-        redis_prefix: redis.backend.prefix().to_owned(),
-        schedulers: 2,
-        executors: 2,
-        // A short lead: a timer left in a bucket out of range would stop firing within the
-        // test (no migrator of the new count would extend it), not merely fire late.
-        env: vec![
+    // A short lead: a timer left in a bucket out of range would stop firing within the test
+    // (no migrator of the new count would extend it), not merely fire late.
+    let mut c = chime_e2e::start_on(
+        "rebucket",
+        &db,
+        &redis,
+        2,
+        2,
+        vec![
             ("CHIME_BUCKETS", "16".into()),
             ("CHIME_MIGRATOR__LEAD", format!("{}s", LEAD_MS / 1000)),
         ],
-    })
+    )
     .await;
     let url = sink.url("/hook");
     let first = now();
@@ -331,16 +330,7 @@ async fn a_rolling_upgrade_under_load_loses_nothing() {
     let db = testkit::pg_unmigrated().await;
     let redis = testkit::redis().await;
     let sink = Sink::start().await.unwrap();
-    let mut c = Cluster::start(Spec {
-        test: "rolling-upgrade",
-        database_url: db.url(),
-        redis_url: testkit::redis_url(),
-        redis_prefix: redis.backend.prefix().to_owned(),
-        schedulers: 2,
-        executors: 2,
-        env: Vec::new(),
-    })
-    .await;
+    let mut c = chime_e2e::start_on("rolling-upgrade", &db, &redis, 2, 2, Vec::new()).await;
     let url = sink.url("/hook");
     let ticks = tickers(&c.rest, &url, 200).await;
     let first = now();

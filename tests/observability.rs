@@ -7,7 +7,6 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use chime_e2e::cluster::{Cluster, Spec};
 use chime_e2e::timers::{due_over, now, one_shots, wait_delivered};
 use chime_storage::testkit;
 use chime_test_support::sink::Sink;
@@ -97,16 +96,7 @@ async fn the_dashboard_and_alerts_name_only_metrics_the_services_export() {
     let db = testkit::pg_unmigrated().await;
     let redis = testkit::redis().await;
     let sink = Sink::start().await.unwrap();
-    let mut c = Cluster::start(Spec {
-        test: "observability",
-        database_url: db.url(),
-        redis_url: testkit::redis_url(),
-        redis_prefix: redis.backend.prefix().to_owned(),
-        schedulers: 1,
-        executors: 1,
-        env: Vec::new(),
-    })
-    .await;
+    let mut c = chime_e2e::start_on("observability", &db, &redis, 1, 1, Vec::new()).await;
     // Fire something, so the histograms and labelled counters have series.
     let expected = one_shots(
         &c.rest,
@@ -253,16 +243,7 @@ async fn a_real_prometheus_scrapes_the_firing_rate_and_lateness() {
     let db = testkit::pg_unmigrated().await;
     let redis = testkit::redis().await;
     let sink = Sink::start().await.unwrap();
-    let mut c = Cluster::start(Spec {
-        test: "prometheus",
-        database_url: db.url(),
-        redis_url: testkit::redis_url(),
-        redis_prefix: redis.backend.prefix().to_owned(),
-        schedulers: 2,
-        executors: 2,
-        env: Vec::new(),
-    })
-    .await;
+    let mut c = chime_e2e::start_on("prometheus", &db, &redis, 2, 2, Vec::new()).await;
     let targets: Vec<String> = [&c.gateway, &c.migrator]
         .into_iter()
         .chain(&c.schedulers)
@@ -376,22 +357,14 @@ async fn one_firing_is_one_trace_from_the_hand_off_to_the_callee() {
     let db = testkit::pg_unmigrated().await;
     let redis = testkit::redis().await;
     let sink = Sink::start().await.unwrap();
-    let mut c = Cluster::start(Spec {
-        test: "traces",
-        database_url: db.url(),
-        redis_url: testkit::redis_url(),
-        redis_prefix: redis.backend.prefix().to_owned(),
-        schedulers: 1,
-        executors: 1,
-        env: vec![
-            ("OTEL_EXPORTER_OTLP_ENDPOINT", otlp),
-            ("OTEL_TRACES_SAMPLER", "always_on".into()),
-            ("OTEL_BSP_SCHEDULE_DELAY", "200".into()),
-            ("CHIME_LOG_FORMAT", "json".into()),
-            ("CHIME_LOG", "info,chime_executor=debug".into()),
-        ],
-    })
-    .await;
+    let env = vec![
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", otlp),
+        ("OTEL_TRACES_SAMPLER", "always_on".into()),
+        ("OTEL_BSP_SCHEDULE_DELAY", "200".into()),
+        ("CHIME_LOG_FORMAT", "json".into()),
+        ("CHIME_LOG", "info,chime_executor=debug".into()),
+    ];
+    let mut c = chime_e2e::start_on("traces", &db, &redis, 1, 1, env).await;
     let expected = one_shots(&c.rest, &sink.url("/hook"), &[now() + 2_000]).await;
     wait_delivered(&sink, &expected, Duration::from_secs(30)).await;
     // The callee saw the callback span as its parent: traceparent 00-{trace}-{span}-{flags}.

@@ -8,3 +8,24 @@ pub mod servers;
 pub mod timers;
 
 pub use chime_test_support::deploy::{Service, bin, bin_dir, cluster, free_port, log_dir};
+
+/// A deployment on the machine's PostgreSQL (`db`'s schema) and Redis (`redis`'s prefix).
+pub async fn start_on(
+    test: &'static str,
+    db: &chime_storage::testkit::PgFixture,
+    redis: &chime_storage::testkit::RedisFixture,
+    schedulers: usize,
+    executors: usize,
+    env: Vec<(&'static str, String)>,
+) -> cluster::Cluster {
+    cluster::Cluster::start(cluster::Spec {
+        test,
+        database_url: db.url(),
+        redis_url: chime_storage::testkit::redis_url(),
+        redis_prefix: redis.backend.prefix().to_owned(),
+        schedulers,
+        executors,
+        env,
+    })
+    .await
+}
