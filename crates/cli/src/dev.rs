@@ -113,7 +113,11 @@ pub async fn run(config: Config, args: DevArgs) -> anyhow::Result<()> {
         db.occurrences.clone(),
         Some(index.clone()),
         clock.clone(),
-        Targets::new(HttpTarget::new(CallbackSettings::from_config(&config))?),
+        Targets::new(HttpTarget::new(CallbackSettings {
+            // Loopback is open in `chime dev`, so its echo endpoint can be called back.
+            networks: config.network_policy()?.with_loopback(),
+            ..CallbackSettings::from_config(&config)
+        })?),
         ExecutorSettings::from_config(&config),
     );
     let scheduler = Scheduler::new(

@@ -7,6 +7,7 @@ mod duration;
 mod error;
 mod horizon;
 mod ids;
+mod network;
 mod occurrence;
 mod ownership;
 mod page;
@@ -23,6 +24,7 @@ pub use duration::{DurationError, format_duration, parse_duration};
 pub use error::ValidationError;
 pub use horizon::{EXHAUSTED, Horizon, Plan};
 pub use ids::{AppName, Bucket, BucketCount, ShardKey, TaskKey, TimerId, TimerName};
+pub use network::{Blocked, Cidr, CidrError, NetworkPolicy};
 pub use occurrence::{
     Claim, ClaimedOccurrence, NewOccurrence, Occurrence, OccurrenceStatus, Outcome,
 };

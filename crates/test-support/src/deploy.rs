@@ -326,6 +326,12 @@ pub mod cluster {
                     ("CHIME_REDIS_PREFIX", spec.redis_prefix.clone()),
                     ("CHIME_ADMIN_ADDR", format!("127.0.0.1:{admin}")),
                     ("CHIME_SHUTDOWN_GRACE", "10s".into()),
+                    // The callback sink listens on loopback, which callbacks may not reach
+                    // by default.
+                    (
+                        "CHIME_CALLBACK_ALLOW_NETWORKS",
+                        "127.0.0.0/8,::1/128".into(),
+                    ),
                     ("CHIME_LOG", "info".into()),
                 ];
                 env.extend(spec.env.iter().cloned());

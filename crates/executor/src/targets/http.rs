@@ -3,8 +3,13 @@
 
 use std::time::Duration;
 
+use std::net::SocketAddr;
+use std::sync::Arc;
+
 use async_trait::async_trait;
-use chime_domain::{ClaimedOccurrence, Clock, OccurrenceStatus, Outcome, TaskKey, Timer};
+use chime_domain::{
+    Blocked, ClaimedOccurrence, Clock, NetworkPolicy, OccurrenceStatus, Outcome, TaskKey, Timer,
+};
 
 use super::{Attempt, DeliveryTarget};
 
@@ -14,6 +19,8 @@ pub struct CallbackSettings {
     pub output_cap: usize,
     /// Idle keep-alive connections kept per callback host.
     pub idle_per_host: usize,
+    /// Which addresses callbacks may connect to (the SSRF policy).
+    pub networks: NetworkPolicy,
 }
 
 impl Default for CallbackSettings {
@@ -21,6 +28,7 @@ impl Default for CallbackSettings {
         Self {
             output_cap: 4096,
             idle_per_host: 64,
+            networks: NetworkPolicy::default(),
         }
     }
 }
@@ -32,6 +40,8 @@ impl CallbackSettings {
     pub fn from_config(config: &chime_runtime::Config) -> Self {
         Self {
             idle_per_host: config.executor.max_in_flight,
+            // `Config::load` has checked every network already.
+            networks: config.network_policy().unwrap_or_default(),
             ..Self::default()
         }
     }
@@ -53,6 +63,47 @@ pub fn parse_retry_after(value: &str, now_ms: i64) -> Option<Duration> {
     Some(Duration::from_millis(u64::try_from(ms).unwrap_or(0)))
 }
 
+/// Resolves callback hosts and refuses a host if any of its addresses is one the policy
+/// blocks, before connecting: a name that resolves (or is rebound) to a private address
+/// gets no further than an IP literal would.
+struct GuardedResolver(NetworkPolicy);
+
+impl reqwest::dns::Resolve for GuardedResolver {
+    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        let policy = self.0.clone();
+        Box::pin(async move {
+            let addrs: Vec<SocketAddr> =
+                tokio::net::lookup_host((name.as_str(), 0)).await?.collect();
+            for addr in &addrs {
+                policy.check(addr.ip())?;
+            }
+            Ok(Box::new(addrs.into_iter()) as reqwest::dns::Addrs)
+        })
+    }
+}
+
+/// The policy's verdict on a URL whose host is an IP address (no resolver is asked then).
+fn blocked_literal(policy: &NetworkPolicy, url: &url::Url) -> Option<Blocked> {
+    let ip = match url.host()? {
+        url::Host::Ipv4(ip) => std::net::IpAddr::V4(ip),
+        url::Host::Ipv6(ip) => std::net::IpAddr::V6(ip),
+        url::Host::Domain(_) => return None,
+    };
+    policy.check(ip).err()
+}
+
+/// The policy refusal somewhere in an error's chain, if that is what failed.
+fn blocked_cause<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a Blocked> {
+    let mut cause = Some(e);
+    while let Some(c) = cause {
+        if let Some(b) = c.downcast_ref::<Blocked>() {
+            return Some(b);
+        }
+        cause = c.source();
+    }
+    None
+}
+
 /// An HTTP client with a keep-alive pool, shared by every callback of an executor.
 #[derive(Clone)]
 pub struct HttpTarget {
@@ -69,6 +120,7 @@ impl HttpTarget {
             .pool_idle_timeout(Duration::from_secs(60))
             .connect_timeout(Duration::from_secs(5))
             .redirect(reqwest::redirect::Policy::none())
+            .dns_resolver(Arc::new(GuardedResolver(settings.networks.clone())))
             .build()?;
         Ok(Self { http, settings })
     }
@@ -127,6 +179,15 @@ impl DeliveryTarget for HttpTarget {
         );
         let mut retryable = false;
         let mut retry_after = None;
+        if let Some(blocked) = blocked_literal(&self.settings.networks, cb.url.as_url()) {
+            // Refused by policy, not by the network: trying again cannot help.
+            outcome.error = Some(format!("blocked by the callback network policy: {blocked}"));
+            return Attempt {
+                outcome,
+                retryable,
+                retry_after,
+            };
+        }
         match request.send().await {
             Ok(response) => {
                 let status = response.status();
@@ -146,12 +207,18 @@ impl DeliveryTarget for HttpTarget {
                     outcome.error = Some(format!("callback answered HTTP {}", status.as_u16()));
                 }
             }
-            Err(e) => {
-                // Transport failures (refused, reset, timed out, TLS) may pass; a request
-                // that cannot even be built will not.
-                retryable = !e.is_builder();
-                outcome.error = Some(describe(&e, cb.timeout.get()));
-            }
+            Err(e) => match blocked_cause(&e) {
+                Some(blocked) => {
+                    outcome.error =
+                        Some(format!("blocked by the callback network policy: {blocked}"));
+                }
+                None => {
+                    // Transport failures (refused, reset, timed out, TLS) may pass; a
+                    // request that cannot even be built will not.
+                    retryable = !e.is_builder();
+                    outcome.error = Some(describe(&e, cb.timeout.get()));
+                }
+            },
         }
         Attempt {
             outcome,

@@ -21,8 +21,8 @@ use serde::{Deserialize, Serialize};
 
 pub use args::CommonArgs;
 pub use sections::{
-    DatabaseConfig, ExecutorConfig, GatewayConfig, LogConfig, LogFormat, MembershipConfig,
-    MigratorConfig, RedisConfig, RetentionConfig, SchedulerConfig, Seconds,
+    CallbacksConfig, DatabaseConfig, ExecutorConfig, GatewayConfig, LogConfig, LogFormat,
+    MembershipConfig, MigratorConfig, RedisConfig, RetentionConfig, SchedulerConfig, Seconds,
 };
 
 /// Flat environment names (docs/configuration.md) and the config keys they set.
@@ -41,6 +41,8 @@ const ENV_ALIASES: &[(&str, &str)] = &[
     ("log_format", "log.format"),
     ("log", "log.filter"),
     ("shutdown_grace", "shutdown_grace"),
+    ("callback_allow_networks", "callbacks.allow_networks"),
+    ("callback_deny_networks", "callbacks.deny_networks"),
 ];
 
 /// Variables that steer loading itself rather than set a value.
@@ -82,6 +84,7 @@ pub struct Config {
     pub retention: RetentionConfig,
     pub scheduler: SchedulerConfig,
     pub membership: MembershipConfig,
+    pub callbacks: CallbacksConfig,
     pub executor: ExecutorConfig,
     pub log: LogConfig,
 }
@@ -99,6 +102,7 @@ impl Default for Config {
             retention: RetentionConfig::default(),
             scheduler: SchedulerConfig::default(),
             membership: MembershipConfig::default(),
+            callbacks: CallbacksConfig::default(),
             executor: ExecutorConfig::default(),
             log: LogConfig::default(),
         }
@@ -180,6 +184,9 @@ impl Config {
         if self.retention.partitions_ahead.get() < Duration::from_secs(86_400) {
             return bad("retention.partitions_ahead must be at least 1d");
         }
+        if let Err(e) = self.network_policy() {
+            return bad(&format!("callbacks: {e}"));
+        }
         if self.membership.heartbeat.get() < Duration::from_millis(50) {
             return bad("membership.heartbeat must be at least 50ms");
         }
@@ -220,6 +227,19 @@ impl Config {
                 ..Default::default()
             },
         }
+    }
+
+    /// Where callbacks may go: the default SSRF policy adjusted by `callbacks.*`.
+    pub fn network_policy(&self) -> Result<chime_domain::NetworkPolicy, chime_domain::CidrError> {
+        let parse = |list: &[String]| {
+            list.iter()
+                .map(|c| c.parse::<chime_domain::Cidr>())
+                .collect::<Result<Vec<_>, _>>()
+        };
+        Ok(chime_domain::NetworkPolicy::new(
+            parse(&self.callbacks.allow_networks)?,
+            parse(&self.callbacks.deny_networks)?,
+        ))
     }
 
     /// Heartbeat timings of the scheduler and migrator groups.

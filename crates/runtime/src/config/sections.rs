@@ -164,6 +164,17 @@ impl Default for RetentionConfig {
     }
 }
 
+/// Where callbacks may go (the SSRF policy, `chime_domain::NetworkPolicy`): CIDRs opened
+/// beyond the default and CIDRs closed on top of it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CallbacksConfig {
+    #[serde(deserialize_with = "comma_list")]
+    pub allow_networks: Vec<String>,
+    #[serde(deserialize_with = "comma_list")]
+    pub deny_networks: Vec<String>,
+}
+
 /// Scheduler and migrator replicas split the buckets among the live members of their group.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]

@@ -93,6 +93,25 @@ fn bad_values_are_reported_with_their_key() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("migrator.interval"), "{err}");
+    let err = load_with(
+        None,
+        &[("CHIME_CALLBACK_ALLOW_NETWORKS", "10.0.0.0/8,intranet")],
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("callbacks") && err.contains("intranet"),
+        "{err}"
+    );
+    let opened = load_with(
+        None,
+        &[("CHIME_CALLBACK_ALLOW_NETWORKS", "10.0.0.0/8, fd00::/8")],
+    )
+    .unwrap()
+    .network_policy()
+    .unwrap();
+    assert!(opened.check("10.1.2.3".parse().unwrap()).is_ok());
+    assert!(opened.check("192.168.0.1".parse().unwrap()).is_err());
     let err = load_with(Some("[gateway]\nhttp_port = 1\n"), &[])
         .unwrap_err()
         .to_string()
