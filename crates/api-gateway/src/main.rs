@@ -39,13 +39,16 @@ async fn main() -> anyhow::Result<()> {
              first occurrences itself; ignored"
         );
     }
-    let api: Arc<dyn TimerApi> = Arc::new(TimerService::new(
-        stores.database.timers.clone(),
-        stores.database.occurrences.clone(),
-        stores.hot_index.clone(),
-        config.horizon(),
-        clock,
-    ));
+    let api: Arc<dyn TimerApi> = Arc::new(
+        TimerService::new(
+            stores.database.timers.clone(),
+            stores.database.occurrences.clone(),
+            stores.hot_index.clone(),
+            config.horizon(),
+            clock,
+        )
+        .with_networks(config.network_policy()?),
+    );
     let http = chime_runtime::bind(config.gateway.http_addr, "REST").await?;
     let grpc = chime_runtime::bind(config.gateway.grpc_addr, "gRPC").await?;
     let admin = chime_runtime::admin::bind_admin(config.admin_addr)

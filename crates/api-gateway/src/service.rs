@@ -6,9 +6,9 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use chime_domain::{
-    AppName, Clock, Horizon, NewOccurrence, NewTimer, Occurrence, OccurrenceStatus, Page, PageSize,
-    RetryPolicyInput, Schedule, TaskKey, Timer, TimerId, TimerName, TimerSpec, Timestamp,
-    ValidationError,
+    AppName, Clock, Horizon, NetworkPolicy, NewOccurrence, NewTimer, Occurrence, OccurrenceStatus,
+    Page, PageSize, RetryPolicyInput, Schedule, TaskKey, Timer, TimerId, TimerName, TimerSpec,
+    Timestamp, ValidationError,
 };
 use chime_storage::{
     CreateTimer, DeadFilter, HotIndex, IdempotencyKey, OccurrenceStore, PageRequest, Redrive,
@@ -34,6 +34,7 @@ pub struct TimerService {
     index: IndexWriter,
     horizon: Horizon,
     clock: Arc<dyn Clock>,
+    networks: NetworkPolicy,
 }
 
 impl TimerService {
@@ -53,7 +54,22 @@ impl TimerService {
             index: IndexWriter::new(index, clock.clone()),
             horizon,
             clock,
+            networks: NetworkPolicy::default(),
         }
+    }
+
+    /// Where callbacks may go; IP literals outside it are refused at create and update
+    /// (host names are judged by the executors, after DNS). Strict unless widened.
+    pub fn with_networks(mut self, networks: NetworkPolicy) -> Self {
+        self.networks = networks;
+        self
+    }
+
+    /// A callback whose address is an IP the policy blocks: 400 naming the rule.
+    fn check_callback(&self, spec: &TimerSpec) -> ApiResult<()> {
+        self.networks
+            .check_url(spec.callback.url.as_url())
+            .map_err(|blocked| ApiError::invalid("callback.url", blocked.to_string()))
     }
 
     fn view(&self, timer: chime_domain::Timer) -> TimerView {
@@ -99,6 +115,7 @@ impl TimerService {
     ) -> ApiResult<CreateTimer> {
         let spec = parse_spec(&req.timer, now)?;
         ctx.scope.check(&spec.app)?;
+        self.check_callback(&spec)?;
         let idempotency = match &req.idempotency_key {
             None => None,
             Some(key) if key.is_empty() || key.len() > MAX_IDEMPOTENCY_KEY => {
@@ -208,6 +225,7 @@ impl TimerApi for TimerService {
         let current = self.visible_timer(ctx, id).await?;
         let now = self.clock.now();
         let spec = apply_patch(&current.spec, &patch, now)?;
+        self.check_callback(&spec)?;
         if spec == current.spec {
             // Nothing changes: no new version, but the precondition still holds.
             if let Some(expected) = patch.expected_version

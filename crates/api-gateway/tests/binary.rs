@@ -29,6 +29,7 @@ async fn refuses_an_old_schema_then_serves_and_stops_on_sigterm() {
             .env("CHIME_DATABASE_URL", &url)
             .env("CHIME_HTTP_ADDR", format!("127.0.0.1:{http}"))
             .env("CHIME_GRPC_ADDR", format!("127.0.0.1:{grpc}"))
+            .env("CHIME_CALLBACK_ALLOW_NETWORKS", "127.0.0.0/8")
             .env("CHIME_LOG", "warn");
         cmd
     };

@@ -129,13 +129,16 @@ pub async fn run(config: Config, args: DevArgs) -> anyhow::Result<()> {
         clock.clone(),
         SchedulerSettings::from_config(&config),
     );
-    let api = Arc::new(TimerService::new(
-        db.timers.clone(),
-        db.occurrences.clone(),
-        Some(index),
-        config.horizon(),
-        clock,
-    ));
+    let api = Arc::new(
+        TimerService::new(
+            db.timers.clone(),
+            db.occurrences.clone(),
+            Some(index),
+            config.horizon(),
+            clock,
+        )
+        .with_networks(config.network_policy()?.with_loopback()),
+    );
     let http = chime_runtime::bind(config.gateway.http_addr, "REST").await?;
     let grpc = chime_runtime::bind(config.gateway.grpc_addr, "gRPC").await?;
     let admin = chime_runtime::admin::bind_admin(config.admin_addr).await?;

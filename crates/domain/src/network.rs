@@ -166,6 +166,16 @@ impl NetworkPolicy {
         self
     }
 
+    /// The verdict on a URL whose host is an IP address; host names are judged after DNS,
+    /// at delivery.
+    pub fn check_url(&self, url: &url::Url) -> Result<(), Blocked> {
+        match url.host() {
+            Some(url::Host::Ipv4(ip)) => self.check(IpAddr::V4(ip)),
+            Some(url::Host::Ipv6(ip)) => self.check(IpAddr::V6(ip)),
+            _ => Ok(()),
+        }
+    }
+
     /// Whether a callback may connect to `ip`.
     pub fn check(&self, ip: IpAddr) -> Result<(), Blocked> {
         // IPv4 carried in IPv6 is judged as that IPv4, and the IPv6 itself as well.

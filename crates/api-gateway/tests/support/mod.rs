@@ -78,17 +78,21 @@ pub async fn start_with_index_down() -> TestGateway {
 async fn start_with(index: Option<Arc<dyn HotIndex>>, redis: Option<RedisFixture>) -> TestGateway {
     let db = testkit::pg().await;
     let shutdown = CancellationToken::new();
-    let api: Arc<dyn TimerApi> = Arc::new(TimerService::new(
-        db.store(),
-        db.store(),
-        index,
-        // Without the per-timer spread, so the tests can count the rows a change writes.
-        Horizon {
-            spread: std::time::Duration::ZERO,
-            ..Horizon::DEFAULT
-        },
-        Arc::new(SystemClock),
-    ));
+    let api: Arc<dyn TimerApi> = Arc::new(
+        TimerService::new(
+            db.store(),
+            db.store(),
+            index,
+            // Without the per-timer spread, so the tests can count the rows a change writes.
+            Horizon {
+                spread: std::time::Duration::ZERO,
+                ..Horizon::DEFAULT
+            },
+            Arc::new(SystemClock),
+        )
+        // The tests call back loopback addresses; the policy itself is tested in callbacks.rs.
+        .with_networks(chime_domain::NetworkPolicy::open()),
+    );
     let (http, http_addr) = loopback().await;
     let (grpc, grpc_addr) = loopback().await;
     tokio::spawn(chime_api_gateway::serve(

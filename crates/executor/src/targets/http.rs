@@ -82,16 +82,6 @@ impl reqwest::dns::Resolve for GuardedResolver {
     }
 }
 
-/// The policy's verdict on a URL whose host is an IP address (no resolver is asked then).
-fn blocked_literal(policy: &NetworkPolicy, url: &url::Url) -> Option<Blocked> {
-    let ip = match url.host()? {
-        url::Host::Ipv4(ip) => std::net::IpAddr::V4(ip),
-        url::Host::Ipv6(ip) => std::net::IpAddr::V6(ip),
-        url::Host::Domain(_) => return None,
-    };
-    policy.check(ip).err()
-}
-
 /// The policy refusal somewhere in an error's chain, if that is what failed.
 fn blocked_cause<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a Blocked> {
     let mut cause = Some(e);
@@ -179,7 +169,7 @@ impl DeliveryTarget for HttpTarget {
         );
         let mut retryable = false;
         let mut retry_after = None;
-        if let Some(blocked) = blocked_literal(&self.settings.networks, cb.url.as_url()) {
+        if let Err(blocked) = self.settings.networks.check_url(cb.url.as_url()) {
             // Refused by policy, not by the network: trying again cannot help.
             outcome.error = Some(format!("blocked by the callback network policy: {blocked}"));
             return Attempt {
