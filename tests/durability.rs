@@ -253,12 +253,7 @@ async fn timers_created_while_redis_is_down_fire_once_it_is_back() {
 /// does: schedulers, executors, migrator, then the gateway. Two replicas of the firing
 /// stages keep one of each up throughout.
 async fn roll_buckets(c: &mut Cluster, buckets: u32) {
-    let nodes = c
-        .schedulers
-        .iter_mut()
-        .chain(c.executors.iter_mut())
-        .chain([&mut c.migrator, &mut c.gateway]);
-    for node in nodes {
+    for node in c.nodes_mut() {
         node.set_env("CHIME_BUCKETS", buckets.to_string());
         node.service.stop().await;
         node.restart().await;
@@ -340,12 +335,7 @@ async fn a_rolling_upgrade_under_load_loses_nothing() {
     // each next one after another 400 deliveries (about two seconds).
     wait_for_deliveries(&sink, |d| d.keys().any(|k| shots.contains(k))).await;
     let rolling = now();
-    let nodes = c
-        .schedulers
-        .iter_mut()
-        .chain(c.executors.iter_mut())
-        .chain([&mut c.migrator, &mut c.gateway]);
-    for node in nodes {
+    for node in c.nodes_mut() {
         node.service.stop().await;
         node.restart().await;
         let seen = sink.received().len();

@@ -36,19 +36,6 @@ fn metric_names(text: &str) -> BTreeSet<String> {
     names
 }
 
-async fn scrape(admin: &str) -> String {
-    chime_runtime::http_client()
-        .build()
-        .unwrap()
-        .get(format!("{admin}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
-}
-
 /// `promtool check metrics` on one scrape (HELP, naming, types), when promtool is installed
 /// (`make lint`'s k8s-check installs it; CI runs that first).
 fn promtool_check(admin: &str, text: &str) {
@@ -108,21 +95,9 @@ async fn the_dashboard_and_alerts_name_only_metrics_the_services_export() {
 
     let mut exported = BTreeSet::new();
     let mut helped = BTreeSet::new();
-    let admins: Vec<String> = [&c.gateway, &c.migrator]
-        .into_iter()
-        .chain(&c.schedulers)
-        .chain(&c.executors)
-        .map(|n| {
-            if n.admin.is_empty() {
-                c.rest.clone()
-            } else {
-                n.admin.clone()
-            }
-        })
-        .collect();
-    for admin in &admins {
-        let text = scrape(admin).await;
-        promtool_check(admin, &text);
+    for node in c.nodes() {
+        let text = node.metrics().await;
+        promtool_check(&node.admin, &text);
         for line in text.lines() {
             if let Some(rest) = line.strip_prefix("# HELP ") {
                 helped.extend(metric_names(rest.split(' ').next().unwrap_or("")));
@@ -244,12 +219,7 @@ async fn a_real_prometheus_scrapes_the_firing_rate_and_lateness() {
     let redis = testkit::redis().await;
     let sink = Sink::start().await.unwrap();
     let mut c = chime_e2e::start_on("prometheus", &db, &redis, 2, 2, Vec::new()).await;
-    let targets: Vec<String> = [&c.gateway, &c.migrator]
-        .into_iter()
-        .chain(&c.schedulers)
-        .chain(&c.executors)
-        .map(|n| n.admin.clone())
-        .collect();
+    let targets: Vec<String> = c.nodes().map(|n| n.admin.clone()).collect();
     let prometheus = Prometheus::start(&targets);
     // 100 firings a second for 20 s.
     let start = now() + 3_000;

@@ -28,7 +28,7 @@ impl ExecutorService for ExecutorGrpc {
             trace_id = tracing::field::Empty,
             span_id = tracing::field::Empty,
         );
-        chime_runtime::adopt_context(&span, &request.metadata().clone().into_headers());
+        chime_runtime::adopt_context(&span, request.metadata());
         chime_runtime::record_ids(&span);
         let keys = request
             .into_inner()

@@ -55,6 +55,12 @@ where
     Some(tracing_opentelemetry::layer().with_tracer(tracer))
 }
 
+/// Whether spans are exported; without it the propagation helpers below do nothing, so a
+/// firing pays no more than its (unexported) spans.
+fn exporting() -> bool {
+    PROVIDER.get().is_some()
+}
+
 /// Sends the spans still buffered; every binary calls it before it exits.
 pub fn flush_traces() {
     if let Some(provider) = PROVIDER.get() {
@@ -89,15 +95,22 @@ impl Extractor for ReadHeaders<'_> {
 
 /// Writes `span`'s context (`traceparent`) into `headers`; nothing when tracing is off.
 pub fn inject_context(span: &tracing::Span, headers: &mut http::HeaderMap) {
+    if !exporting() {
+        return;
+    }
     let cx = span.context();
     opentelemetry::global::get_text_map_propagator(|p| {
         p.inject_context(&cx, &mut Headers(headers))
     });
 }
 
-/// Makes the context `headers` carry (`traceparent`) the parent of `span`.
-pub fn adopt_context(span: &tracing::Span, headers: &http::HeaderMap) {
-    let cx = opentelemetry::global::get_text_map_propagator(|p| p.extract(&ReadHeaders(headers)));
+/// Makes the context a gRPC request's metadata carries (`traceparent`) the parent of `span`.
+pub fn adopt_context(span: &tracing::Span, metadata: &tonic::metadata::MetadataMap) {
+    if !exporting() {
+        return;
+    }
+    let headers = metadata.clone().into_headers();
+    let cx = opentelemetry::global::get_text_map_propagator(|p| p.extract(&ReadHeaders(&headers)));
     if cx.span().span_context().is_valid() {
         let _ = span.set_parent(cx);
     }
@@ -106,6 +119,9 @@ pub fn adopt_context(span: &tracing::Span, headers: &http::HeaderMap) {
 /// Records `span`'s trace and span ids in its `trace_id` and `span_id` fields, so JSON logs
 /// written inside it carry them; nothing when tracing is off.
 pub fn record_ids(span: &tracing::Span) {
+    if !exporting() {
+        return;
+    }
     let cx = span.context();
     let sc = cx.span().span_context().clone();
     if sc.is_valid() {

@@ -108,7 +108,7 @@ impl Service {
     }
 
     pub fn log_tail(&self) -> String {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let text = self.log();
         let lines: Vec<&str> = text.lines().collect();
         lines[lines.len().saturating_sub(30)..].join("\n")
     }
@@ -283,9 +283,9 @@ pub mod cluster {
                 .await;
         }
 
-        /// A counter from its `/metrics`, 0 when absent.
-        pub async fn counter(&self, name: &str) -> f64 {
-            let text = chime_runtime::http_client()
+        /// Its `/metrics` page.
+        pub async fn metrics(&self) -> String {
+            chime_runtime::http_client()
                 .build()
                 .expect("client")
                 .get(format!("{}/metrics", self.admin))
@@ -294,8 +294,14 @@ pub mod cluster {
                 .expect("metrics")
                 .text()
                 .await
-                .unwrap_or_default();
-            text.lines()
+                .unwrap_or_default()
+        }
+
+        /// A counter from its `/metrics`, 0 when absent.
+        pub async fn counter(&self, name: &str) -> f64 {
+            self.metrics()
+                .await
+                .lines()
                 .filter(|l| l.starts_with(name))
                 .filter_map(|l| l.split_whitespace().last()?.parse::<f64>().ok())
                 .sum()
@@ -411,15 +417,26 @@ pub mod cluster {
             }
         }
 
+        /// Every process, in shutdown order: schedulers, executors, migrator, gateway.
+        pub fn nodes(&self) -> impl Iterator<Item = &Node> {
+            self.schedulers
+                .iter()
+                .chain(&self.executors)
+                .chain([&self.migrator, &self.gateway])
+        }
+
+        /// [`Cluster::nodes`], to stop or restart them.
+        pub fn nodes_mut(&mut self) -> impl Iterator<Item = &mut Node> {
+            self.schedulers
+                .iter_mut()
+                .chain(self.executors.iter_mut())
+                .chain([&mut self.migrator, &mut self.gateway])
+        }
+
         /// Stops whatever still runs with SIGTERM, in shutdown order (schedulers, executors,
         /// migrator, gateway); each must exit cleanly.
         pub async fn stop(&mut self) {
-            let nodes = self
-                .schedulers
-                .iter_mut()
-                .chain(self.executors.iter_mut())
-                .chain([&mut self.migrator, &mut self.gateway]);
-            for node in nodes {
+            for node in self.nodes_mut() {
                 if node.service.running() {
                     node.service.stop().await;
                 }
