@@ -1,6 +1,7 @@
 //! Chime's domain model. No I/O lives here: every function is a pure computation over values,
 //! and every type that crosses a boundary (REST, gRPC, storage) can only hold valid values.
 
+mod access;
 mod callback;
 mod clock;
 mod duration;
@@ -15,6 +16,9 @@ mod policy;
 mod schedule;
 mod timer;
 
+pub use access::{
+    ApiToken, MAX_TOKEN_NAME_CHARS, Scope, Scopes, SigningSecret, TokenId, webhook_signature,
+};
 pub use callback::{
     Callback, CallbackBody, CallbackHeaders, CallbackInput, CallbackTimeout, CallbackUrl,
     HttpMethod, TargetKind,

@@ -40,6 +40,7 @@ impl TimeControl for chime_domain::ManualClock {
     }
 }
 
+pub mod credentials;
 pub mod materialize;
 pub mod membership;
 pub mod retention;
@@ -1442,6 +1443,13 @@ macro_rules! storage_contract {
             old_idempotency_keys_and_deleted_timers_go,
             claims_take_only_their_rows_across_days,
             rotation_keeps_live_rows_and_dead_letters,
+        ]);
+    };
+    (credentials, $make:expr) => {
+        $crate::storage_contract!(@cases credentials, $make, store, [
+            tokens_are_found_by_id_until_revoked,
+            each_app_gets_one_signing_secret,
+            rotation_keeps_the_old_secret_for_its_grace,
         ]);
     };
     (hot_index, $make:expr) => {

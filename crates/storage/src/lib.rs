@@ -5,6 +5,7 @@
 //! | [`TimerStore`]      | postgres, sqlite    |
 //! | [`OccurrenceStore`] | postgres, sqlite    |
 //! | [`Retention`]       | postgres, sqlite    |
+//! | [`Credentials`]     | postgres, sqlite    |
 //! | [`HotIndex`]        | redis, memory       |
 //! | [`Leases`]          | redis, memory       |
 //!
@@ -22,6 +23,7 @@ macro_rules! occurrence_cols {
 mod batch;
 #[cfg(feature = "testkit")]
 pub mod contract;
+mod credentials;
 mod error;
 pub mod memory;
 mod migrate;
@@ -45,6 +47,7 @@ use chime_domain::{
 };
 
 pub(crate) use batch::{OutcomeColumns, dedup_new_occurrences, oldest_first};
+pub use credentials::Credentials;
 pub use error::{Cause, StoreError};
 pub use migrate::{SchemaStatus, postgres_migrator, sqlite_migrator};
 pub use open::Database;

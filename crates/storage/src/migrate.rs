@@ -42,6 +42,11 @@ const POSTGRES: &[(i64, &str, &str)] = &[
         "lean timers",
         include_str!("../../../migrations/postgres/0006_lean_timers.sql"),
     ),
+    (
+        7,
+        "credentials",
+        include_str!("../../../migrations/postgres/0007_credentials.sql"),
+    ),
 ];
 
 const SQLITE: &[(i64, &str, &str)] = &[
@@ -69,6 +74,16 @@ const SQLITE: &[(i64, &str, &str)] = &[
         5,
         "partitions",
         include_str!("../../../migrations/sqlite/0005_partitions.sql"),
+    ),
+    (
+        6,
+        "lean timers",
+        include_str!("../../../migrations/sqlite/0006_lean_timers.sql"),
+    ),
+    (
+        7,
+        "credentials",
+        include_str!("../../../migrations/sqlite/0007_credentials.sql"),
     ),
 ];
 

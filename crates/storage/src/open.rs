@@ -7,7 +7,9 @@ use chime_domain::{BucketCount, Clock};
 
 use crate::postgres::{PgSettings, PgStore};
 use crate::sqlite::SqliteStore;
-use crate::{OccurrenceStore, Retention, SchemaStatus, StoreError, StoreResult, TimerStore};
+use crate::{
+    Credentials, OccurrenceStore, Retention, SchemaStatus, StoreError, StoreResult, TimerStore,
+};
 
 /// What [`Database`] needs of a backend beyond the storage traits: its schema and its
 /// connections. A new backend implements it and adds one arm to [`Database::open`].
@@ -51,6 +53,7 @@ pub struct Database {
     pub timers: Arc<dyn TimerStore>,
     pub occurrences: Arc<dyn OccurrenceStore>,
     pub retention: Arc<dyn Retention>,
+    pub credentials: Arc<dyn Credentials>,
     schema: Arc<dyn Schema>,
 }
 
@@ -81,12 +84,13 @@ impl Database {
     /// One store serving every trait.
     fn of<S>(store: Arc<S>) -> Self
     where
-        S: TimerStore + OccurrenceStore + Retention + Schema,
+        S: TimerStore + OccurrenceStore + Retention + Credentials + Schema,
     {
         Self {
             timers: store.clone(),
             occurrences: store.clone(),
             retention: store.clone(),
+            credentials: store.clone(),
             schema: store,
         }
     }

@@ -8,6 +8,7 @@ storage_contract!(timer_store, support::pg());
 storage_contract!(occurrence_store, support::pg());
 storage_contract!(materialize, support::pg());
 storage_contract!(retention, support::pg());
+storage_contract!(credentials, support::pg());
 
 mod migrations {
     use super::*;
@@ -18,7 +19,7 @@ mod migrations {
         assert_eq!(
             fx.store.schema_status().await.unwrap(),
             SchemaStatus::Behind {
-                missing: vec![1, 2, 3, 4, 5, 6]
+                missing: vec![1, 2, 3, 4, 5, 6, 7]
             }
         );
         fx.store.migrate().await.unwrap();
@@ -51,7 +52,7 @@ mod migrations {
             .fetch_one(fx.store.pool())
             .await
             .unwrap();
-        assert_eq!(applied, 6);
+        assert_eq!(applied, 7);
         assert_eq!(
             fx.store.schema_status().await.unwrap(),
             SchemaStatus::Current

@@ -22,6 +22,7 @@ macro_rules! timer_cols {
 }
 
 mod create;
+mod credentials;
 mod occurrences;
 mod partitions;
 pub use partitions::RotationPause;

@@ -24,6 +24,7 @@ macro_rules! timer_cols {
     };
 }
 
+mod credentials;
 mod occurrences;
 mod retention;
 mod timers;

@@ -1,0 +1,129 @@
+//! [`Credentials`] on SQLite. Writes go through the one writer connection, so a rotation
+//! needs no lock of its own.
+
+use async_trait::async_trait;
+use chime_domain::{ApiToken, AppName, SigningSecret, Timestamp, TokenId};
+
+use super::SqliteStore;
+use crate::credentials::{TokenRow, active_secrets, secrets_from_rows, token_cols, token_from_row};
+use crate::{Credentials, StoreResult};
+
+impl SqliteStore {
+    async fn active_secrets(
+        &self,
+        app: &AppName,
+        now: Timestamp,
+    ) -> StoreResult<Vec<SigningSecret>> {
+        let rows: Vec<String> = sqlx::query_scalar(active_secrets!("?"))
+            .bind(app.as_str())
+            .bind(now.as_millis())
+            .fetch_all(&self.writer)
+            .await?;
+        secrets_from_rows(rows)
+    }
+}
+
+#[async_trait]
+impl Credentials for SqliteStore {
+    async fn create_token(&self, t: &ApiToken) -> StoreResult<()> {
+        sqlx::query(
+            "INSERT INTO api_tokens (id, app, name, scopes, hash, created_at, expires_at) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        )
+        .bind(t.id.as_str())
+        .bind(t.app.as_str())
+        .bind(t.name.as_deref())
+        .bind(t.scopes.to_string())
+        .bind(&t.hash)
+        .bind(t.created_at.as_millis())
+        .bind(t.expires_at.map(Timestamp::as_millis))
+        .execute(&self.writer)
+        .await?;
+        Ok(())
+    }
+
+    async fn list_tokens(&self, app: &AppName) -> StoreResult<Vec<ApiToken>> {
+        let rows: Vec<TokenRow> = sqlx::query_as(concat!(
+            "SELECT ",
+            token_cols!(),
+            " FROM api_tokens WHERE app = ?1 AND revoked_at IS NULL \
+             ORDER BY created_at, id"
+        ))
+        .bind(app.as_str())
+        .fetch_all(&self.reader)
+        .await?;
+        rows.into_iter().map(token_from_row).collect()
+    }
+
+    async fn find_token(&self, id: &TokenId) -> StoreResult<Option<ApiToken>> {
+        let row: Option<TokenRow> = sqlx::query_as(concat!(
+            "SELECT ",
+            token_cols!(),
+            " FROM api_tokens WHERE id = ?1 AND revoked_at IS NULL"
+        ))
+        .bind(id.as_str())
+        .fetch_optional(&self.reader)
+        .await?;
+        row.map(token_from_row).transpose()
+    }
+
+    async fn revoke_token(&self, app: &AppName, id: &TokenId, now: Timestamp) -> StoreResult<bool> {
+        let done = sqlx::query(
+            "UPDATE api_tokens SET revoked_at = ?3 \
+             WHERE id = ?1 AND app = ?2 AND revoked_at IS NULL",
+        )
+        .bind(id.as_str())
+        .bind(app.as_str())
+        .bind(now.as_millis())
+        .execute(&self.writer)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn signing_secrets(
+        &self,
+        app: &AppName,
+        fresh: &SigningSecret,
+        now: Timestamp,
+    ) -> StoreResult<Vec<SigningSecret>> {
+        let secrets = self.active_secrets(app, now).await?;
+        if !secrets.is_empty() {
+            return Ok(secrets);
+        }
+        sqlx::query(
+            "INSERT INTO signing_secrets (app, secret, created_at) VALUES (?1, ?2, ?3) \
+             ON CONFLICT (app) WHERE retires_at IS NULL DO NOTHING",
+        )
+        .bind(app.as_str())
+        .bind(fresh.as_str())
+        .bind(now.as_millis())
+        .execute(&self.writer)
+        .await?;
+        self.active_secrets(app, now).await
+    }
+
+    async fn rotate_signing_secret(
+        &self,
+        app: &AppName,
+        fresh: &SigningSecret,
+        now: Timestamp,
+        grace_until: Timestamp,
+    ) -> StoreResult<Vec<SigningSecret>> {
+        let mut tx = self.writer.begin().await?;
+        sqlx::query(
+            "UPDATE signing_secrets SET retires_at = ?2 WHERE app = ?1 AND retires_at IS NULL",
+        )
+        .bind(app.as_str())
+        .bind(grace_until.as_millis())
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query("INSERT INTO signing_secrets (app, secret, created_at) VALUES (?1, ?2, ?3)")
+            .bind(app.as_str())
+            .bind(fresh.as_str())
+            .bind(now.as_millis())
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        self.active_secrets(app, now).await
+    }
+}
