@@ -11,7 +11,7 @@ fn token(app: &str, n: u8, at: i64) -> ApiToken {
         id: TokenId::from_bytes([n; 8]),
         app: AppName::parse(app).unwrap(),
         name: Some(format!("token {n}")),
-        scopes: if n % 2 == 0 {
+        scopes: if n.is_multiple_of(2) {
             Scopes::DEFAULT
         } else {
             Scopes::parse(&["read"]).unwrap()
