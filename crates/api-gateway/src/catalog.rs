@@ -11,6 +11,11 @@ pub const METRICS: &[MetricSpec] = &[
         "Timers created (single and batched).",
     ),
     (
+        "chime_gateway_auth_failures_total",
+        Counter,
+        "Requests refused for a missing or invalid bearer token, by reason (missing, malformed, unknown, expired).",
+    ),
+    (
         "chime_gateway_index_write_failures_total",
         Counter,
         "Occurrences whose hot-index write after the commit failed; they fire through the database.",

@@ -1,18 +1,22 @@
 //! Who is calling, on whose behalf, and which request this is. [`ContextLayer`] fills in one
-//! [`RequestContext`] per request in front of both REST and gRPC; handlers hand it to every
-//! [`TimerApi`](crate::TimerApi) method, and the service applies its app scope. Authentication
-//! (issue 18) will set the caller and scope here, in the layer, and nowhere else.
+//! [`RequestContext`] per request in front of both REST and gRPC: it authenticates the bearer
+//! token (when auth is on) and refuses a request without a valid one before any handler runs.
+//! Handlers hand the context to every service method, and the services apply its app scope
+//! and scopes.
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use chime_domain::AppName;
+use std::sync::Arc;
+
+use chime_domain::{AppName, Scope, Scopes, TokenId};
 use http::{HeaderName, HeaderValue, Request, Response};
 use tower::{Layer, Service};
 use tracing::Instrument;
 
+use crate::auth::Authenticator;
 use crate::error::{ApiError, ApiResult, ErrorCode};
 
 /// Request id header: taken from the caller when valid, else generated; echoed on the answer.
@@ -59,10 +63,15 @@ impl RequestId {
     }
 }
 
-/// Who is calling. Without authentication every caller is anonymous.
+/// Who is calling.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Caller {
+    /// Auth is off: nobody is asked.
     Anonymous,
+    /// The bootstrap token: every app, every scope.
+    Admin,
+    /// An app token.
+    Token { id: TokenId, app: AppName },
 }
 
 /// The apps a caller may act on.
@@ -107,17 +116,33 @@ impl AppScope {
 pub struct RequestContext {
     pub request_id: RequestId,
     pub caller: Caller,
+    /// The apps the caller may act on.
     pub scope: AppScope,
+    /// What the caller may do there.
+    pub scopes: Scopes,
 }
 
 impl RequestContext {
-    /// An anonymous caller allowed every app: what every request is while auth is off.
+    /// An anonymous caller allowed everything: what every request is while auth is off.
     pub fn anonymous(request_id: RequestId) -> Self {
         Self {
             request_id,
             caller: Caller::Anonymous,
             scope: AppScope::All,
+            scopes: Scopes::ALL,
         }
+    }
+
+    /// Refuses an operation the caller's token does not carry the scope for (403).
+    pub fn require(&self, scope: Scope) -> ApiResult<()> {
+        if self.scopes.contains(scope) {
+            return Ok(());
+        }
+        Err(ApiError::new(
+            ErrorCode::PermissionDenied,
+            "SCOPE_MISSING",
+            format!("this token lacks the {} scope", scope.as_str()),
+        ))
     }
 
     /// The context [`ContextLayer`] put on a request, or a fresh anonymous one for a request
@@ -130,30 +155,79 @@ impl RequestContext {
     }
 }
 
+/// Paths any caller may reach: probes, metrics, the API's description, and gRPC health and
+/// reflection.
+fn is_open(path: &str) -> bool {
+    matches!(path, "/healthz" | "/readyz" | "/metrics" | "/openapi.json")
+        || path == "/docs"
+        || path.starts_with("/docs/")
+        || path.starts_with("/grpc.health.v1.Health/")
+        || path.starts_with("/grpc.reflection.")
+}
+
+/// How a transport answers a request refused before its handler ran.
+pub trait Refusal: Sized {
+    fn refusal(error: ApiError) -> Response<Self>;
+}
+
+impl Refusal for axum::body::Body {
+    fn refusal(error: ApiError) -> Response<Self> {
+        axum::response::IntoResponse::into_response(error)
+    }
+}
+
+impl Refusal for tonic::body::Body {
+    fn refusal(error: ApiError) -> Response<Self> {
+        tonic::Status::from(error).into_http()
+    }
+}
+
 /// Puts a [`RequestContext`] on every request, runs it inside a span naming its request id,
-/// and answers with the `x-request-id` header. One layer for REST and gRPC alike.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct ContextLayer;
+/// and answers with the `x-request-id` header. With an [`Authenticator`], every request but
+/// those to open paths needs a valid bearer token: without one it is answered 401
+/// (`UNAUTHENTICATED` on gRPC) here. One layer for REST and gRPC alike.
+#[derive(Clone, Default)]
+pub struct ContextLayer {
+    auth: Option<Arc<Authenticator>>,
+}
+
+impl ContextLayer {
+    /// Every caller anonymous and allowed everything (`CHIME_AUTH=off`).
+    pub fn open() -> Self {
+        Self { auth: None }
+    }
+
+    pub fn authenticating(auth: Option<Arc<Authenticator>>) -> Self {
+        Self { auth }
+    }
+}
 
 impl<S> Layer<S> for ContextLayer {
     type Service = WithContext<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        WithContext { inner }
+        WithContext {
+            inner,
+            auth: self.auth.clone(),
+        }
     }
 }
 
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct WithContext<S> {
     inner: S,
+    auth: Option<Arc<Authenticator>>,
 }
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
 impl<S, B, R> Service<Request<B>> for WithContext<S>
 where
-    S: Service<Request<B>, Response = Response<R>>,
+    S: Service<Request<B>, Response = Response<R>> + Clone + Send + 'static,
     S::Future: Send + 'static,
+    S::Error: Send,
+    B: Send + 'static,
+    R: Refusal + Send,
 {
     type Response = S::Response;
     type Error = S::Error;
@@ -172,12 +246,47 @@ where
             .unwrap_or_else(RequestId::generate);
         let echo = HeaderValue::from_str(request_id.as_str()).ok();
         let span = tracing::info_span!("request", request_id = request_id.as_str());
-        req.extensions_mut()
-            .insert(RequestContext::anonymous(request_id));
-        let answer = self.inner.call(req);
+        // The service that was polled ready serves this request; its clone the next one.
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let auth = self.auth.clone().filter(|_| !is_open(req.uri().path()));
         Box::pin(
             async move {
-                let mut response = answer.await?;
+                let mut ctx = RequestContext::anonymous(request_id);
+                let refused = match auth {
+                    None => None,
+                    Some(auth) => {
+                        let header = req.headers().get(http::header::AUTHORIZATION);
+                        match auth.authenticate(header).await {
+                            Ok(principal) => {
+                                ctx.caller = principal.caller;
+                                ctx.scope = principal.scope;
+                                ctx.scopes = principal.scopes;
+                                None
+                            }
+                            Err(Ok(refused)) => {
+                                metrics::counter!(
+                                    "chime_gateway_auth_failures_total",
+                                    "reason" => refused.as_str()
+                                )
+                                .increment(1);
+                                tracing::info!(
+                                    reason = refused.as_str(),
+                                    "request not authenticated"
+                                );
+                                Some(refused.into_error())
+                            }
+                            Err(Err(store)) => Some(store),
+                        }
+                    }
+                };
+                let mut response = match refused {
+                    Some(error) => R::refusal(error),
+                    None => {
+                        req.extensions_mut().insert(ctx);
+                        inner.call(req).await?
+                    }
+                };
                 if let Some(id) = echo {
                     response.headers_mut().insert(REQUEST_ID, id);
                 }

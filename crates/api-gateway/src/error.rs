@@ -9,6 +9,8 @@ use chime_storage::StoreError;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrorCode {
     InvalidArgument,
+    /// No credentials, or credentials that are not valid.
+    Unauthenticated,
     NotFound,
     /// The caller may not act on the app it named.
     PermissionDenied,
@@ -25,6 +27,7 @@ impl ErrorCode {
     pub fn http_status(self) -> u16 {
         match self {
             Self::InvalidArgument => 400,
+            Self::Unauthenticated => 401,
             Self::PermissionDenied => 403,
             Self::NotFound => 404,
             Self::MethodNotAllowed => 405,
@@ -40,6 +43,7 @@ impl ErrorCode {
         use tonic::Code;
         match self {
             Self::InvalidArgument | Self::UnsupportedMediaType => Code::InvalidArgument,
+            Self::Unauthenticated => Code::Unauthenticated,
             Self::NotFound => Code::NotFound,
             Self::PermissionDenied => Code::PermissionDenied,
             Self::AlreadyExists => Code::AlreadyExists,
@@ -55,6 +59,7 @@ impl ErrorCode {
     pub fn as_str(self) -> &'static str {
         match self {
             Self::InvalidArgument => "INVALID_ARGUMENT",
+            Self::Unauthenticated => "UNAUTHENTICATED",
             Self::NotFound => "NOT_FOUND",
             Self::PermissionDenied => "PERMISSION_DENIED",
             Self::AlreadyExists => "ALREADY_EXISTS",

@@ -1,7 +1,9 @@
 //! chime-api-gateway: the timer API over REST (axum) and gRPC (tonic), both calling one
 //! [`TimerApi`]. The `chime-gateway` binary wires it to the configured stores.
 
+pub mod access;
 pub mod api;
+pub mod auth;
 mod catalog;
 pub mod context;
 pub mod error;
@@ -12,13 +14,18 @@ pub mod service;
 pub mod view;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Router;
+use chime_domain::Clock;
 use chime_proto::v1::timer_service_server::TimerServiceServer;
+use chime_storage::Credentials;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+pub use access::{AccessApi, AccessService};
 pub use api::TimerApi;
+pub use auth::Authenticator;
 pub use catalog::METRICS;
 pub use context::{AppScope, Caller, ContextLayer, RequestContext, RequestId};
 pub use error::{ApiError, ErrorCode};
@@ -39,73 +46,138 @@ pub fn admin_routes(api: Arc<dyn TimerApi>) -> Router {
     chime_runtime::admin::admin_router(Arc::new(ApiReadiness(api)))
 }
 
-/// The full HTTP app: REST API, OpenAPI, docs, health and metrics.
-pub fn http_app(api: Arc<dyn TimerApi>) -> Router {
-    http_app_with(api, Router::new())
+/// How the gateway treats callers.
+#[derive(Debug, Clone)]
+pub struct AuthSettings {
+    /// The admin token; `None`: auth is off, every caller may do everything.
+    pub bootstrap_token: Option<String>,
+    /// How long a looked-up token is trusted (a revocation's delay on other replicas).
+    pub cache_ttl: Duration,
+    /// How long a rotated-out signing secret still signs.
+    pub signing_grace: Duration,
 }
 
-/// The HTTP app plus `extra` routes (`chime dev` adds its echo endpoint).
-pub fn http_app_with(api: Arc<dyn TimerApi>, extra: Router) -> Router {
-    rest::with_fallbacks(
-        rest::router(api.clone())
-            .merge(admin_routes(api))
-            .merge(extra),
-    )
-    .layer(ContextLayer)
+impl AuthSettings {
+    /// No authentication (`chime dev`, tests of other concerns).
+    pub fn off() -> Self {
+        Self {
+            bootstrap_token: None,
+            cache_ttl: Duration::from_secs(1),
+            signing_grace: Duration::from_secs(86_400),
+        }
+    }
 }
 
-/// Serves REST on `http`, gRPC on `grpc` (and health/metrics on `admin` when given) until
-/// `shutdown` fires, then drains in-flight requests.
-pub async fn serve(
-    api: Arc<dyn TimerApi>,
-    http: TcpListener,
-    grpc: TcpListener,
-    admin: Option<TcpListener>,
-    shutdown: CancellationToken,
-) -> anyhow::Result<()> {
-    serve_with(api, http, grpc, admin, Router::new(), shutdown).await
+/// The services the gateway serves, and who may call them.
+#[derive(Clone)]
+pub struct Gateway {
+    pub timers: Arc<dyn TimerApi>,
+    pub access: Arc<dyn AccessApi>,
+    pub auth: Option<Arc<Authenticator>>,
 }
 
-/// [`serve`] with `extra` routes on the REST listener.
-pub async fn serve_with(
-    api: Arc<dyn TimerApi>,
-    http: TcpListener,
-    grpc: TcpListener,
-    admin: Option<TcpListener>,
-    extra: Router,
-    shutdown: CancellationToken,
-) -> anyhow::Result<()> {
-    // Install the recorder, and describe the metrics, before any request counts something.
-    chime_runtime::describe_metrics(METRICS);
-    // Reflection describes the timer API only: the internal services run elsewhere.
-    let (health, introspection) = chime_proto::introspection(&["chime/v1/timer.proto"])?;
-    health
-        .set_serving::<TimerServiceServer<grpc::GrpcApi>>()
-        .await;
-    let grpc_server = tonic::transport::Server::builder()
-        .layer(ContextLayer)
-        .add_routes(introspection)
-        .add_service(
-            // The same request limit as REST; beyond it, RESOURCE_EXHAUSTED.
-            TimerServiceServer::new(grpc::GrpcApi(api.clone()))
-                .max_decoding_message_size(rest::MAX_BODY_BYTES),
+impl Gateway {
+    pub fn new(
+        timers: Arc<dyn TimerApi>,
+        credentials: Arc<dyn Credentials>,
+        clock: Arc<dyn Clock>,
+        settings: &AuthSettings,
+    ) -> Self {
+        let auth = settings.bootstrap_token.as_deref().map(|token| {
+            Arc::new(Authenticator::new(
+                token,
+                credentials.clone(),
+                clock.clone(),
+                settings.cache_ttl,
+            ))
+        });
+        let access = Arc::new(AccessService::new(
+            credentials,
+            clock,
+            auth.clone(),
+            settings.signing_grace,
+        ));
+        Self {
+            timers,
+            access,
+            auth,
+        }
+    }
+
+    fn context_layer(&self) -> ContextLayer {
+        ContextLayer::authenticating(self.auth.clone())
+    }
+
+    /// The full HTTP app: REST API, OpenAPI, docs, health and metrics.
+    pub fn http_app(&self) -> Router {
+        self.http_app_with(Router::new())
+    }
+
+    /// The HTTP app plus `extra` routes (`chime dev` adds its echo endpoint).
+    pub fn http_app_with(&self, extra: Router) -> Router {
+        rest::with_fallbacks(
+            rest::router(self.timers.clone(), self.access.clone())
+                .merge(admin_routes(self.timers.clone()))
+                .merge(extra),
         )
-        .serve_with_incoming_shutdown(
-            chime_proto::incoming(grpc),
-            shutdown.clone().cancelled_owned(),
-        );
-    let http_server = axum::serve(
-        chime_runtime::without_nagle(http),
-        http_app_with(api.clone(), extra),
-    )
-    .with_graceful_shutdown(shutdown.clone().cancelled_owned());
-    let admin_server =
-        chime_runtime::admin::serve_admin(admin, Arc::new(ApiReadiness(api)), shutdown.clone());
-    tracing::info!("gateway serving");
-    let (g, h, a) = tokio::join!(grpc_server, http_server, admin_server);
-    g?;
-    h?;
-    a?;
-    tracing::info!("gateway stopped");
-    Ok(())
+        .layer(self.context_layer())
+    }
+
+    /// Serves REST on `http`, gRPC on `grpc` (and health/metrics on `admin` when given)
+    /// until `shutdown` fires, then drains in-flight requests.
+    pub async fn serve(
+        self,
+        http: TcpListener,
+        grpc: TcpListener,
+        admin: Option<TcpListener>,
+        shutdown: CancellationToken,
+    ) -> anyhow::Result<()> {
+        self.serve_with(http, grpc, admin, Router::new(), shutdown)
+            .await
+    }
+
+    /// [`Self::serve`] with `extra` routes on the REST listener.
+    pub async fn serve_with(
+        self,
+        http: TcpListener,
+        grpc: TcpListener,
+        admin: Option<TcpListener>,
+        extra: Router,
+        shutdown: CancellationToken,
+    ) -> anyhow::Result<()> {
+        // Install the recorder, and describe the metrics, before any request counts something.
+        chime_runtime::describe_metrics(METRICS);
+        // Reflection describes the timer API only: the internal services run elsewhere.
+        let (health, introspection) = chime_proto::introspection(&["chime/v1/timer.proto"])?;
+        health
+            .set_serving::<TimerServiceServer<grpc::GrpcApi>>()
+            .await;
+        let api = self.timers.clone();
+        let grpc_server = tonic::transport::Server::builder()
+            .layer(self.context_layer())
+            .add_routes(introspection)
+            .add_service(
+                // The same request limit as REST; beyond it, RESOURCE_EXHAUSTED.
+                TimerServiceServer::new(grpc::GrpcApi(api.clone()))
+                    .max_decoding_message_size(rest::MAX_BODY_BYTES),
+            )
+            .serve_with_incoming_shutdown(
+                chime_proto::incoming(grpc),
+                shutdown.clone().cancelled_owned(),
+            );
+        let http_server = axum::serve(
+            chime_runtime::without_nagle(http),
+            self.http_app_with(extra),
+        )
+        .with_graceful_shutdown(shutdown.clone().cancelled_owned());
+        let admin_server =
+            chime_runtime::admin::serve_admin(admin, Arc::new(ApiReadiness(api)), shutdown.clone());
+        tracing::info!(auth = self.auth.is_some(), "gateway serving");
+        let (g, h, a) = tokio::join!(grpc_server, http_server, admin_server);
+        g?;
+        h?;
+        a?;
+        tracing::info!("gateway stopped");
+        Ok(())
+    }
 }

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use anyhow::Context;
-use chime_api_gateway::{TimerApi, TimerService};
+use chime_api_gateway::{AuthSettings, Gateway, TimerApi, TimerService};
 use chime_domain::{Clock, SystemClock};
 use chime_runtime::CommonArgs;
 use clap::Parser;
@@ -24,6 +24,11 @@ async fn main() -> anyhow::Result<()> {
     let Some(config) = cli.common.start()? else {
         return Ok(());
     };
+    // Refuse to serve an open API by accident: auth is required unless switched off.
+    let bootstrap_token = config.bootstrap_token()?.map(str::to_owned);
+    if bootstrap_token.is_none() {
+        tracing::warn!("CHIME_AUTH=off: every caller may read and change every app's timers");
+    }
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     // Without Redis the occurrences a request writes are found by the schedulers' database
     // reads; with it, they are indexed after the commit.
@@ -45,9 +50,19 @@ async fn main() -> anyhow::Result<()> {
             stores.database.occurrences.clone(),
             stores.hot_index.clone(),
             config.horizon(),
-            clock,
+            clock.clone(),
         )
         .with_networks(config.network_policy()?),
+    );
+    let gateway = Gateway::new(
+        api,
+        stores.database.credentials.clone(),
+        clock,
+        &AuthSettings {
+            bootstrap_token,
+            cache_ttl: config.auth.cache_ttl.get(),
+            signing_grace: config.auth.signing_grace.get(),
+        },
     );
     let http = chime_runtime::bind(config.gateway.http_addr, "REST").await?;
     let grpc = chime_runtime::bind(config.gateway.grpc_addr, "gRPC").await?;
@@ -55,8 +70,9 @@ async fn main() -> anyhow::Result<()> {
         .await
         .context("binding the admin address")?;
     tracing::info!(rest = %config.gateway.http_addr, grpc = %config.gateway.grpc_addr, "starting");
-    let served =
-        chime_api_gateway::serve(api, http, grpc, admin, chime_runtime::shutdown_token()).await;
+    let served = gateway
+        .serve(http, grpc, admin, chime_runtime::shutdown_token())
+        .await;
     stores.close().await;
     chime_runtime::flush_traces();
     served

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use chime_domain::{
     AppName, Clock, Horizon, NetworkPolicy, NewOccurrence, NewTimer, Occurrence, OccurrenceStatus,
-    Page, PageSize, RetryPolicyInput, Schedule, TaskKey, Timer, TimerId, TimerName, TimerSpec,
-    Timestamp, ValidationError,
+    Page, PageSize, RetryPolicyInput, Schedule, Scope, TaskKey, Timer, TimerId, TimerName,
+    TimerSpec, Timestamp, ValidationError,
 };
 use chime_storage::{
     CreateTimer, DeadFilter, HotIndex, IdempotencyKey, OccurrenceStore, PageRequest, Redrive,
@@ -142,6 +142,7 @@ impl TimerService {
 #[async_trait]
 impl TimerApi for TimerService {
     async fn create_timer(&self, ctx: &RequestContext, req: CreateRequest) -> ApiResult<TimerView> {
+        ctx.require(Scope::Write)?;
         let mut views = self.batch_create_timers(ctx, vec![req]).await?;
         views
             .pop()
@@ -154,6 +155,7 @@ impl TimerApi for TimerService {
         ctx: &RequestContext,
         reqs: Vec<CreateRequest>,
     ) -> ApiResult<Vec<TimerView>> {
+        ctx.require(Scope::Write)?;
         if reqs.is_empty() || reqs.len() > MAX_BATCH {
             return Err(ApiError::invalid(
                 "requests",
@@ -192,6 +194,7 @@ impl TimerApi for TimerService {
     }
 
     async fn get_timer(&self, ctx: &RequestContext, id: TimerId) -> ApiResult<TimerView> {
+        ctx.require(Scope::Read)?;
         Ok(self.view(self.visible_timer(ctx, id).await?))
     }
 
@@ -200,6 +203,7 @@ impl TimerApi for TimerService {
         ctx: &RequestContext,
         query: ListTimers,
     ) -> ApiResult<Page<TimerView>> {
+        ctx.require(Scope::Read)?;
         let filter = TimerFilter {
             app: listed_app(ctx, query.app)?,
             enabled: query.enabled,
@@ -222,6 +226,7 @@ impl TimerApi for TimerService {
         id: TimerId,
         patch: TimerPatch,
     ) -> ApiResult<TimerView> {
+        ctx.require(Scope::Write)?;
         let current = self.visible_timer(ctx, id).await?;
         let now = self.clock.now();
         let spec = apply_patch(&current.spec, &patch, now)?;
@@ -247,6 +252,7 @@ impl TimerApi for TimerService {
     }
 
     async fn delete_timer(&self, ctx: &RequestContext, id: TimerId) -> ApiResult<()> {
+        ctx.require(Scope::Write)?;
         self.check_visible(ctx, id).await?;
         Ok(self.timers.delete_timer(id).await?)
     }
@@ -257,6 +263,7 @@ impl TimerApi for TimerService {
         id: TimerId,
         enabled: bool,
     ) -> ApiResult<TimerView> {
+        ctx.require(Scope::Write)?;
         self.check_visible(ctx, id).await?;
         let written = self
             .timers
@@ -266,6 +273,7 @@ impl TimerApi for TimerService {
     }
 
     async fn trigger_timer(&self, ctx: &RequestContext, id: TimerId) -> ApiResult<Triggered> {
+        ctx.require(Scope::Write)?;
         let timer = self.visible_timer(ctx, id).await?;
         if !timer.enabled {
             return Err(ApiError::new(
@@ -301,6 +309,7 @@ impl TimerApi for TimerService {
         ctx: &RequestContext,
         query: ListRuns,
     ) -> ApiResult<Page<Occurrence>> {
+        ctx.require(Scope::Read)?;
         // A deleted, unknown or out-of-scope timer has no runs to show.
         self.visible_timer(ctx, query.timer_id).await?;
         let filter = RunFilter {
@@ -324,6 +333,7 @@ impl TimerApi for TimerService {
         ctx: &RequestContext,
         query: ListDeadLetters,
     ) -> ApiResult<Page<Occurrence>> {
+        ctx.require(Scope::Read)?;
         let app = listed_app(ctx, query.app)?;
         if let Some(id) = query.timer_id {
             self.check_visible(ctx, id).await?;
@@ -340,6 +350,7 @@ impl TimerApi for TimerService {
     }
 
     async fn redrive(&self, ctx: &RequestContext, what: RedriveTarget) -> ApiResult<u64> {
+        ctx.require(Scope::Write)?;
         let now = self.clock.now();
         match what {
             RedriveTarget::Run(raw) => {

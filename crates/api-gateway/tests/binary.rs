@@ -1,4 +1,5 @@
-//! The real `chime-gateway` process: refuses a schema that is behind, serves once migrated,
+//! The real `chime-gateway` process: refuses to start without an admin token while auth is
+//! required, refuses a schema that is behind, serves once migrated (to token holders only),
 //! and exits cleanly on SIGTERM.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -16,6 +17,8 @@ fn free_port() -> u16 {
         .port()
 }
 
+const TOKEN: &str = "binary-test-admin-token";
+
 #[tokio::test]
 async fn refuses_an_old_schema_then_serves_and_stops_on_sigterm() {
     let db = testkit::pg_unmigrated().await;
@@ -30,9 +33,18 @@ async fn refuses_an_old_schema_then_serves_and_stops_on_sigterm() {
             .env("CHIME_HTTP_ADDR", format!("127.0.0.1:{http}"))
             .env("CHIME_GRPC_ADDR", format!("127.0.0.1:{grpc}"))
             .env("CHIME_CALLBACK_ALLOW_NETWORKS", "127.0.0.0/8")
-            .env("CHIME_LOG", "warn");
+            .env("CHIME_LOG", "warn")
+            .env("CHIME_BOOTSTRAP_TOKEN", TOKEN);
         cmd
     };
+
+    let open = run().env_remove("CHIME_BOOTSTRAP_TOKEN").output().unwrap();
+    assert!(!open.status.success());
+    let stderr = String::from_utf8_lossy(&open.stderr);
+    assert!(
+        stderr.contains("CHIME_BOOTSTRAP_TOKEN") && stderr.contains("CHIME_AUTH=off"),
+        "{stderr}"
+    );
 
     let refused = run().output().unwrap();
     assert!(!refused.status.success());
@@ -60,15 +72,17 @@ async fn refuses_an_old_schema_then_serves_and_stops_on_sigterm() {
         assert!(child.try_wait().unwrap().is_none(), "gateway exited early");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let created = client
-        .post(format!("http://127.0.0.1:{http}/v1/timers"))
-        .json(
-            &serde_json::json!({"app": "billing", "name": "bin", "schedule": {"every": "1m"},
-                                  "callback": {"url": "http://127.0.0.1:9/"}}),
-        )
-        .send()
-        .await
-        .unwrap();
+    let body = serde_json::json!({"app": "billing", "name": "bin", "schedule": {"every": "1m"},
+                                  "callback": {"url": "http://127.0.0.1:9/"}});
+    let create = || {
+        client
+            .post(format!("http://127.0.0.1:{http}/v1/timers"))
+            .json(&body)
+    };
+    let anonymous = create().send().await.unwrap();
+    assert_eq!(anonymous.status(), 401);
+    assert!(anonymous.headers().contains_key("www-authenticate"));
+    let created = create().bearer_auth(TOKEN).send().await.unwrap();
     assert_eq!(created.status(), 201);
 
     let status = Command::new("kill")

@@ -12,8 +12,17 @@ use tonic::Code;
 use tonic::transport::Channel;
 use tonic_types::StatusExt;
 
-async fn client(gw: &support::TestGateway) -> TimerServiceClient<Channel> {
-    TimerServiceClient::connect(gw.grpc.clone()).await.unwrap()
+/// A client sending the bootstrap token.
+async fn client(gw: &support::TestGateway) -> chime_proto::AuthedTimerClient {
+    let channel = Channel::from_shared(gw.grpc.clone())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    TimerServiceClient::with_interceptor(
+        channel,
+        chime_proto::Bearer::new(Some(support::BOOTSTRAP)).unwrap(),
+    )
 }
 
 fn spec(app: &str, name: &str) -> pb::TimerSpec {

@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use axum::Router;
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::any;
-use chime_api_gateway::TimerService;
+use chime_api_gateway::{AuthSettings, Gateway, TimerService};
 use chime_domain::{Clock, SystemClock, TaskKey, Timestamp};
 use chime_executor::{CallbackSettings, Executor, ExecutorSettings, HttpTarget, Targets};
 use chime_migrator::{Janitor, Materializer, Migrator, MigratorSettings, RetentionSettings};
@@ -135,9 +135,19 @@ pub async fn run(config: Config, args: DevArgs) -> anyhow::Result<()> {
             db.occurrences.clone(),
             Some(index),
             config.horizon(),
-            clock,
+            clock.clone(),
         )
         .with_networks(config.network_policy()?.with_loopback()),
+    );
+    let gateway = Gateway::new(
+        api,
+        db.credentials.clone(),
+        clock,
+        &AuthSettings {
+            bootstrap_token: config.bootstrap_token()?.map(str::to_owned),
+            cache_ttl: config.auth.cache_ttl.get(),
+            signing_grace: config.auth.signing_grace.get(),
+        },
     );
     let http = chime_runtime::bind(config.gateway.http_addr, "REST").await?;
     let grpc = chime_runtime::bind(config.gateway.grpc_addr, "gRPC").await?;
@@ -155,8 +165,7 @@ pub async fn run(config: Config, args: DevArgs) -> anyhow::Result<()> {
     let servers_stop = CancellationToken::new();
     let grace = config.shutdown_grace.get();
     let extra = Router::new().route("/v1/echo", any(echo));
-    let gateway =
-        chime_api_gateway::serve_with(api, http, grpc, admin, extra, servers_stop.clone());
+    let gateway = gateway.serve_with(http, grpc, admin, extra, servers_stop.clone());
     tracing::info!(
         database = %mask(&url),
         rest = %config.gateway.http_addr,

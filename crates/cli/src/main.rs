@@ -66,7 +66,10 @@ enum Command {
 async fn main() -> ExitCode {
     match Cli::parse().command {
         Command::Dev { dev, common } => {
-            let config = match common.start() {
+            // One developer on their own machine: no tokens unless CHIME_AUTH says so.
+            let mut defaults = chime_runtime::Config::default();
+            defaults.auth.mode = chime_runtime::AuthMode::Off;
+            let config = match common.start_over(defaults) {
                 Ok(Some(c)) => c,
                 Ok(None) => return ExitCode::SUCCESS,
                 Err(e) => {

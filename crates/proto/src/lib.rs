@@ -74,3 +74,32 @@ mod tests {
         assert!(accepted.nodelay().unwrap());
     }
 }
+
+/// A client-side interceptor that sends `authorization: Bearer <token>` with every call
+/// (nothing without a token).
+#[derive(Clone, Default)]
+pub struct Bearer(Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>);
+
+impl Bearer {
+    /// `None` when the token cannot be sent as a header value.
+    pub fn new(token: Option<&str>) -> Option<Self> {
+        match token {
+            None => Some(Self(None)),
+            Some(t) => format!("Bearer {t}").parse().ok().map(|v| Self(Some(v))),
+        }
+    }
+}
+
+impl tonic::service::Interceptor for Bearer {
+    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(value) = &self.0 {
+            req.metadata_mut().insert("authorization", value.clone());
+        }
+        Ok(req)
+    }
+}
+
+/// The timer API's client with a bearer token on every call.
+pub type AuthedTimerClient = v1::timer_service_client::TimerServiceClient<
+    tonic::service::interceptor::InterceptedService<tonic::transport::Channel, Bearer>,
+>;

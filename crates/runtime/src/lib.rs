@@ -9,9 +9,9 @@ mod telemetry;
 mod traces;
 
 pub use config::{
-    CallbacksConfig, CommonArgs, Config, ConfigError, DatabaseConfig, ExecutorConfig,
-    GatewayConfig, LogConfig, LogFormat, MembershipConfig, MigratorConfig, RedisConfig,
-    RetentionConfig, SchedulerConfig, Seconds,
+    AuthConfig, AuthMode, CallbacksConfig, CommonArgs, Config, ConfigError, DatabaseConfig,
+    ExecutorConfig, GatewayConfig, LogConfig, LogFormat, MembershipConfig, MigratorConfig,
+    RedisConfig, RetentionConfig, SchedulerConfig, Seconds,
 };
 pub use roster::{Roster, RosterSettings};
 pub use shutdown::{cancel_on_signal, shutdown_token};

@@ -59,6 +59,33 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
     }
 }
 
+/// A JSON body that may be left out: no body at all reads as `T::default()`.
+pub struct OptionalJsonBody<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned + Default> FromRequest<S> for OptionalJsonBody<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        let (parts, body) = req.into_parts();
+        let bytes = axum::body::to_bytes(body, MAX_BODY_BYTES)
+            .await
+            .map_err(|_| {
+                ApiError::new(
+                    ErrorCode::PayloadTooLarge,
+                    "BODY_TOO_LARGE",
+                    format!("the body exceeds {MAX_BODY_BYTES} bytes"),
+                )
+            })?;
+        if bytes.is_empty() {
+            return Ok(Self(T::default()));
+        }
+        let req = Request::from_parts(parts, axum::body::Body::from(bytes));
+        JsonBody::from_request(req, state)
+            .await
+            .map(|JsonBody(v)| Self(v))
+    }
+}
+
 /// serde reads a struct from a JSON array too (`[null, null]` as a patch); every request
 /// object here must be a JSON object, and the only array a body may hold is a batch's
 /// top-level `requests`.
@@ -86,6 +113,9 @@ fn reject_misplaced_arrays(root: &serde_json::Value) -> Result<(), ApiError> {
                         }
                     }
                 }
+                // A token's scopes: a list of names.
+                Value::Array(items)
+                    if root && key == "scopes" && items.iter().all(Value::is_string) => {}
                 Value::Array(_) => return Err(ApiError::invalid(here, "must not be an array")),
                 _ => {}
             }

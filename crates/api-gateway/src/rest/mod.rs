@@ -4,8 +4,9 @@
 use std::sync::Arc;
 
 use axum::Router;
-use axum::routing::{get, post};
 use utoipa::OpenApi;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use crate::api::{TimerApi, TimerInput, TimerPatch};
 use crate::error::{ApiError, ErrorCode};
@@ -15,12 +16,15 @@ pub const MAX_BODY_BYTES: usize = 1024 * 1024;
 
 type Api = Arc<dyn TimerApi>;
 
+mod access;
 mod bodies;
 mod extract;
 mod problem;
 mod runs;
 mod timers;
 
+pub use access::TokenList;
+use access::*;
 pub use bodies::*;
 pub use extract::*;
 pub use problem::*;
@@ -41,6 +45,18 @@ enum ServerErrors {
     /// Database unavailable; retry shortly
     #[response(status = 503, content_type = "application/problem+json")]
     Unavailable(Problem),
+}
+
+/// Statuses of every operation that needs a token.
+#[derive(utoipa::IntoResponses)]
+#[allow(dead_code)]
+enum AuthErrors {
+    /// No bearer token, or not a valid one (`WWW-Authenticate: Bearer`)
+    #[response(status = 401, content_type = "application/problem+json")]
+    Unauthenticated(Problem),
+    /// The token may not act on this app, or lacks the scope
+    #[response(status = 403, content_type = "application/problem+json")]
+    Forbidden(Problem),
 }
 
 /// Statuses of operations that take a JSON body.
@@ -67,38 +83,69 @@ enum IdErrors {
     NotFound(Problem),
 }
 
+/// The document's frame; its paths come from [`routes`], the router's own table.
 #[derive(OpenApi)]
 #[openapi(
-    info(title = "Chime timer API", description = "Create and manage timers. Errors are RFC 9457 problem+json."),
-    paths(create_timer, batch_create_timers, list_timers, get_timer, update_timer, delete_timer,
-          enable_timer, disable_timer, trigger_timer, list_runs, list_dead_letters, redrive_run,
-          redrive_timer),
+    info(title = "Chime timer API", description = "Create and manage timers. Errors are RFC 9457 problem+json. \
+        Every operation needs `Authorization: Bearer <token>` (an app token, or the bootstrap admin token)."),
+    modifiers(&BearerAuth),
     components(schemas(Problem, TimerInput, TimerPatch, TimerBody, TimerList, BatchCreateBody,
                        BatchCreated, RunList, Triggered, Redriven)),
     tags((name = "timers", description = "Timer management"),
-         (name = "dead letters", description = "Runs whose attempts are exhausted, and their redrive"))
+         (name = "dead letters", description = "Runs whose attempts are exhausted, and their redrive"),
+         (name = "access", description = "An app's API tokens and callback signing secret (admin scope)"))
 )]
 pub struct ApiDoc;
 
-/// The REST routes (API, OpenAPI, docs); health and metrics are added by the server.
-pub fn router(api: Api) -> Router {
-    let routes = Router::new()
-        .route("/v1/timers", post(create_timer).get(list_timers))
-        .route("/v1/timers:batchCreate", post(batch_create_timers))
-        .route(
-            "/v1/timers/{id}",
-            get(get_timer).patch(update_timer).delete(delete_timer),
-        )
-        .route("/v1/timers/{id}/enable", post(enable_timer))
-        .route("/v1/timers/{id}/disable", post(disable_timer))
-        .route("/v1/timers/{id}/trigger", post(trigger_timer))
-        .route("/v1/timers/{id}/runs", get(list_runs))
-        .route("/v1/timers/{id}/redrive", post(redrive_timer))
-        .route("/v1/dead-letters", get(list_dead_letters))
-        .route("/v1/dead-letters/{task_key}/redrive", post(redrive_run))
+/// Declares the bearer scheme and requires it of every operation.
+struct BearerAuth;
+
+impl utoipa::Modify for BearerAuth {
+    fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::security::{
+            HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme,
+        };
+        let components = doc.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
+        doc.security = Some(vec![SecurityRequirement::new(
+            "bearer",
+            Vec::<String>::new(),
+        )]);
+    }
+}
+
+/// Every API route with its OpenAPI operation, registered together: the document and the
+/// router are one table, so a route cannot exist undocumented (the tenancy test walks it).
+pub fn routes(api: Api, access: Access) -> OpenApiRouter {
+    let timers = OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .routes(routes!(create_timer, list_timers))
+        .routes(routes!(batch_create_timers))
+        .routes(routes!(get_timer, update_timer, delete_timer))
+        .routes(routes!(enable_timer))
+        .routes(routes!(disable_timer))
+        .routes(routes!(trigger_timer))
+        .routes(routes!(list_runs))
+        .routes(routes!(redrive_timer))
+        .routes(routes!(list_dead_letters))
+        .routes(routes!(redrive_run))
         .with_state(api);
+    let access = OpenApiRouter::new()
+        .routes(routes!(create_token, list_tokens))
+        .routes(routes!(revoke_token))
+        .routes(routes!(signing_secret))
+        .routes(routes!(rotate_signing_secret))
+        .with_state(access);
+    timers.merge(access)
+}
+
+/// The REST routes (API, OpenAPI, docs); health and metrics are added by the server.
+pub fn router(api: Api, access: Access) -> Router {
+    let (routes, doc) = routes(api, access).split_for_parts();
     routes
-        .merge(utoipa_swagger_ui::SwaggerUi::new("/docs").url("/openapi.json", ApiDoc::openapi()))
+        .merge(utoipa_swagger_ui::SwaggerUi::new("/docs").url("/openapi.json", doc))
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
 }
 

@@ -5,7 +5,7 @@ use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorCode};
 
 /// An RFC 9457 problem document.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
@@ -16,7 +16,7 @@ pub struct Problem {
     pub title: String,
     pub status: u16,
     pub detail: String,
-    /// INVALID_ARGUMENT, NOT_FOUND, PERMISSION_DENIED, ALREADY_EXISTS, FAILED_PRECONDITION, PAYLOAD_TOO_LARGE,
+    /// INVALID_ARGUMENT, UNAUTHENTICATED, NOT_FOUND, PERMISSION_DENIED, ALREADY_EXISTS, FAILED_PRECONDITION, PAYLOAD_TOO_LARGE,
     /// UNSUPPORTED_MEDIA_TYPE, METHOD_NOT_ALLOWED, UNAVAILABLE or INTERNAL.
     pub code: String,
     /// Finer reason, e.g. NAME_TAKEN, VERSION_MISMATCH, IDEMPOTENCY_KEY_REUSED.
@@ -39,8 +39,9 @@ impl IntoResponse for ApiError {
             reason: self.reason.into(),
             field: self.field,
         };
+        let unauthenticated = self.code == ErrorCode::Unauthenticated;
         let body = serde_json::to_vec(&problem).unwrap_or_default();
-        (
+        let mut response = (
             status,
             [(
                 header::CONTENT_TYPE,
@@ -48,6 +49,14 @@ impl IntoResponse for ApiError {
             )],
             body,
         )
-            .into_response()
+            .into_response();
+        if unauthenticated {
+            // RFC 6750: tell the caller which scheme to use.
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer realm=\"chime\""),
+            );
+        }
+        response
     }
 }

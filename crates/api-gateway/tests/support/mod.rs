@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use chime_api_gateway::{TimerApi, TimerService};
+use chime_api_gateway::{AuthSettings, Gateway, TimerApi, TimerService};
 use chime_domain::{Horizon, ShardKey, SystemClock, TaskKey, Timestamp};
 use chime_storage::testkit::{self, PgFixture, RedisFixture};
 use chime_storage::{HotEntry, HotIndex, StoreError, StoreResult};
@@ -14,10 +14,16 @@ use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+/// The admin token every test gateway accepts.
+pub const BOOTSTRAP: &str = "test-bootstrap-token-0123456789";
+
 pub struct TestGateway {
     pub http: String,
     pub grpc: String,
+    /// Sends the bootstrap token with every request.
     pub client: reqwest::Client,
+    /// Sends no token.
+    pub anonymous: reqwest::Client,
     pub db: PgFixture,
     /// The hot index the gateway writes to (a private Redis prefix), if it has one.
     pub redis: Option<RedisFixture>,
@@ -93,23 +99,49 @@ async fn start_with(index: Option<Arc<dyn HotIndex>>, redis: Option<RedisFixture
         // The tests call back loopback addresses; the policy itself is tested in callbacks.rs.
         .with_networks(chime_domain::NetworkPolicy::open()),
     );
+    let gateway = Gateway::new(
+        api,
+        db.store(),
+        Arc::new(SystemClock),
+        &AuthSettings {
+            bootstrap_token: Some(BOOTSTRAP.into()),
+            ..AuthSettings::off()
+        },
+    );
     let (http, http_addr) = loopback().await;
     let (grpc, grpc_addr) = loopback().await;
-    tokio::spawn(chime_api_gateway::serve(
-        api,
-        http,
-        grpc,
-        None,
-        shutdown.clone(),
-    ));
+    tokio::spawn(gateway.serve(http, grpc, None, shutdown.clone()));
     TestGateway {
         http: format!("http://{http_addr}"),
         grpc: format!("http://{grpc_addr}"),
-        client: chime_runtime::http_client().build().unwrap(),
+        client: client_with(Some(BOOTSTRAP)),
+        anonymous: client_with(None),
         db,
         redis,
         shutdown,
     }
+}
+
+/// An HTTP client sending `token` as its bearer token.
+pub fn client_with(token: Option<&str>) -> reqwest::Client {
+    let mut headers = reqwest::header::HeaderMap::new();
+    if let Some(token) = token {
+        headers.insert(
+            reqwest::header::AUTHORIZATION,
+            format!("Bearer {token}").parse().unwrap(),
+        );
+    }
+    chime_runtime::http_client()
+        .default_headers(headers)
+        .build()
+        .unwrap()
+}
+
+/// gRPC metadata carrying `token`.
+pub fn with_token<T>(mut req: tonic::Request<T>, token: &str) -> tonic::Request<T> {
+    req.metadata_mut()
+        .insert("authorization", format!("Bearer {token}").parse().unwrap());
+    req
 }
 
 /// A valid create body for `app`/`name`.

@@ -21,8 +21,9 @@ use serde::{Deserialize, Serialize};
 
 pub use args::CommonArgs;
 pub use sections::{
-    CallbacksConfig, DatabaseConfig, ExecutorConfig, GatewayConfig, LogConfig, LogFormat,
-    MembershipConfig, MigratorConfig, RedisConfig, RetentionConfig, SchedulerConfig, Seconds,
+    AuthConfig, AuthMode, CallbacksConfig, DatabaseConfig, ExecutorConfig, GatewayConfig,
+    LogConfig, LogFormat, MembershipConfig, MigratorConfig, RedisConfig, RetentionConfig,
+    SchedulerConfig, Seconds,
 };
 
 /// Flat environment names (docs/configuration.md) and the config keys they set.
@@ -43,10 +44,19 @@ const ENV_ALIASES: &[(&str, &str)] = &[
     ("shutdown_grace", "shutdown_grace"),
     ("callback_allow_networks", "callbacks.allow_networks"),
     ("callback_deny_networks", "callbacks.deny_networks"),
+    ("auth", "auth.mode"),
+    ("bootstrap_token", "auth.bootstrap_token"),
 ];
 
 /// Variables that steer loading itself rather than set a value.
-const ENV_IGNORED: &[&str] = &["config", "test_database_url", "test_redis_url", "server"];
+/// `CHIME_SERVER` and `CHIME_TOKEN` are the `chime` client's.
+const ENV_IGNORED: &[&str] = &[
+    "config",
+    "test_database_url",
+    "test_redis_url",
+    "server",
+    "token",
+];
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -85,6 +95,7 @@ pub struct Config {
     pub scheduler: SchedulerConfig,
     pub membership: MembershipConfig,
     pub callbacks: CallbacksConfig,
+    pub auth: AuthConfig,
     pub executor: ExecutorConfig,
     pub log: LogConfig,
 }
@@ -103,6 +114,7 @@ impl Default for Config {
             scheduler: SchedulerConfig::default(),
             membership: MembershipConfig::default(),
             callbacks: CallbacksConfig::default(),
+            auth: AuthConfig::default(),
             executor: ExecutorConfig::default(),
             log: LogConfig::default(),
         }
@@ -187,6 +199,15 @@ impl Config {
         if let Err(e) = self.network_policy() {
             return bad(&format!("callbacks: {e}"));
         }
+        if let Some(token) = &self.auth.bootstrap_token
+            && (token.len() < 16 || !token.bytes().all(|b| b.is_ascii_graphic()))
+        {
+            // An empty or guessable admin token is how other schedulers were taken over.
+            return bad("auth.bootstrap_token must be at least 16 visible ASCII characters");
+        }
+        if self.auth.cache_ttl.get() > Duration::from_secs(60) {
+            return bad("auth.cache_ttl must be at most 1m");
+        }
         if self.membership.heartbeat.get() < Duration::from_millis(50) {
             return bad("membership.heartbeat must be at least 50ms");
         }
@@ -250,6 +271,21 @@ impl Config {
         }
     }
 
+    /// The admin token the gateway accepts for every app, when auth is required: `None` when
+    /// it is off, an error naming the variables when it is required and missing.
+    pub fn bootstrap_token(&self) -> Result<Option<&str>, ConfigError> {
+        match (self.auth.mode, self.auth.bootstrap_token.as_deref()) {
+            (AuthMode::Off, _) => Ok(None),
+            (AuthMode::Required, Some(token)) => Ok(Some(token)),
+            (AuthMode::Required, None) => Err(ConfigError::Invalid(
+                "authentication is required (CHIME_AUTH=required, the default) but no admin \
+                 token is set: set CHIME_BOOTSTRAP_TOKEN (at least 16 characters, e.g. from a \
+                 Kubernetes Secret), or CHIME_AUTH=off to serve without authentication"
+                    .into(),
+            )),
+        }
+    }
+
     /// The database URL, or a message naming the variable that sets it.
     pub fn database_url(&self) -> Result<&str, ConfigError> {
         self.database.url.as_deref().ok_or_else(|| {
@@ -266,6 +302,9 @@ impl Config {
         let mut shown = self.clone();
         shown.database.url = shown.database.url.as_deref().map(mask_password);
         shown.redis.url = shown.redis.url.as_deref().map(mask_password);
+        if shown.auth.bootstrap_token.is_some() {
+            shown.auth.bootstrap_token = Some("***".into());
+        }
         toml::to_string_pretty(&shown).unwrap_or_else(|e| format!("# cannot render config: {e}\n"))
     }
 }

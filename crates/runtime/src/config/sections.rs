@@ -103,6 +103,43 @@ impl Default for GatewayConfig {
     }
 }
 
+/// Whether the gateway asks callers for a token (`CHIME_AUTH`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AuthMode {
+    /// Every API request needs a bearer token (the default of every service).
+    #[default]
+    Required,
+    /// Every caller may do everything (`chime dev`).
+    Off,
+}
+
+/// Who may call the gateway, and how callbacks are signed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthConfig {
+    pub mode: AuthMode,
+    /// An admin token for every app (`CHIME_BOOTSTRAP_TOKEN`, from a Secret): required by
+    /// the gateway when `mode` is `required`. At least 16 characters.
+    pub bootstrap_token: Option<String>,
+    /// How long a gateway trusts what it read of a token: a revocation reaches every
+    /// replica within this.
+    pub cache_ttl: Seconds,
+    /// How long a rotated-out signing secret still signs callbacks beside the new one.
+    pub signing_grace: Seconds,
+}
+
+impl Default for AuthConfig {
+    fn default() -> Self {
+        Self {
+            mode: AuthMode::Required,
+            bootstrap_token: None,
+            cache_ttl: Seconds::secs(1),
+            signing_grace: Seconds::secs(86_400),
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct MigratorConfig {

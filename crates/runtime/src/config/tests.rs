@@ -291,6 +291,8 @@ fn sample_value(key: &str) -> &'static str {
         "postgres://host/db"
     } else if key.ends_with("addr") {
         "127.0.0.1:9999"
+    } else if key.ends_with("token") {
+        "a-long-enough-test-token"
     } else {
         "http://host:1"
     }
@@ -342,4 +344,36 @@ fn every_documented_setting_exists_with_its_documented_default() {
             "{key} is not documented in docs/configuration.md"
         );
     }
+}
+
+#[test]
+fn auth_is_required_by_default_and_needs_a_strong_bootstrap_token() {
+    let c = load_with(None, &[]).unwrap();
+    assert_eq!(c.auth.mode, AuthMode::Required);
+    let err = c.bootstrap_token().unwrap_err().to_string();
+    assert!(
+        err.contains("CHIME_BOOTSTRAP_TOKEN") && err.contains("CHIME_AUTH=off"),
+        "{err}"
+    );
+    let off = load_with(None, &[("CHIME_AUTH", "off")]).unwrap();
+    assert_eq!(off.bootstrap_token().unwrap(), None);
+    for weak in ["", "short", "has a space in it!!"] {
+        let err = load_with(None, &[("CHIME_BOOTSTRAP_TOKEN", weak)]).unwrap_err();
+        assert!(
+            err.to_string().contains("bootstrap_token"),
+            "{weak:?}: {err}"
+        );
+    }
+    let good = "0123456789abcdef-admin";
+    let c = load_with(
+        None,
+        &[
+            ("CHIME_BOOTSTRAP_TOKEN", good),
+            ("CHIME_TOKEN", "client side"),
+        ],
+    )
+    .unwrap();
+    assert_eq!(c.bootstrap_token().unwrap(), Some(good));
+    assert!(!c.dump().contains(good));
+    assert!(load_with(None, &[("CHIME_AUTH", "maybe")]).is_err());
 }
