@@ -159,6 +159,32 @@ pub fn timer_json(app: &str, name: &str) -> Value {
 }
 
 impl TestGateway {
+    /// Another gateway replica over the same database (no hot index), serving REST until
+    /// the returned token is cancelled: its base URL.
+    pub async fn replica(&self) -> (String, tokio_util::sync::DropGuard) {
+        let api: Arc<dyn TimerApi> = Arc::new(TimerService::new(
+            self.db.store(),
+            self.db.store(),
+            None,
+            Horizon::DEFAULT,
+            Arc::new(SystemClock),
+        ));
+        let gateway = Gateway::new(
+            api,
+            self.db.store(),
+            Arc::new(SystemClock),
+            &AuthSettings {
+                bootstrap_token: Some(BOOTSTRAP.into()),
+                ..AuthSettings::off()
+            },
+        );
+        let (http, http_addr) = loopback().await;
+        let (grpc, _) = loopback().await;
+        let stop = CancellationToken::new();
+        tokio::spawn(gateway.serve(http, grpc, None, stop.clone()));
+        (format!("http://{http_addr}"), stop.drop_guard())
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.http)
     }
