@@ -184,7 +184,7 @@ async fn timers_fire_once_on_time_in_chime_dev() {
 
 async fn scenario(mode: Mode, mut cluster: Cluster) {
     let sink = Sink::start().await.unwrap();
-    let client = chime_runtime::http_client().build().unwrap();
+    let client = chime_test_support::deploy::api_client().build().unwrap();
     let rest = cluster.rest.clone();
     let callback = json!({ "url": sink.url("/hook"), "method": "POST",
                            "headers": { "X-Test": "e2e" }, "body": "{}" });

@@ -18,8 +18,9 @@ pub fn ms(rfc3339: &str) -> i64 {
     Timestamp::parse_rfc3339(rfc3339).unwrap().as_millis()
 }
 
+/// A client carrying the deployment's admin token.
 pub fn client() -> reqwest::Client {
-    chime_runtime::http_client().build().unwrap()
+    chime_test_support::deploy::api_client().build().unwrap()
 }
 
 pub async fn get_json(url: String) -> Value {

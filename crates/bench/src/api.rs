@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, ensure};
 use chime_proto::v1 as pb;
 use chime_proto::v1::timer_service_client::TimerServiceClient;
+use chime_test_support::deploy::bearer;
 use futures::future::BoxFuture;
 use serde::Serialize;
 use serde_json::json;
@@ -139,7 +140,7 @@ pub async fn measure(
             .collect();
         anyhow::Ok(report)
     };
-    let http = chime_runtime::http_client()
+    let http = chime_test_support::deploy::api_client()
         .pool_max_idle_per_host(concurrency)
         .build()?;
     let channel = tonic::transport::Endpoint::from_shared(grpc.to_owned())?
@@ -180,7 +181,7 @@ pub async fn measure(
     }
     for (name, size) in [("grpc_single", 1), ("grpc_batch", BATCH)] {
         let tag = format!("{round}-{name}");
-        let client = TimerServiceClient::new(channel.clone());
+        let client = TimerServiceClient::with_interceptor(channel.clone(), bearer());
         let call: Call = Arc::new(move |first, size| {
             let mut client = client.clone();
             let tag = tag.clone();

@@ -5,7 +5,6 @@ use chime_proto::v1 as pb;
 use chime_proto::v1::timer_service_client::TimerServiceClient;
 use clap::{Args, Subcommand, ValueEnum};
 use serde_json::json;
-use tonic::transport::Channel;
 
 use crate::output::{self, Output};
 
@@ -212,6 +211,9 @@ impl CliError {
             Self::Server(status) => {
                 use tonic_types::StatusExt;
                 let mut m = status.message().to_owned();
+                if status.code() == tonic::Code::Unauthenticated {
+                    m.push_str(": pass --token or set CHIME_TOKEN");
+                }
                 if let Some(bad) = status.get_details_bad_request() {
                     for v in bad.field_violations {
                         m.push_str(&format!("\n  {}: {}", v.field, v.description));
@@ -316,7 +318,13 @@ fn delivery(d: Delivery) -> i32 {
     }
 }
 
-pub async fn connect(server: &str) -> Result<TimerServiceClient<Channel>, CliError> {
+/// A client of the timer API at `server`, sending `token` (when given) as its bearer token.
+pub async fn connect(
+    server: &str,
+    token: Option<&str>,
+) -> Result<chime_proto::AuthedTimerClient, CliError> {
+    let bearer = chime_proto::Bearer::new(token)
+        .ok_or_else(|| CliError::Usage("--token: not a valid token".into()))?;
     let endpoint = tonic::transport::Endpoint::from_shared(server.to_owned())
         .map_err(|e| CliError::Usage(format!("--server {server:?}: {e}")))?
         .connect_timeout(std::time::Duration::from_secs(5))
@@ -324,7 +332,7 @@ pub async fn connect(server: &str) -> Result<TimerServiceClient<Channel>, CliErr
     endpoint
         .connect()
         .await
-        .map(TimerServiceClient::new)
+        .map(|channel| TimerServiceClient::with_interceptor(channel, bearer))
         .map_err(|e| CliError::Unreachable(format!("cannot reach Chime at {server}: {}", root(&e))))
 }
 
@@ -337,7 +345,7 @@ fn root(e: &dyn std::error::Error) -> String {
 }
 
 pub async fn run(
-    client: &mut TimerServiceClient<Channel>,
+    client: &mut chime_proto::AuthedTimerClient,
     command: TimersCommand,
     out: Output,
 ) -> Result<String, CliError> {

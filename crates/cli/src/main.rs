@@ -54,6 +54,10 @@ enum Command {
             default_value = "http://127.0.0.1:50051"
         )]
         server: String,
+        /// Bearer token (an app token, or the bootstrap admin token); not needed by
+        /// `chime dev`.
+        #[arg(long, global = true, env = "CHIME_TOKEN", hide_env_values = true)]
+        token: Option<String>,
         /// table for people, json for scripts.
         #[arg(long, global = true, value_enum, default_value = "table")]
         output: Output,
@@ -89,11 +93,12 @@ async fn main() -> ExitCode {
         }
         Command::Timers {
             server,
+            token,
             output,
             command,
         } => {
             let result = async {
-                let mut c = client::connect(&server).await?;
+                let mut c = client::connect(&server, token.as_deref()).await?;
                 client::run(&mut c, *command, output).await
             }
             .await;

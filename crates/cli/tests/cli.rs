@@ -18,12 +18,18 @@ struct Dev {
 
 /// `chime dev` on free ports, with `args` (`--memory`, or `--db PATH`).
 async fn dev(args: &[&str], dir: &Path) -> Dev {
+    dev_with(args, dir, &[]).await
+}
+
+/// [`dev`] with more environment.
+async fn dev_with(args: &[&str], dir: &Path, extra: &[(&'static str, String)]) -> Dev {
     let (http, grpc) = (free_port(), free_port());
-    let env = vec![
+    let mut env = vec![
         ("CHIME_HTTP_ADDR", format!("127.0.0.1:{http}")),
         ("CHIME_GRPC_ADDR", format!("127.0.0.1:{grpc}")),
         ("CHIME_LOG", "info".to_owned()),
     ];
+    env.extend_from_slice(extra);
     let mut all = vec!["dev"];
     all.extend_from_slice(args);
     let mut service = Service::start("chime-dev", "chime", &all, &env, dir);
@@ -38,11 +44,17 @@ async fn dev(args: &[&str], dir: &Path) -> Dev {
 
 /// Runs `chime timers …` against `server`.
 fn chime(server: &str, args: &[&str]) -> Output {
+    chime_with(server, args, &[])
+}
+
+/// [`chime`] with more environment.
+fn chime_with(server: &str, args: &[&str], env: &[(&str, &str)]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_chime"))
         .arg("timers")
         .args(args)
         .env_clear()
         .env("CHIME_SERVER", server)
+        .envs(env.iter().copied())
         .output()
         .unwrap()
 }
@@ -327,4 +339,31 @@ async fn chime_dev_keeps_timers_and_history_across_a_restart() {
 fn chrono_now() -> String {
     use chime_domain::Clock;
     chime_domain::SystemClock.now().to_rfc3339()
+}
+
+#[tokio::test]
+async fn the_cli_sends_its_token_when_auth_is_required() {
+    const TOKEN: &str = "cli-test-admin-token-0123";
+    let dir = log_dir("cli-token");
+    let mut d = dev_with(
+        &["--memory"],
+        &dir,
+        &[
+            ("CHIME_AUTH", "required".into()),
+            ("CHIME_BOOTSTRAP_TOKEN", TOKEN.into()),
+        ],
+    )
+    .await;
+    let refused = chime(&d.grpc, &["list"]);
+    let stderr = failed(&refused, 1);
+    assert!(
+        stderr.contains("--token") && stderr.contains("CHIME_TOKEN"),
+        "{stderr}"
+    );
+    ok(&chime(&d.grpc, &["list", "--token", TOKEN]));
+    ok(&chime_with(&d.grpc, &["list"], &[("CHIME_TOKEN", TOKEN)]));
+    // The token is not echoed in the help's environment listing.
+    let help = chime_with(&d.grpc, &["--help"], &[("CHIME_TOKEN", TOKEN)]);
+    assert!(!String::from_utf8_lossy(&help.stdout).contains(TOKEN));
+    d.service.stop().await;
 }

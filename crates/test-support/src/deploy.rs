@@ -10,6 +10,26 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::Duration;
 
+/// The admin token every deployment started here gives its gateway (auth stays required,
+/// as in production).
+pub const BOOTSTRAP_TOKEN: &str = "chime-test-bootstrap-token-0123456789";
+
+/// An HTTP client builder whose requests carry [`BOOTSTRAP_TOKEN`].
+pub fn api_client() -> reqwest::ClientBuilder {
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert(
+        reqwest::header::AUTHORIZATION,
+        reqwest::header::HeaderValue::from_str(&format!("Bearer {BOOTSTRAP_TOKEN}"))
+            .expect("a valid header value"),
+    );
+    chime_runtime::http_client().default_headers(headers)
+}
+
+/// A gRPC interceptor sending [`BOOTSTRAP_TOKEN`].
+pub fn bearer() -> chime_proto::Bearer {
+    chime_proto::Bearer::new(Some(BOOTSTRAP_TOKEN)).expect("a valid header value")
+}
+
 /// Where cargo put this workspace's binaries: the running executable's own directory
 /// (`chime-bench`), or the one above it for a test executable in `deps/`.
 pub fn bin_dir() -> PathBuf {
@@ -339,6 +359,7 @@ pub mod cluster {
                         "127.0.0.0/8,::1/128".into(),
                     ),
                     ("CHIME_LOG", "info".into()),
+                    ("CHIME_BOOTSTRAP_TOKEN", super::BOOTSTRAP_TOKEN.into()),
                 ];
                 env.extend(spec.env.iter().cloned());
                 env

@@ -54,10 +54,14 @@ impl Deployment {
             .collect()
     }
 
-    pub(super) async fn grpc(
-        &self,
-    ) -> anyhow::Result<TimerServiceClient<tonic::transport::Channel>> {
-        Ok(TimerServiceClient::connect(self.cluster.grpc.clone()).await?)
+    pub(super) async fn grpc(&self) -> anyhow::Result<chime_proto::AuthedTimerClient> {
+        let channel = tonic::transport::Endpoint::from_shared(self.cluster.grpc.clone())?
+            .connect()
+            .await?;
+        Ok(TimerServiceClient::with_interceptor(
+            channel,
+            chime_test_support::deploy::bearer(),
+        ))
     }
 
     pub(super) async fn stop(mut self) {
