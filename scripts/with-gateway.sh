@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs a command against a real chime-gateway on a throwaway database, with
-# CHIME_GATEWAY_URL (REST) and CHIME_GATEWAY_GRPC set; stops the gateway and drops the
+# CHIME_GATEWAY_URL (REST), CHIME_GATEWAY_GRPC and CHIME_GATEWAY_TOKEN (its admin token) set; stops the gateway and drops the
 # database afterwards. Needs CHIME_TEST_DATABASE_URL (run it under with-test-services.sh).
 # PROFILE=release builds and runs optimised binaries (benchmarks); default debug.
 set -euo pipefail
@@ -35,11 +35,12 @@ free_port() {
         (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null || { echo "$port"; return; }
     done
 }
+token="with-gateway-$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')"
 http_port=$(free_port)
 grpc_port=$(free_port)
 mkdir -p target
 CHIME_DATABASE_URL=$url "$bin/chime-migrator" migrate
-CHIME_DATABASE_URL=$url CHIME_LOG=${CHIME_LOG:-warn} \
+CHIME_DATABASE_URL=$url CHIME_LOG=${CHIME_LOG:-warn} CHIME_BOOTSTRAP_TOKEN=$token \
     CHIME_HTTP_ADDR=127.0.0.1:$http_port CHIME_GRPC_ADDR=127.0.0.1:$grpc_port \
     "$bin/chime-gateway" > target/gateway-under-test.log 2>&1 &
 gateway_pid=$!
@@ -51,4 +52,5 @@ done
 
 export CHIME_GATEWAY_URL=http://127.0.0.1:$http_port
 export CHIME_GATEWAY_GRPC=http://127.0.0.1:$grpc_port
+export CHIME_GATEWAY_TOKEN=$token
 "$@"

@@ -17,6 +17,7 @@ use super::*;
     responses(
         (status = 200, description = "A page of runs", body = RunList),
         IdErrors,
+        AuthErrors,
         ServerErrors,
     ))]
 pub(super) async fn list_runs(
@@ -65,6 +66,7 @@ pub struct Redriven {
     responses(
         (status = 200, description = "A page of dead runs", body = RunList),
         (status = 400, description = "Invalid filter or page token", body = Problem, content_type = "application/problem+json"),
+        AuthErrors,
         ServerErrors,
     ))]
 pub(super) async fn list_dead_letters(
@@ -94,6 +96,7 @@ pub(super) async fn list_dead_letters(
         (status = 400, description = "Malformed task key", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such run", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "The run is not dead", body = Problem, content_type = "application/problem+json"),
+        AuthErrors,
         ServerErrors,
     ))]
 pub(super) async fn redrive_run(
@@ -111,6 +114,7 @@ pub(super) async fn redrive_run(
     responses(
         (status = 200, description = "Re-queued", body = Redriven),
         IdErrors,
+        AuthErrors,
         ServerErrors,
     ))]
 pub(super) async fn redrive_timer(

@@ -19,6 +19,7 @@ use super::*;
         (status = 400, description = "Invalid input or malformed JSON", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "Name taken, or idempotency key reused for another body", body = Problem, content_type = "application/problem+json"),
         BodyErrors,
+        AuthErrors,
         ServerErrors,
     ))]
 pub(super) async fn create_timer(
@@ -67,6 +68,7 @@ pub(super) async fn create_timer(
         (status = 400, description = "Invalid input, malformed JSON, or batch size outside 1..100", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "A name is taken or an idempotency key reused", body = Problem, content_type = "application/problem+json"),
         BodyErrors,
+        AuthErrors,
         ServerErrors,
     ))]
 pub(super) async fn batch_create_timers(
@@ -96,6 +98,7 @@ pub(super) async fn batch_create_timers(
     responses(
         (status = 200, description = "A page of timers", body = TimerList),
         (status = 400, description = "Invalid query (page size, page token, app)", body = Problem, content_type = "application/problem+json"),
+        AuthErrors,
         ServerErrors,
     ))]
 pub(super) async fn list_timers(
@@ -126,6 +129,7 @@ pub(super) async fn list_timers(
     responses(
         (status = 200, description = "The timer", body = TimerBody),
         IdErrors,
+        AuthErrors,
         ServerErrors,
     ))]
 pub(super) async fn get_timer(
@@ -145,6 +149,7 @@ pub(super) async fn get_timer(
         IdErrors,
         (status = 409, description = "Stale expected_version, or name taken", body = Problem, content_type = "application/problem+json"),
         BodyErrors,
+        AuthErrors,
         ServerErrors,
     ))]
 pub(super) async fn update_timer(
@@ -164,6 +169,7 @@ pub(super) async fn update_timer(
     responses(
         (status = 204, description = "Deleted"),
         IdErrors,
+        AuthErrors,
         ServerErrors,
     ))]
 pub(super) async fn delete_timer(
@@ -181,6 +187,7 @@ pub(super) async fn delete_timer(
     responses(
         (status = 200, description = "The timer", body = TimerBody),
         IdErrors,
+        AuthErrors,
         ServerErrors,
     ))]
 pub(super) async fn enable_timer(
@@ -201,6 +208,7 @@ pub(super) async fn enable_timer(
     responses(
         (status = 200, description = "The timer", body = TimerBody),
         IdErrors,
+        AuthErrors,
         ServerErrors,
     ))]
 pub(super) async fn disable_timer(
@@ -222,6 +230,7 @@ pub(super) async fn disable_timer(
         (status = 202, description = "Occurrence queued", body = Triggered),
         IdErrors,
         (status = 409, description = "Timer disabled", body = Problem, content_type = "application/problem+json"),
+        AuthErrors,
         ServerErrors,
     ))]
 pub(super) async fn trigger_timer(
