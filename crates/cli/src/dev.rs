@@ -12,7 +12,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::routing::any;
 use chime_api_gateway::{AuthSettings, Gateway, TimerService};
 use chime_domain::{Clock, SystemClock, TaskKey, Timestamp};
-use chime_executor::{CallbackSettings, Executor, ExecutorSettings, HttpTarget, Targets};
+use chime_executor::{CallbackSettings, Executor, ExecutorSettings, HttpTarget, Signer, Targets};
 use chime_migrator::{Janitor, Materializer, Migrator, MigratorSettings, RetentionSettings};
 use chime_runtime::Config;
 use chime_scheduler::{Handoff, Scheduler, SchedulerSettings};
@@ -113,11 +113,18 @@ pub async fn run(config: Config, args: DevArgs) -> anyhow::Result<()> {
         db.occurrences.clone(),
         Some(index.clone()),
         clock.clone(),
-        Targets::new(HttpTarget::new(CallbackSettings {
-            // Loopback is open in `chime dev`, so its echo endpoint can be called back.
-            networks: config.network_policy()?.with_loopback(),
-            ..CallbackSettings::from_config(&config)
-        })?),
+        Targets::new(
+            HttpTarget::new(CallbackSettings {
+                // Loopback is open in `chime dev`, so its echo endpoint can be called back.
+                networks: config.network_policy()?.with_loopback(),
+                ..CallbackSettings::from_config(&config)
+            })?
+            .with_signer(Arc::new(Signer::new(
+                db.credentials.clone(),
+                clock.clone(),
+                config.auth.cache_ttl.get(),
+            ))),
+        ),
         ExecutorSettings::from_config(&config),
     );
     let scheduler = Scheduler::new(

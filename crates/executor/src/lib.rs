@@ -32,7 +32,7 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 pub use catalog::METRICS;
-pub use targets::{Attempt, CallbackSettings, DeliveryTarget, HttpTarget, Targets};
+pub use targets::{Attempt, CallbackSettings, DeliveryTarget, HttpTarget, Signer, Targets};
 
 #[derive(Debug, Clone)]
 pub struct ExecutorSettings {

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use chime_domain::{Clock, SystemClock};
-use chime_executor::{CallbackSettings, Executor, ExecutorSettings, HttpTarget, Targets};
+use chime_executor::{CallbackSettings, Executor, ExecutorSettings, HttpTarget, Signer, Targets};
 use chime_runtime::CommonArgs;
 use clap::Parser;
 
@@ -34,7 +34,15 @@ async fn main() -> anyhow::Result<()> {
     )
     .await?;
     let db = stores.database.clone();
-    let targets = Targets::new(HttpTarget::new(CallbackSettings::from_config(&config))?);
+    // Every callback is signed with its app's secret (Standard Webhooks).
+    let signer = Signer::new(
+        db.credentials.clone(),
+        clock.clone(),
+        config.auth.cache_ttl.get(),
+    );
+    let targets = Targets::new(
+        HttpTarget::new(CallbackSettings::from_config(&config))?.with_signer(Arc::new(signer)),
+    );
     // Retries are scheduled in the hot index; without Redis the sweeper finds them when due.
     if stores.hot_index.is_none() {
         tracing::warn!("no CHIME_REDIS_URL: retries wait for the scheduler's sweeper");

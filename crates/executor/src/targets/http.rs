@@ -11,6 +11,7 @@ use chime_domain::{
     Blocked, ClaimedOccurrence, Clock, NetworkPolicy, OccurrenceStatus, Outcome, TaskKey, Timer,
 };
 
+use super::signing::Signer;
 use super::{Attempt, DeliveryTarget};
 
 #[derive(Debug, Clone)]
@@ -99,6 +100,8 @@ fn blocked_cause<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a Blo
 pub struct HttpTarget {
     http: reqwest::Client,
     settings: CallbackSettings,
+    /// Signs every callback (Standard Webhooks) when set.
+    signer: Option<Arc<Signer>>,
 }
 
 impl HttpTarget {
@@ -112,7 +115,17 @@ impl HttpTarget {
             .redirect(reqwest::redirect::Policy::none())
             .dns_resolver(Arc::new(GuardedResolver(settings.networks.clone())))
             .build()?;
-        Ok(Self { http, settings })
+        Ok(Self {
+            http,
+            settings,
+            signer: None,
+        })
+    }
+
+    /// Signs every callback with its app's secrets.
+    pub fn with_signer(mut self, signer: Arc<Signer>) -> Self {
+        self.signer = Some(signer);
+        self
     }
 
     /// The response body up to the cap, lossily as UTF-8; `None` when empty.
@@ -156,8 +169,21 @@ impl DeliveryTarget for HttpTarget {
         let mut trace = http::HeaderMap::new();
         chime_runtime::inject_context(&tracing::Span::current(), &mut trace);
         request = request.headers(trace);
-        if let Some(body) = &cb.body {
-            request = request.body(body.as_str().to_owned());
+        let body = cb.body.as_ref().map_or("", |b| b.as_str());
+        let signed = match &self.signer {
+            None => Ok(None),
+            Some(signer) => signer
+                .headers(&timer.spec.app, key, body.as_bytes())
+                .await
+                .map(Some),
+        };
+        if let Ok(Some(headers)) = &signed {
+            for (name, value) in headers {
+                request = request.header(*name, value);
+            }
+        }
+        if cb.body.is_some() {
+            request = request.body(body.to_owned());
         }
         let fired_at = clock.now();
         let mut outcome = Outcome::ended(
@@ -169,6 +195,17 @@ impl DeliveryTarget for HttpTarget {
         );
         let mut retryable = false;
         let mut retry_after = None;
+        if let Err(e) = signed {
+            // An unsigned callback would be refused by a receiver that verifies; try again
+            // once the database answers.
+            outcome.error = Some(format!("cannot sign the callback: {e}"));
+            retryable = true;
+            return Attempt {
+                outcome,
+                retryable,
+                retry_after,
+            };
+        }
         if let Err(blocked) = self.settings.networks.check_url(cb.url.as_url()) {
             // Refused by policy, not by the network: trying again cannot help.
             outcome.error = Some(format!("blocked by the callback network policy: {blocked}"));

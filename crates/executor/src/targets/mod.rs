@@ -4,6 +4,7 @@
 //! target, and applies the retry policy to the [`Attempt`] it returns, whatever the kind.
 
 pub mod http;
+pub mod signing;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -13,6 +14,7 @@ use async_trait::async_trait;
 use chime_domain::{ClaimedOccurrence, Clock, OccurrenceStatus, Outcome, TargetKind, Timer};
 
 pub use http::{CallbackSettings, HttpTarget};
+pub use signing::Signer;
 
 /// What one delivery attempt came to, before the retry policy is applied.
 #[derive(Debug, Clone, PartialEq, Eq)]
