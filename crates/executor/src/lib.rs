@@ -32,7 +32,10 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 pub use catalog::METRICS;
-pub use targets::{Attempt, CallbackSettings, DeliveryTarget, HttpTarget, Signer, Targets};
+pub use targets::{
+    Attempt, CallbackSettings, DeliveryTarget, HostLookup, HttpTarget, Signer, SystemLookup,
+    Targets,
+};
 
 #[derive(Debug, Clone)]
 pub struct ExecutorSettings {

@@ -8,7 +8,10 @@ use chime_domain::{
     Bucket, CallbackInput, ClaimedOccurrence, Clock, NetworkPolicy, OccurrenceStatus,
     ScheduleInput, SystemClock, TaskKey, Timer, TimerId,
 };
-use chime_executor::{CallbackSettings, DeliveryTarget, HttpTarget};
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use chime_executor::{CallbackSettings, DeliveryTarget, HostLookup, HttpTarget, SystemLookup};
 use chime_test_support::sink::Sink;
 
 fn timer(url: String) -> Timer {
@@ -54,9 +57,31 @@ fn claimed(t: &Timer) -> ClaimedOccurrence {
 fn target(networks: NetworkPolicy) -> HttpTarget {
     HttpTarget::new(CallbackSettings {
         networks,
+        lookup: Arc::new(TestLookup),
         ..CallbackSettings::default()
     })
     .unwrap()
+}
+
+/// A resolver under the test's control: `inside.test` is loopback, `rebound.test` has a
+/// public address and a loopback one (as a rebinding attacker's name would),
+/// `metadata.test` is the cloud metadata endpoint, anything else the system's answer.
+#[derive(Debug)]
+struct TestLookup;
+
+#[async_trait::async_trait]
+impl HostLookup for TestLookup {
+    async fn lookup(&self, host: &str) -> std::io::Result<Vec<IpAddr>> {
+        Ok(match host {
+            "inside.test" => vec![IpAddr::from([127, 0, 0, 1])],
+            "rebound.test" => vec![
+                IpAddr::from([93, 184, 216, 34]),
+                IpAddr::from([127, 0, 0, 1]),
+            ],
+            "metadata.test" => vec![IpAddr::from([169, 254, 169, 254])],
+            other => SystemLookup.lookup(other).await?,
+        })
+    }
 }
 
 #[tokio::test]
@@ -72,8 +97,11 @@ async fn callbacks_to_blocked_addresses_are_refused_before_connecting_and_not_re
         format!("http://127.0.0.1:{port}/hook"),
         format!("http://2130706433:{port}/hook"),
         format!("http://[::ffff:127.0.0.1]:{port}/hook"),
-        // A host name is judged by what it resolves to, at delivery.
+        // A host name is judged by what it resolves to, at delivery: every address.
         format!("http://localhost:{port}/hook"),
+        format!("http://inside.test:{port}/hook"),
+        format!("http://rebound.test:{port}/hook"),
+        "http://metadata.test/latest/meta-data/".to_owned(),
         "http://169.254.169.254/latest/meta-data/".to_owned(),
     ] {
         let t = timer(url.clone());
@@ -92,10 +120,11 @@ async fn callbacks_to_blocked_addresses_are_refused_before_connecting_and_not_re
     for url in [
         format!("http://127.0.0.1:{port}/hook"),
         format!("http://localhost:{port}/hook"),
+        format!("http://inside.test:{port}/hook"),
     ] {
         let t = timer(url.clone());
         let attempt = open.deliver(&t, claimed(&t), &SystemClock).await;
         assert_eq!(attempt.outcome.status, OccurrenceStatus::Succeeded, "{url}");
     }
-    assert_eq!(sink.received().len(), 2);
+    assert_eq!(sink.received().len(), 3);
 }

@@ -22,6 +22,28 @@ pub struct CallbackSettings {
     pub idle_per_host: usize,
     /// Which addresses callbacks may connect to (the SSRF policy).
     pub networks: NetworkPolicy,
+    /// How host names become addresses: the system resolver, or a test's.
+    pub lookup: Arc<dyn HostLookup>,
+}
+
+/// Resolves a callback's host name to addresses (each is then checked by the policy).
+#[async_trait]
+pub trait HostLookup: Send + Sync + std::fmt::Debug + 'static {
+    async fn lookup(&self, host: &str) -> std::io::Result<Vec<std::net::IpAddr>>;
+}
+
+/// The system resolver (getaddrinfo, through tokio).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemLookup;
+
+#[async_trait]
+impl HostLookup for SystemLookup {
+    async fn lookup(&self, host: &str) -> std::io::Result<Vec<std::net::IpAddr>> {
+        Ok(tokio::net::lookup_host((host, 0))
+            .await?
+            .map(|a| a.ip())
+            .collect())
+    }
 }
 
 impl Default for CallbackSettings {
@@ -30,6 +52,7 @@ impl Default for CallbackSettings {
             output_cap: 4096,
             idle_per_host: 64,
             networks: NetworkPolicy::default(),
+            lookup: Arc::new(SystemLookup),
         }
     }
 }
@@ -67,17 +90,19 @@ pub fn parse_retry_after(value: &str, now_ms: i64) -> Option<Duration> {
 /// Resolves callback hosts and refuses a host if any of its addresses is one the policy
 /// blocks, before connecting: a name that resolves (or is rebound) to a private address
 /// gets no further than an IP literal would.
-struct GuardedResolver(NetworkPolicy);
+/// The addresses checked are the ones connected to, so a name rebound between the check and
+/// the connection gains nothing.
+struct GuardedResolver(NetworkPolicy, Arc<dyn HostLookup>);
 
 impl reqwest::dns::Resolve for GuardedResolver {
     fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
-        let policy = self.0.clone();
+        let (policy, lookup) = (self.0.clone(), self.1.clone());
         Box::pin(async move {
-            let addrs: Vec<SocketAddr> =
-                tokio::net::lookup_host((name.as_str(), 0)).await?.collect();
-            for addr in &addrs {
-                policy.check(addr.ip())?;
+            let ips = lookup.lookup(name.as_str()).await?;
+            for ip in &ips {
+                policy.check(*ip)?;
             }
+            let addrs: Vec<SocketAddr> = ips.into_iter().map(|ip| SocketAddr::new(ip, 0)).collect();
             Ok(Box::new(addrs.into_iter()) as reqwest::dns::Addrs)
         })
     }
@@ -113,7 +138,10 @@ impl HttpTarget {
             .pool_idle_timeout(Duration::from_secs(60))
             .connect_timeout(Duration::from_secs(5))
             .redirect(reqwest::redirect::Policy::none())
-            .dns_resolver(Arc::new(GuardedResolver(settings.networks.clone())))
+            .dns_resolver(Arc::new(GuardedResolver(
+                settings.networks.clone(),
+                settings.lookup.clone(),
+            )))
             .build()?;
         Ok(Self {
             http,

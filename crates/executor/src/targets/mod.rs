@@ -13,7 +13,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chime_domain::{ClaimedOccurrence, Clock, OccurrenceStatus, Outcome, TargetKind, Timer};
 
-pub use http::{CallbackSettings, HttpTarget};
+pub use http::{CallbackSettings, HostLookup, HttpTarget, SystemLookup};
 pub use signing::Signer;
 
 /// What one delivery attempt came to, before the retry policy is applied.
