@@ -18,6 +18,8 @@ pub enum ErrorCode {
     FailedPrecondition,
     PayloadTooLarge,
     UnsupportedMediaType,
+    /// A quota or rate limit: wait, or delete something.
+    ResourceExhausted,
     MethodNotAllowed,
     Unavailable,
     Internal,
@@ -34,6 +36,7 @@ impl ErrorCode {
             Self::AlreadyExists | Self::FailedPrecondition => 409,
             Self::PayloadTooLarge => 413,
             Self::UnsupportedMediaType => 415,
+            Self::ResourceExhausted => 429,
             Self::Unavailable => 503,
             Self::Internal => 500,
         }
@@ -48,7 +51,7 @@ impl ErrorCode {
             Self::PermissionDenied => Code::PermissionDenied,
             Self::AlreadyExists => Code::AlreadyExists,
             Self::FailedPrecondition => Code::FailedPrecondition,
-            Self::PayloadTooLarge => Code::ResourceExhausted,
+            Self::PayloadTooLarge | Self::ResourceExhausted => Code::ResourceExhausted,
             Self::MethodNotAllowed => Code::Unimplemented,
             Self::Unavailable => Code::Unavailable,
             Self::Internal => Code::Internal,
@@ -66,6 +69,7 @@ impl ErrorCode {
             Self::FailedPrecondition => "FAILED_PRECONDITION",
             Self::PayloadTooLarge => "PAYLOAD_TOO_LARGE",
             Self::UnsupportedMediaType => "UNSUPPORTED_MEDIA_TYPE",
+            Self::ResourceExhausted => "RESOURCE_EXHAUSTED",
             Self::MethodNotAllowed => "METHOD_NOT_ALLOWED",
             Self::Unavailable => "UNAVAILABLE",
             Self::Internal => "INTERNAL",
@@ -82,6 +86,8 @@ pub struct ApiError {
     pub message: String,
     /// The offending input field, as a dotted path.
     pub field: Option<String>,
+    /// When trying again may succeed (REST `Retry-After`, gRPC `RetryInfo`).
+    pub retry_after: Option<std::time::Duration>,
 }
 
 pub type ApiResult<T> = Result<T, ApiError>;
@@ -93,6 +99,7 @@ impl ApiError {
             reason,
             message: message.into(),
             field: None,
+            retry_after: None,
         }
     }
 
@@ -102,6 +109,7 @@ impl ApiError {
             reason: "INVALID_FIELD",
             message: message.into(),
             field: Some(field.into()),
+            retry_after: None,
         }
     }
 }

@@ -33,6 +33,9 @@ impl From<ApiError> for Status {
             details.add_bad_request_violation(field.clone(), e.message.clone());
         }
         details.set_error_info(e.reason, ERROR_DOMAIN, metadata);
+        if let Some(wait) = e.retry_after {
+            details.set_retry_info(Some(wait));
+        }
         Status::with_error_details(e.code.grpc_code(), e.to_string(), details)
     }
 }

@@ -9,6 +9,7 @@ pub mod context;
 pub mod error;
 pub mod grpc;
 pub mod index;
+pub mod quota;
 pub mod rest;
 pub mod service;
 pub mod view;
@@ -29,6 +30,7 @@ pub use auth::Authenticator;
 pub use catalog::METRICS;
 pub use context::{AppScope, Caller, ContextLayer, RequestContext, RequestId};
 pub use error::{ApiError, ErrorCode};
+pub use quota::{QuotaSettings, Quotas};
 pub use service::TimerService;
 
 /// `/readyz` of the gateway: the database answers.

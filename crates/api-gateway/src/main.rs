@@ -52,7 +52,8 @@ async fn main() -> anyhow::Result<()> {
             config.horizon(),
             clock.clone(),
         )
-        .with_networks(config.network_policy()?),
+        .with_networks(config.network_policy()?)
+        .with_quotas(quotas(&config)),
     );
     let gateway = Gateway::new(
         api,
@@ -76,4 +77,14 @@ async fn main() -> anyhow::Result<()> {
     stores.close().await;
     chime_runtime::flush_traces();
     served
+}
+
+/// `[quotas]` as the service takes them.
+fn quotas(config: &chime_runtime::Config) -> chime_api_gateway::QuotaSettings {
+    let (max_timers, creates_per_second, create_burst) = config.quota_limits();
+    chime_api_gateway::QuotaSettings {
+        max_timers,
+        creates_per_second,
+        create_burst,
+    }
 }

@@ -22,6 +22,7 @@ use crate::api::{
 use crate::context::{AppScope, RequestContext};
 use crate::error::{ApiError, ApiResult, ErrorCode};
 use crate::index::IndexWriter;
+use crate::quota::{QuotaSettings, Quotas};
 
 /// How many fire times a timer response previews.
 const NEXT_RUNS: usize = 5;
@@ -35,6 +36,8 @@ pub struct TimerService {
     horizon: Horizon,
     clock: Arc<dyn Clock>,
     networks: NetworkPolicy,
+    /// Limits on each app's creates; none unless set.
+    quotas: Option<Quotas>,
 }
 
 impl TimerService {
@@ -55,7 +58,18 @@ impl TimerService {
             horizon,
             clock,
             networks: NetworkPolicy::default(),
+            quotas: None,
         }
+    }
+
+    /// Limits each app's timer count and create rate.
+    pub fn with_quotas(mut self, settings: QuotaSettings) -> Self {
+        self.quotas = Some(Quotas::new(
+            settings,
+            self.timers.clone(),
+            self.clock.clone(),
+        ));
+        self
     }
 
     /// Where callbacks may go; IP literals outside it are refused at create and update
@@ -175,6 +189,18 @@ impl TimerApi for TimerService {
                 })
             })
             .collect::<ApiResult<Vec<_>>>()?;
+        let mut per_app: Vec<(AppName, u64)> = Vec::new();
+        for c in &batch {
+            match per_app.iter_mut().find(|(a, _)| *a == c.timer.spec.app) {
+                Some((_, n)) => *n += 1,
+                None => per_app.push((c.timer.spec.app.clone(), 1)),
+            }
+        }
+        if let Some(quotas) = &self.quotas {
+            for (app, n) in &per_app {
+                quotas.admit(app, *n).await?;
+            }
+        }
         let created = if batch.len() == 1 && batch[0].idempotency.is_none() {
             let single = batch.into_iter().next().map(|c| c.timer);
             match single {
@@ -185,6 +211,11 @@ impl TimerApi for TimerService {
             self.timers.create_timers(batch, self.horizon).await?
         };
         metrics::counter!("chime_gateway_timers_created_total").increment(created.len() as u64);
+        if let Some(quotas) = &self.quotas {
+            for (app, n) in &per_app {
+                quotas.created(app, *n);
+            }
+        }
         let rows: Vec<NewOccurrence> = created
             .iter()
             .flat_map(|w| w.occurrences.iter().copied())

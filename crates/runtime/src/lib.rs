@@ -11,7 +11,7 @@ mod traces;
 pub use config::{
     AuthConfig, AuthMode, CallbacksConfig, CommonArgs, Config, ConfigError, DatabaseConfig,
     ExecutorConfig, GatewayConfig, LogConfig, LogFormat, MembershipConfig, MigratorConfig,
-    RedisConfig, RetentionConfig, SchedulerConfig, Seconds,
+    QuotasConfig, RedisConfig, RetentionConfig, SchedulerConfig, Seconds,
 };
 pub use roster::{Roster, RosterSettings};
 pub use shutdown::{cancel_on_signal, shutdown_token};

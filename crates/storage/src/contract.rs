@@ -565,6 +565,23 @@ pub mod timer_store {
         assert_eq!(got, vec![a, off]);
         assert!(store.get_timers(&[]).await.unwrap().is_empty());
     }
+
+    pub async fn live_timers_are_counted_per_app(store: Arc<dyn TimerStore>) {
+        let billing = AppName::parse("billing").unwrap();
+        assert_eq!(store.count_timers(&billing).await.unwrap(), 0);
+        let a = store
+            .create_timer(new_timer("billing", "a"), H)
+            .await
+            .unwrap();
+        store
+            .create_timer(new_timer("billing", "b"), H)
+            .await
+            .unwrap();
+        store.create_timer(new_timer("mail", "a"), H).await.unwrap();
+        assert_eq!(store.count_timers(&billing).await.unwrap(), 2);
+        store.delete_timer(a.timer.id).await.unwrap();
+        assert_eq!(store.count_timers(&billing).await.unwrap(), 1);
+    }
 }
 
 // ---- OccurrenceStore ---------------------------------------------------------------------
@@ -1407,6 +1424,7 @@ macro_rules! storage_contract {
             enable_and_disable_bump_version_only_on_change,
             delete_is_soft_and_final,
             get_timers_returns_the_live_ones_in_id_order,
+            live_timers_are_counted_per_app,
         ]);
     };
     (occurrence_store, $make:expr) => {

@@ -241,6 +241,9 @@ pub trait TimerStore: Send + Sync + 'static {
     /// The live ones among `ids` (deleted and unknown ids are left out), in id order.
     async fn get_timers(&self, ids: &[TimerId]) -> StoreResult<Vec<Timer>>;
 
+    /// How many live timers `app` has (the gateway's timer quota).
+    async fn count_timers(&self, app: &AppName) -> StoreResult<u64>;
+
     /// Live timers in id order.
     async fn list_timers(
         &self,

@@ -17,7 +17,7 @@ pub struct Problem {
     pub status: u16,
     pub detail: String,
     /// INVALID_ARGUMENT, UNAUTHENTICATED, NOT_FOUND, PERMISSION_DENIED, ALREADY_EXISTS, FAILED_PRECONDITION, PAYLOAD_TOO_LARGE,
-    /// UNSUPPORTED_MEDIA_TYPE, METHOD_NOT_ALLOWED, UNAVAILABLE or INTERNAL.
+    /// UNSUPPORTED_MEDIA_TYPE, RESOURCE_EXHAUSTED, METHOD_NOT_ALLOWED, UNAVAILABLE or INTERNAL.
     pub code: String,
     /// Finer reason, e.g. NAME_TAKEN, VERSION_MISMATCH, IDEMPOTENCY_KEY_REUSED.
     pub reason: String,
@@ -40,6 +40,7 @@ impl IntoResponse for ApiError {
             field: self.field,
         };
         let unauthenticated = self.code == ErrorCode::Unauthenticated;
+        let retry_after = self.retry_after;
         let body = serde_json::to_vec(&problem).unwrap_or_default();
         let mut response = (
             status,
@@ -50,6 +51,13 @@ impl IntoResponse for ApiError {
             body,
         )
             .into_response();
+        if let Some(wait) = retry_after {
+            // Whole seconds, rounded up, never 0 (RFC 9110 §10.2.3).
+            let secs = wait.as_millis().div_ceil(1000).max(1);
+            if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {
+                response.headers_mut().insert(header::RETRY_AFTER, v);
+            }
+        }
         if unauthenticated {
             // RFC 6750: tell the caller which scheme to use.
             response.headers_mut().insert(

@@ -73,32 +73,43 @@ impl HotIndex for DownIndex {
 pub async fn start() -> TestGateway {
     let redis = testkit::redis().await;
     let index = redis.hot_index();
-    start_with(Some(index), Some(redis)).await
+    start_with(Some(index), Some(redis), None).await
+}
+
+/// A gateway (no hot index) limiting each app's creates.
+pub async fn start_with_quotas(quotas: chime_api_gateway::QuotaSettings) -> TestGateway {
+    start_with(None, None, Some(quotas)).await
 }
 
 /// A gateway whose hot index is down.
 pub async fn start_with_index_down() -> TestGateway {
-    start_with(Some(Arc::new(DownIndex)), None).await
+    start_with(Some(Arc::new(DownIndex)), None, None).await
 }
 
-async fn start_with(index: Option<Arc<dyn HotIndex>>, redis: Option<RedisFixture>) -> TestGateway {
+async fn start_with(
+    index: Option<Arc<dyn HotIndex>>,
+    redis: Option<RedisFixture>,
+    quotas: Option<chime_api_gateway::QuotaSettings>,
+) -> TestGateway {
     let db = testkit::pg().await;
     let shutdown = CancellationToken::new();
-    let api: Arc<dyn TimerApi> = Arc::new(
-        TimerService::new(
-            db.store(),
-            db.store(),
-            index,
-            // Without the per-timer spread, so the tests can count the rows a change writes.
-            Horizon {
-                spread: std::time::Duration::ZERO,
-                ..Horizon::DEFAULT
-            },
-            Arc::new(SystemClock),
-        )
-        // The tests call back loopback addresses; the policy itself is tested in callbacks.rs.
-        .with_networks(chime_domain::NetworkPolicy::open()),
-    );
+    let mut service = TimerService::new(
+        db.store(),
+        db.store(),
+        index,
+        // Without the per-timer spread, so the tests can count the rows a change writes.
+        Horizon {
+            spread: std::time::Duration::ZERO,
+            ..Horizon::DEFAULT
+        },
+        Arc::new(SystemClock),
+    )
+    // The tests call back loopback addresses; the policy itself is tested in callbacks.rs.
+    .with_networks(chime_domain::NetworkPolicy::open());
+    if let Some(q) = quotas {
+        service = service.with_quotas(q);
+    }
+    let api: Arc<dyn TimerApi> = Arc::new(service);
     let gateway = Gateway::new(
         api,
         db.store(),

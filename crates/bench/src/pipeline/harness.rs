@@ -23,6 +23,10 @@ impl Deployment {
         let mut all: Vec<(&'static str, String)> = vec![
             ("CHIME_LOG", "warn".into()),
             ("CHIME_BUCKETS", args.buckets.to_string()),
+            // Throughput is measured here, not the per-app quotas: every timer is in one app.
+            ("CHIME_QUOTAS__MAX_TIMERS_PER_APP", u64::MAX.to_string()),
+            ("CHIME_QUOTAS__CREATES_PER_SECOND", u32::MAX.to_string()),
+            ("CHIME_QUOTAS__CREATE_BURST", u32::MAX.to_string()),
         ];
         all.extend(env.iter().map(|(k, v)| (leak(k), (*v).to_owned())));
         all.extend(args.env.iter().map(|(k, v)| (leak(k), v.clone())));

@@ -22,8 +22,8 @@ use serde::{Deserialize, Serialize};
 pub use args::CommonArgs;
 pub use sections::{
     AuthConfig, AuthMode, CallbacksConfig, DatabaseConfig, ExecutorConfig, GatewayConfig,
-    LogConfig, LogFormat, MembershipConfig, MigratorConfig, RedisConfig, RetentionConfig,
-    SchedulerConfig, Seconds,
+    LogConfig, LogFormat, MembershipConfig, MigratorConfig, QuotasConfig, RedisConfig,
+    RetentionConfig, SchedulerConfig, Seconds,
 };
 
 /// Flat environment names (docs/configuration.md) and the config keys they set.
@@ -96,6 +96,7 @@ pub struct Config {
     pub membership: MembershipConfig,
     pub callbacks: CallbacksConfig,
     pub auth: AuthConfig,
+    pub quotas: QuotasConfig,
     pub executor: ExecutorConfig,
     pub log: LogConfig,
 }
@@ -115,6 +116,7 @@ impl Default for Config {
             membership: MembershipConfig::default(),
             callbacks: CallbacksConfig::default(),
             auth: AuthConfig::default(),
+            quotas: QuotasConfig::default(),
             executor: ExecutorConfig::default(),
             log: LogConfig::default(),
         }
@@ -205,6 +207,9 @@ impl Config {
             // An empty or guessable admin token is how other schedulers were taken over.
             return bad("auth.bootstrap_token must be at least 16 visible ASCII characters");
         }
+        if self.quotas.creates_per_second == 0 || self.quotas.create_burst == 0 {
+            return bad("quotas.creates_per_second and quotas.create_burst must be above 0");
+        }
         if self.auth.cache_ttl.get() > Duration::from_secs(60) {
             return bad("auth.cache_ttl must be at most 1m");
         }
@@ -261,6 +266,15 @@ impl Config {
             parse(&self.callbacks.allow_networks)?,
             parse(&self.callbacks.deny_networks)?,
         ))
+    }
+
+    /// The gateway's limits on each app's creates (`[quotas]`).
+    pub fn quota_limits(&self) -> (u64, f64, f64) {
+        (
+            self.quotas.max_timers_per_app,
+            f64::from(self.quotas.creates_per_second),
+            f64::from(self.quotas.create_burst),
+        )
     }
 
     /// Heartbeat timings of the scheduler and migrator groups.

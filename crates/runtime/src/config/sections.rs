@@ -103,6 +103,28 @@ impl Default for GatewayConfig {
     }
 }
 
+/// Limits on each app's creates, per gateway replica.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct QuotasConfig {
+    /// Live timers one app may have.
+    pub max_timers_per_app: u64,
+    /// Creates per second one app may sustain, per gateway replica.
+    pub creates_per_second: u32,
+    /// Creates one app may make at once before the rate applies, per gateway replica.
+    pub create_burst: u32,
+}
+
+impl Default for QuotasConfig {
+    fn default() -> Self {
+        Self {
+            max_timers_per_app: 100_000,
+            creates_per_second: 2_000,
+            create_burst: 20_000,
+        }
+    }
+}
+
 /// Whether the gateway asks callers for a token (`CHIME_AUTH`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

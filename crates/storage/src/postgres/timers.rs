@@ -3,8 +3,8 @@
 
 use async_trait::async_trait;
 use chime_domain::{
-    Bucket, BucketCount, Horizon, NewOccurrence, NewTimer, Page, Timer, TimerId, TimerSpec,
-    Timestamp,
+    AppName, Bucket, BucketCount, Horizon, NewOccurrence, NewTimer, Page, Timer, TimerId,
+    TimerSpec, Timestamp,
 };
 use sqlx::{Postgres, Transaction};
 
@@ -157,6 +157,15 @@ impl TimerStore for PgStore {
         .iter()
         .map(rows::timer)
         .collect()
+    }
+
+    async fn count_timers(&self, app: &AppName) -> StoreResult<u64> {
+        let n: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM timers WHERE app = $1 AND deleted_at IS NULL")
+                .bind(app.as_str())
+                .fetch_one(&self.pool)
+                .await?;
+        Ok(u64::try_from(n).unwrap_or(0))
     }
 
     async fn list_timers(

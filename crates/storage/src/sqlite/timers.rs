@@ -3,7 +3,7 @@
 
 use async_trait::async_trait;
 use chime_domain::{
-    Bucket, BucketCount, Horizon, NewTimer, Page, Timer, TimerId, TimerSpec, Timestamp,
+    AppName, Bucket, BucketCount, Horizon, NewTimer, Page, Timer, TimerId, TimerSpec, Timestamp,
 };
 use serde_json::json;
 
@@ -78,6 +78,15 @@ impl TimerStore for SqliteStore {
         .iter()
         .map(rows::timer)
         .collect()
+    }
+
+    async fn count_timers(&self, app: &AppName) -> StoreResult<u64> {
+        let n: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM timers WHERE app = ?1 AND deleted_at IS NULL")
+                .bind(app.as_str())
+                .fetch_one(&self.reader)
+                .await?;
+        Ok(u64::try_from(n).unwrap_or(0))
     }
 
     async fn list_timers(
