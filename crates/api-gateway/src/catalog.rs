@@ -1,7 +1,7 @@
 //! The gateway's metrics, with their HELP text: registered at start-up
 //! ([`chime_runtime::describe_metrics`]) so every series is there before it first moves.
 
-use chime_runtime::MetricKind::Counter;
+use chime_runtime::MetricKind::{Counter, LabelledCounter};
 use chime_runtime::MetricSpec;
 
 pub const METRICS: &[MetricSpec] = &[
@@ -12,7 +12,7 @@ pub const METRICS: &[MetricSpec] = &[
     ),
     (
         "chime_gateway_auth_failures_total",
-        Counter,
+        LabelledCounter,
         "Requests refused for a missing or invalid bearer token, by reason (missing, malformed, unknown, expired).",
     ),
     (

@@ -6,6 +6,16 @@ use chime_runtime::MetricSpec;
 
 pub const METRICS: &[MetricSpec] = &[
     (
+        "chime_executor_host_waits_total",
+        Counter,
+        "Task keys that waited, unclaimed, because their callback host had executor.max_per_host callbacks running.",
+    ),
+    (
+        "chime_executor_deferred_total",
+        Counter,
+        "Task keys handed back to the hot index for later: no room to wait for their host, or no slot when their turn came.",
+    ),
+    (
         "chime_executor_accepted_total",
         Counter,
         "Task keys accepted from schedulers.",

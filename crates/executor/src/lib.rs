@@ -15,6 +15,7 @@
 
 mod catalog;
 pub mod grpc;
+mod hosts;
 pub mod targets;
 
 use std::collections::HashMap;
@@ -46,6 +47,8 @@ pub struct ExecutorSettings {
     /// Added to the longest callback timeout of a batch to form its claim lease: past it,
     /// another executor may take the occurrence over.
     pub lease_margin: Duration,
+    /// Callbacks to one host (`host:port`) running at once; more wait their turn unclaimed.
+    pub max_per_host: usize,
 }
 
 impl Default for ExecutorSettings {
@@ -54,6 +57,7 @@ impl Default for ExecutorSettings {
             max_in_flight: 1024,
             batch: 512,
             lease_margin: Duration::from_secs(5),
+            max_per_host: 256,
         }
     }
 }
@@ -64,6 +68,7 @@ impl ExecutorSettings {
         Self {
             max_in_flight: config.executor.max_in_flight,
             lease_margin: config.executor.claim_lease_margin.get(),
+            max_per_host: config.executor.max_per_host,
             ..Self::default()
         }
     }
@@ -107,6 +112,8 @@ struct Inner {
     settings: ExecutorSettings,
     done: mpsc::UnboundedSender<Done>,
     tracker: TaskTracker,
+    /// Each callback host's share of the in-flight callbacks.
+    hosts: Arc<hosts::Hosts>,
 }
 
 pub struct Executor {
@@ -129,6 +136,15 @@ impl Executor {
         let (queue, jobs) = mpsc::unbounded_channel();
         let (done, outcomes) = mpsc::unbounded_channel();
         let permits = Arc::new(Semaphore::new(settings.max_in_flight));
+        let hosts = hosts::Hosts::new(
+            settings.max_per_host.max(1),
+            // Waiting keys hold no permit; this bounds their memory.
+            settings.max_in_flight.saturating_mul(4),
+            permits.clone(),
+            queue.clone(),
+            index.clone(),
+            clock.clone(),
+        );
         let inner = Arc::new(Inner {
             timers,
             occurrences,
@@ -138,6 +154,7 @@ impl Executor {
             settings,
             done,
             tracker: TaskTracker::new(),
+            hosts,
         });
         tokio::spawn(claim_loop(inner.clone(), jobs));
         tokio::spawn(outcome_loop(inner.clone(), outcomes, permits.clone()));
@@ -265,6 +282,30 @@ impl Inner {
             now,
             lease_until: now.saturating_add(longest + self.settings.lease_margin),
         };
+        // A key over its host's cap is not claimed now: it waits for the host, or is
+        // handed back for later.
+        let mut slots: HashMap<TaskKey, hosts::HostSlot> = HashMap::new();
+        let mut deferred = Vec::new();
+        jobs.retain(|job| {
+            let Some(timer) = timers.get(&job.key.timer_id) else {
+                return true;
+            };
+            match self
+                .hosts
+                .admit(&hosts::host_of(timer), job.key, timer.bucket, &job.span)
+            {
+                hosts::Admission::Run(slot) => {
+                    slots.insert(job.key, slot);
+                    true
+                }
+                hosts::Admission::Queued => false,
+                hosts::Admission::Defer => {
+                    deferred.push((job.key, timer.bucket));
+                    false
+                }
+            }
+        });
+        self.hosts.defer(deferred);
         let keys: Vec<TaskKey> = jobs.iter().map(|j| j.key).collect();
         let claiming = match jobs.first() {
             Some(j) => tracing::info_span!(parent: &j.span, "claim", keys = keys.len()),
@@ -304,6 +345,7 @@ impl Inner {
             let Some(timer) = timer.cloned() else {
                 continue;
             };
+            let slot = slots.remove(&job.key);
             let inner = self.clone();
             let span = tracing::info_span!(
                 parent: &job.span,
@@ -320,6 +362,8 @@ impl Inner {
                     .targets
                     .deliver(&timer, occurrence, inner.clock.as_ref())
                     .await;
+                // The host's next waiting key may go.
+                drop(slot);
                 let outcome = settle(&timer, attempt, inner.clock.now(), rand::random());
                 tracing::debug!(status = outcome.status.as_str(), "callback done");
                 let _ = inner.done.send(Done {

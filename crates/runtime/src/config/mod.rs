@@ -168,8 +168,8 @@ impl Config {
         if self.database.max_connections == 0 {
             return bad("database.max_connections must be at least 1");
         }
-        if self.executor.max_in_flight == 0 {
-            return bad("executor.max_in_flight must be at least 1");
+        if self.executor.max_in_flight == 0 || self.executor.max_per_host == 0 {
+            return bad("executor.max_in_flight and executor.max_per_host must be at least 1");
         }
         if self.migrator.lead.get() < Duration::from_secs(10) {
             return bad("migrator.lead must be at least 10s");

@@ -298,6 +298,9 @@ pub struct ExecutorConfig {
     /// Added to the longest callback timeout of a batch to form its claim lease: past it,
     /// the sweeper may hand the occurrence to another executor.
     pub claim_lease_margin: Seconds,
+    /// Callbacks to one host (`host:port`) at once; more wait their turn without holding an
+    /// in-flight slot, so one slow endpoint cannot starve the others.
+    pub max_per_host: usize,
 }
 
 impl Default for ExecutorConfig {
@@ -306,6 +309,7 @@ impl Default for ExecutorConfig {
             addr: SocketAddr::from(([0, 0, 0, 0], 50061)),
             max_in_flight: 1024,
             claim_lease_margin: Seconds::secs(5),
+            max_per_host: 256,
         }
     }
 }
