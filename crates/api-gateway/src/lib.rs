@@ -76,6 +76,8 @@ pub struct Gateway {
     pub timers: Arc<dyn TimerApi>,
     pub access: Arc<dyn AccessApi>,
     pub auth: Option<Arc<Authenticator>>,
+    /// REST and gRPC over TLS when set.
+    pub tls: Option<chime_runtime::Tls>,
 }
 
 impl Gateway {
@@ -103,7 +105,14 @@ impl Gateway {
             timers,
             access,
             auth,
+            tls: None,
         }
+    }
+
+    /// Serves REST and gRPC over TLS with this certificate (plain TCP with `None`).
+    pub fn with_tls(mut self, tls: Option<chime_runtime::Tls>) -> Self {
+        self.tls = tls;
+        self
     }
 
     fn context_layer(&self) -> ContextLayer {
@@ -155,7 +164,11 @@ impl Gateway {
             .set_serving::<TimerServiceServer<grpc::GrpcApi>>()
             .await;
         let api = self.timers.clone();
-        let grpc_server = tonic::transport::Server::builder()
+        let mut builder = tonic::transport::Server::builder();
+        if let Some(tls) = &self.tls {
+            builder = builder.tls_config(tls.grpc_server())?;
+        }
+        let grpc_server = builder
             .layer(self.context_layer())
             .add_routes(introspection)
             .add_service(
@@ -167,14 +180,28 @@ impl Gateway {
                 chime_proto::incoming(grpc),
                 shutdown.clone().cancelled_owned(),
             );
-        let http_server = axum::serve(
-            chime_runtime::without_nagle(http),
-            self.http_app_with(extra),
-        )
-        .with_graceful_shutdown(shutdown.clone().cancelled_owned());
+        let app = self.http_app_with(extra);
+        let stop = shutdown.clone().cancelled_owned();
+        let http_server: std::pin::Pin<Box<dyn Future<Output = std::io::Result<()>> + Send>> =
+            match &self.tls {
+                Some(tls) => Box::pin(
+                    axum::serve(tls.rest_listener(http)?, app)
+                        .with_graceful_shutdown(stop)
+                        .into_future(),
+                ),
+                None => Box::pin(
+                    axum::serve(chime_runtime::without_nagle(http), app)
+                        .with_graceful_shutdown(stop)
+                        .into_future(),
+                ),
+            };
         let admin_server =
             chime_runtime::admin::serve_admin(admin, Arc::new(ApiReadiness(api)), shutdown.clone());
-        tracing::info!(auth = self.auth.is_some(), "gateway serving");
+        tracing::info!(
+            auth = self.auth.is_some(),
+            tls = self.tls.is_some(),
+            "gateway serving"
+        );
         let (g, h, a) = tokio::join!(grpc_server, http_server, admin_server);
         g?;
         h?;

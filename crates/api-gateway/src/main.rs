@@ -64,7 +64,8 @@ async fn main() -> anyhow::Result<()> {
             cache_ttl: config.auth.cache_ttl.get(),
             signing_grace: config.auth.signing_grace.get(),
         },
-    );
+    )
+    .with_tls(chime_runtime::Tls::load(&config.tls)?);
     let http = chime_runtime::bind(config.gateway.http_addr, "REST").await?;
     let grpc = chime_runtime::bind(config.gateway.grpc_addr, "gRPC").await?;
     let admin = chime_runtime::admin::bind_admin(config.admin_addr)

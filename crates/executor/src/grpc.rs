@@ -60,6 +60,7 @@ pub async fn serve(
     readiness: Arc<dyn Readiness>,
     shutdown: CancellationToken,
     grace: Duration,
+    tls: Option<chime_runtime::Tls>,
 ) -> anyhow::Result<()> {
     chime_runtime::describe_metrics(crate::METRICS);
     let (health, introspection) = chime_proto::introspection(&["chime/v1/executor.proto"])?;
@@ -67,7 +68,7 @@ pub async fn serve(
         .set_serving::<ExecutorServiceServer<ExecutorGrpc>>()
         .await;
     let servers_stop = CancellationToken::new();
-    let server = tonic::transport::Server::builder()
+    let server = chime_runtime::grpc_server(tls.as_ref())?
         .add_routes(introspection)
         .add_service(ExecutorServiceServer::new(ExecutorGrpc(executor.clone())))
         .serve_with_incoming_shutdown(

@@ -72,6 +72,7 @@ async fn main() -> anyhow::Result<()> {
         Arc::new(chime_runtime::DatabaseReadiness(db.clone())),
         chime_runtime::shutdown_token(),
         config.shutdown_grace.get(),
+        chime_runtime::Tls::load(&config.tls)?,
     )
     .await;
     stores.close().await;

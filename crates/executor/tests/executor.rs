@@ -425,6 +425,7 @@ async fn execute_over_grpc() {
         Arc::new(chime_runtime::admin::AlwaysReady),
         stop.clone(),
         Duration::from_secs(5),
+        None,
     ));
     let mut client = ExecutorServiceClient::connect(format!("http://{addr}"))
         .await

@@ -81,13 +81,14 @@ pub async fn serve(
     admin: Option<TcpListener>,
     readiness: Arc<dyn Readiness>,
     shutdown: CancellationToken,
+    tls: Option<chime_runtime::Tls>,
 ) -> anyhow::Result<()> {
     chime_runtime::describe_metrics(crate::METRICS);
     let (health, introspection) = chime_proto::introspection(&["chime/v1/migrator.proto"])?;
     health
         .set_serving::<MigratorServiceServer<MigratorGrpc>>()
         .await;
-    let server = tonic::transport::Server::builder()
+    let server = chime_runtime::grpc_server(tls.as_ref())?
         .add_routes(introspection)
         .add_service(MigratorServiceServer::new(MigratorGrpc(migrator.clone())))
         .serve_with_incoming_shutdown(

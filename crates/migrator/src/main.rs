@@ -97,8 +97,9 @@ async fn run(config: chime_runtime::Config) -> anyhow::Result<()> {
     );
     let readiness = Arc::new(chime_runtime::DatabaseReadiness(db.clone()));
     let shutdown = chime_runtime::shutdown_token();
+    let tls = chime_runtime::Tls::load(&config.tls)?;
     let (served, ()) = tokio::join!(
-        chime_migrator::grpc::serve(migrator, grpc, admin, readiness, shutdown.clone()),
+        chime_migrator::grpc::serve(migrator, grpc, admin, readiness, shutdown.clone(), tls),
         janitor.run(shutdown.clone())
     );
     stores.close().await;

@@ -426,6 +426,7 @@ async fn serve_grpc(
         None,
         Arc::new(chime_runtime::admin::AlwaysReady),
         stop.clone(),
+        None,
     ));
     let client = MigratorClient::connect(format!("http://{addr}"))
         .await

@@ -6,18 +6,20 @@ mod config;
 mod roster;
 mod shutdown;
 mod telemetry;
+mod tls;
 mod traces;
 
 pub use config::{
     AuthConfig, AuthMode, CallbacksConfig, CommonArgs, Config, ConfigError, DatabaseConfig,
     ExecutorConfig, GatewayConfig, LogConfig, LogFormat, MembershipConfig, MigratorConfig,
-    QuotasConfig, RedisConfig, RetentionConfig, SchedulerConfig, Seconds,
+    QuotasConfig, RedisConfig, RetentionConfig, SchedulerConfig, Seconds, TlsConfig,
 };
 pub use roster::{Roster, RosterSettings};
 pub use shutdown::{cancel_on_signal, shutdown_token};
 pub use telemetry::{
     LATENCY_BUCKETS, MetricKind, MetricSpec, describe_metrics, init_tracing, prometheus,
 };
+pub use tls::{Tls, TlsListener, grpc_server};
 pub use traces::{adopt_context, flush_traces, inject_context, record_ids};
 
 /// `/readyz` of a service whose job needs the database: ready when it answers.
@@ -33,9 +35,14 @@ impl admin::Readiness for DatabaseReadiness {
 /// A reqwest client builder with TLS ready: installs rustls' ring provider for the process
 /// first (reqwest is built without a default provider). Every HTTP client in Chime, tests
 /// included, starts here.
+/// Makes ring rustls's process-wide crypto provider (TLS servers and clients alike).
+pub fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
 pub fn http_client() -> reqwest::ClientBuilder {
     // A second install (another client, another test) is refused harmlessly.
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    install_crypto_provider();
     reqwest::Client::builder()
 }
 

@@ -11,7 +11,7 @@ use chime_domain::TaskKey;
 use chime_proto::v1::executor_service_client::ExecutorServiceClient;
 use chime_proto::v1::{ExecuteRequest, Task};
 use tokio::sync::RwLock;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 
 /// Where due keys go. Implemented over gRPC by [`GrpcExecutors`], and in-process by
 /// `chime dev`.
@@ -107,18 +107,28 @@ pub struct GrpcExecutors {
     call_timeout: Duration,
     /// Rounds over every replica before giving a batch back to the caller.
     rounds: u32,
+    /// TLS (trusting `tls.ca`, presenting this service's certificate) for `https://`
+    /// endpoints, and for every resolved address of a DNS endpoint.
+    tls: Option<ClientTlsConfig>,
 }
 
 impl GrpcExecutors {
     /// Starts with the endpoints resolved now; a DNS name that does not resolve yet (no
     /// executor is up) starts empty and is retried by [`Self::keep_resolving`].
     pub async fn new(endpoints: Endpoints) -> Arc<Self> {
+        Self::with_tls(endpoints, None).await
+    }
+
+    /// [`Self::new`], calling executors over TLS with `tls` (`https://` URLs, or every
+    /// address of a DNS name, whose host name the certificates must name).
+    pub async fn with_tls(endpoints: Endpoints, tls: Option<ClientTlsConfig>) -> Arc<Self> {
         let this = Arc::new(Self {
             endpoints,
             replicas: RwLock::new(Arc::new(Vec::new())),
             next: AtomicUsize::new(0),
             call_timeout: Duration::from_secs(2),
             rounds: 3,
+            tls,
         });
         if let Err(e) = this.refresh().await {
             tracing::warn!(error = %e, "no executors yet");
@@ -172,7 +182,8 @@ impl GrpcExecutors {
                 if addrs.is_empty() {
                     return Err(format!("{host}:{port} resolves to no address"));
                 }
-                addrs.iter().map(|a| format!("http://{a}")).collect()
+                let scheme = if self.tls.is_some() { "https" } else { "http" };
+                addrs.iter().map(|a| format!("{scheme}://{a}")).collect()
             }
         };
         let current = self.replicas.read().await.clone();
@@ -185,13 +196,22 @@ impl GrpcExecutors {
             let client = match current.iter().find(|r| r.target == target) {
                 Some(r) => r.client.clone(),
                 None => {
-                    let channel = Endpoint::from_shared(target.clone())
+                    let mut endpoint = Endpoint::from_shared(target.clone())
                         .map_err(|e| format!("executor endpoint {target:?}: {e}"))?
                         .connect_timeout(Duration::from_millis(500))
                         .timeout(self.call_timeout)
-                        .tcp_nodelay(true)
-                        .connect_lazy();
-                    ExecutorServiceClient::new(channel)
+                        .tcp_nodelay(true);
+                    if let Some(tls) = self.tls.clone().filter(|_| target.starts_with("https://")) {
+                        // A resolved address is checked against the DNS name's certificate.
+                        let tls = match &self.endpoints {
+                            Endpoints::Dns { host, .. } => tls.domain_name(host.clone()),
+                            Endpoints::Static(_) => tls,
+                        };
+                        endpoint = endpoint
+                            .tls_config(tls)
+                            .map_err(|e| format!("executor endpoint {target:?}: {e}"))?;
+                    }
+                    ExecutorServiceClient::new(endpoint.connect_lazy())
                 }
             };
             replicas.push(Replica { target, client });

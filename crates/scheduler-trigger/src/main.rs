@@ -39,7 +39,8 @@ async fn main() -> anyhow::Result<()> {
     let membership = stores.membership()?;
     let db = stores.database.clone();
     let shutdown = chime_runtime::shutdown_token();
-    let executors = GrpcExecutors::new(endpoints).await;
+    let tls = chime_runtime::Tls::load(&config.tls)?;
+    let executors = GrpcExecutors::with_tls(endpoints, tls.map(|t| t.grpc_client())).await;
     executors.keep_resolving(Duration::from_secs(5), shutdown.clone());
     let scheduler = Scheduler::new(
         db.timers.clone(),

@@ -4,4 +4,5 @@
 //! processes.
 
 pub mod deploy;
+pub mod pki;
 pub mod sink;

@@ -73,23 +73,29 @@ impl HotIndex for DownIndex {
 pub async fn start() -> TestGateway {
     let redis = testkit::redis().await;
     let index = redis.hot_index();
-    start_with(Some(index), Some(redis), None).await
+    start_with(Some(index), Some(redis), None, None).await
+}
+
+/// A gateway (no hot index) serving REST and gRPC over TLS.
+pub async fn start_tls(tls: chime_runtime::Tls) -> TestGateway {
+    start_with(None, None, None, Some(tls)).await
 }
 
 /// A gateway (no hot index) limiting each app's creates.
 pub async fn start_with_quotas(quotas: chime_api_gateway::QuotaSettings) -> TestGateway {
-    start_with(None, None, Some(quotas)).await
+    start_with(None, None, Some(quotas), None).await
 }
 
 /// A gateway whose hot index is down.
 pub async fn start_with_index_down() -> TestGateway {
-    start_with(Some(Arc::new(DownIndex)), None, None).await
+    start_with(Some(Arc::new(DownIndex)), None, None, None).await
 }
 
 async fn start_with(
     index: Option<Arc<dyn HotIndex>>,
     redis: Option<RedisFixture>,
     quotas: Option<chime_api_gateway::QuotaSettings>,
+    tls: Option<chime_runtime::Tls>,
 ) -> TestGateway {
     let db = testkit::pg().await;
     let shutdown = CancellationToken::new();
@@ -118,7 +124,8 @@ async fn start_with(
             bootstrap_token: Some(BOOTSTRAP.into()),
             ..AuthSettings::off()
         },
-    );
+    )
+    .with_tls(tls);
     let (http, http_addr) = loopback().await;
     let (grpc, grpc_addr) = loopback().await;
     tokio::spawn(gateway.serve(http, grpc, None, shutdown.clone()));

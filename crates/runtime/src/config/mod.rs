@@ -23,7 +23,7 @@ pub use args::CommonArgs;
 pub use sections::{
     AuthConfig, AuthMode, CallbacksConfig, DatabaseConfig, ExecutorConfig, GatewayConfig,
     LogConfig, LogFormat, MembershipConfig, MigratorConfig, QuotasConfig, RedisConfig,
-    RetentionConfig, SchedulerConfig, Seconds,
+    RetentionConfig, SchedulerConfig, Seconds, TlsConfig,
 };
 
 /// Flat environment names (docs/configuration.md) and the config keys they set.
@@ -46,6 +46,10 @@ const ENV_ALIASES: &[(&str, &str)] = &[
     ("callback_deny_networks", "callbacks.deny_networks"),
     ("auth", "auth.mode"),
     ("bootstrap_token", "auth.bootstrap_token"),
+    ("tls_cert", "tls.cert"),
+    ("tls_key", "tls.key"),
+    ("tls_client_ca", "tls.client_ca"),
+    ("tls_ca", "tls.ca"),
 ];
 
 /// Variables that steer loading itself rather than set a value.
@@ -97,6 +101,7 @@ pub struct Config {
     pub callbacks: CallbacksConfig,
     pub auth: AuthConfig,
     pub quotas: QuotasConfig,
+    pub tls: TlsConfig,
     pub executor: ExecutorConfig,
     pub log: LogConfig,
 }
@@ -117,6 +122,7 @@ impl Default for Config {
             callbacks: CallbacksConfig::default(),
             auth: AuthConfig::default(),
             quotas: QuotasConfig::default(),
+            tls: TlsConfig::default(),
             executor: ExecutorConfig::default(),
             log: LogConfig::default(),
         }
@@ -206,6 +212,14 @@ impl Config {
         {
             // An empty or guessable admin token is how other schedulers were taken over.
             return bad("auth.bootstrap_token must be at least 16 visible ASCII characters");
+        }
+        if self.tls.cert.is_some() != self.tls.key.is_some() {
+            return bad(
+                "tls.cert and tls.key go together: set both (CHIME_TLS_CERT, CHIME_TLS_KEY) or neither",
+            );
+        }
+        if self.tls.client_ca.is_some() && self.tls.cert.is_none() {
+            return bad("tls.client_ca needs tls.cert and tls.key: mutual TLS is TLS first");
         }
         if self.quotas.creates_per_second == 0 || self.quotas.create_burst == 0 {
             return bad("quotas.creates_per_second and quotas.create_burst must be above 0");

@@ -103,6 +103,21 @@ impl Default for GatewayConfig {
     }
 }
 
+/// TLS: this service's certificate and key (PEM files), the CA whose client certificates its
+/// gRPC server requires (mutual TLS), and the CA it trusts when it calls other services.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TlsConfig {
+    /// Certificate chain (PEM): with `key`, the servers speak TLS and gRPC calls present it.
+    pub cert: Option<std::path::PathBuf>,
+    /// Private key (PEM) of `cert`.
+    pub key: Option<std::path::PathBuf>,
+    /// CA (PEM) that client certificates must chain to: the gRPC server then requires one.
+    pub client_ca: Option<std::path::PathBuf>,
+    /// CA (PEM) this service trusts for its own gRPC calls (scheduler → executors).
+    pub ca: Option<std::path::PathBuf>,
+}
+
 /// Limits on each app's creates, per gateway replica.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]

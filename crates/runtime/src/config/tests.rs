@@ -326,6 +326,16 @@ fn every_documented_setting_exists_with_its_documented_default() {
                 let (section, leaf) = d.key.rsplit_once('.').unwrap_or(("", &d.key));
                 let body = if section.is_empty() {
                     format!("{leaf} = \"{}\"\n", sample_value(leaf))
+                } else if section == "tls" {
+                    // The TLS files go together: a certificate and key with each setting.
+                    let mut lines = vec![("cert", "/tls.crt"), ("key", "/tls.key")];
+                    lines.retain(|(k, _)| *k != leaf);
+                    lines.push((leaf, "/sample.pem"));
+                    let lines: Vec<String> = lines
+                        .iter()
+                        .map(|(k, v)| format!("{k} = \"{v}\""))
+                        .collect();
+                    format!("[tls]\n{}\n", lines.join("\n"))
                 } else {
                     format!("[{section}]\n{leaf} = \"{}\"\n", sample_value(leaf))
                 };
@@ -376,4 +386,28 @@ fn auth_is_required_by_default_and_needs_a_strong_bootstrap_token() {
     assert_eq!(c.bootstrap_token().unwrap(), Some(good));
     assert!(!c.dump().contains(good));
     assert!(load_with(None, &[("CHIME_AUTH", "maybe")]).is_err());
+}
+
+#[test]
+fn tls_files_go_together_and_are_read_at_start() {
+    let err = load_with(None, &[("CHIME_TLS_CERT", "/etc/chime/tls.crt")]).unwrap_err();
+    assert!(err.to_string().contains("tls.cert and tls.key"), "{err}");
+    let err = load_with(None, &[("CHIME_TLS_CLIENT_CA", "/etc/chime/ca.crt")]).unwrap_err();
+    assert!(err.to_string().contains("tls.client_ca"), "{err}");
+    let c = load_with(
+        None,
+        &[
+            ("CHIME_TLS_CERT", "/nonexistent/tls.crt"),
+            ("CHIME_TLS_KEY", "/nonexistent/tls.key"),
+        ],
+    )
+    .unwrap();
+    let err = crate::Tls::load(&c.tls).unwrap_err().to_string();
+    assert!(
+        err.contains("tls.cert") && err.contains("/nonexistent/tls.crt"),
+        "{err}"
+    );
+    assert!(crate::Tls::load(&Config::default().tls).unwrap().is_none());
+    let bad = crate::Tls::from_pem(b"not pem".to_vec(), b"nor this".to_vec(), None, None);
+    assert!(bad.unwrap_err().to_string().contains("tls.cert"));
 }
