@@ -7,22 +7,13 @@
 mod support;
 
 use chime_proto::v1 as pb;
-use chime_proto::v1::timer_service_client::TimerServiceClient;
 use tonic::Code;
 use tonic::transport::Channel;
 use tonic_types::StatusExt;
 
 /// A client sending the bootstrap token.
 async fn client(gw: &support::TestGateway) -> chime_proto::AuthedTimerClient {
-    let channel = Channel::from_shared(gw.grpc.clone())
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
-    TimerServiceClient::with_interceptor(
-        channel,
-        chime_proto::Bearer::new(Some(support::BOOTSTRAP)).unwrap(),
-    )
+    support::grpc_client(gw, Some(support::BOOTSTRAP)).await
 }
 
 fn spec(app: &str, name: &str) -> pb::TimerSpec {

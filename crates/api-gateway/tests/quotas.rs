@@ -8,7 +8,6 @@ mod support;
 
 use chime_api_gateway::QuotaSettings;
 use chime_proto::v1 as pb;
-use chime_proto::v1::timer_service_client::TimerServiceClient;
 use tonic_types::StatusExt;
 
 #[tokio::test]
@@ -36,30 +35,10 @@ async fn creates_beyond_the_rate_or_the_count_are_refused_with_429() {
     assert_eq!(body.2["reason"], "RATE_LIMITED");
 
     // gRPC says the same, with the wait in RetryInfo.
-    let channel = tonic::transport::Channel::from_shared(gw.grpc.clone())
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
-    let mut c = TimerServiceClient::with_interceptor(
-        channel,
-        chime_proto::Bearer::new(Some(support::BOOTSTRAP)).unwrap(),
-    );
+    let mut c = support::grpc_client(&gw, Some(support::BOOTSTRAP)).await;
     let status = c
         .create_timer(pb::CreateTimerRequest {
-            timer: Some(pb::TimerSpec {
-                app: "billing".into(),
-                name: "g".into(),
-                schedule: Some(pb::Schedule {
-                    kind: Some(pb::schedule::Kind::Every("1m".into())),
-                    anchor: None,
-                }),
-                callback: Some(pb::Callback {
-                    url: "http://billing.internal/run".into(),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            }),
+            timer: Some(support::grpc_spec("billing", "g")),
             ..Default::default()
         })
         .await

@@ -15,7 +15,6 @@ use std::collections::BTreeSet;
 
 use chime_domain::{Claim, OccurrenceStatus, Outcome, TaskKey, Timestamp};
 use chime_proto::v1 as pb;
-use chime_proto::v1::timer_service_client::TimerServiceClient;
 use chime_storage::OccurrenceStore;
 use serde_json::{Value, json};
 use support::{TestGateway, client_with};
@@ -422,19 +421,7 @@ async fn call_grpc(
     n: usize,
 ) -> Result<(), tonic::Status> {
     let spec = |name: String| pb::CreateTimerRequest {
-        timer: Some(pb::TimerSpec {
-            app: APP.into(),
-            name,
-            schedule: Some(pb::Schedule {
-                kind: Some(pb::schedule::Kind::Every("1m".into())),
-                anchor: None,
-            }),
-            callback: Some(pb::Callback {
-                url: "http://billing.internal/run".into(),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }),
+        timer: Some(support::grpc_spec(APP, &name)),
         ..Default::default()
     };
     let id = fx.id;
@@ -535,8 +522,8 @@ async fn every_grpc_method_is_scoped_to_its_app() {
         for who in EVERYONE {
             n += 1;
             let fx = fixture(&gw, n).await;
-            let bearer = chime_proto::Bearer::new(tokens.of(who, &tokens.read_write)).unwrap();
-            let mut c = TimerServiceClient::with_interceptor(channel.clone(), bearer);
+            let mut c =
+                support::grpc_client_on(channel.clone(), tokens.of(who, &tokens.read_write));
             let got = call_grpc(&mut c, method, &fx, n).await;
             let want = match (who, by_id) {
                 (Who::Nobody | Who::Malformed, _) => Some(Code::Unauthenticated),

@@ -6,7 +6,6 @@
 mod support;
 
 use chime_proto::v1 as pb;
-use chime_proto::v1::timer_service_client::TimerServiceClient;
 use chime_test_support::pki::TestCa;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig};
 
@@ -59,10 +58,7 @@ async fn rest_and_grpc_are_served_over_tls() {
         .connect()
         .await
         .unwrap();
-    let mut client = TimerServiceClient::with_interceptor(
-        channel,
-        chime_proto::Bearer::new(Some(support::BOOTSTRAP)).unwrap(),
-    );
+    let mut client = support::grpc_client_on(channel, Some(support::BOOTSTRAP));
     let listed = client
         .list_timers(pb::ListTimersRequest {
             app: "billing".into(),

@@ -155,11 +155,43 @@ pub fn client_with(token: Option<&str>) -> reqwest::Client {
         .unwrap()
 }
 
-/// gRPC metadata carrying `token`.
-pub fn with_token<T>(mut req: tonic::Request<T>, token: &str) -> tonic::Request<T> {
-    req.metadata_mut()
-        .insert("authorization", format!("Bearer {token}").parse().unwrap());
-    req
+/// A gRPC client of `gw` sending `token` (none: no token).
+pub async fn grpc_client(gw: &TestGateway, token: Option<&str>) -> chime_proto::AuthedTimerClient {
+    let channel = tonic::transport::Channel::from_shared(gw.grpc.clone())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    grpc_client_on(channel, token)
+}
+
+/// A gRPC client on `channel` sending `token`.
+pub fn grpc_client_on(
+    channel: tonic::transport::Channel,
+    token: Option<&str>,
+) -> chime_proto::AuthedTimerClient {
+    chime_proto::v1::timer_service_client::TimerServiceClient::with_interceptor(
+        channel,
+        chime_proto::Bearer::new(token).unwrap(),
+    )
+}
+
+/// A valid gRPC timer of `app`/`name`: every minute, calling back a port nothing listens on.
+pub fn grpc_spec(app: &str, name: &str) -> chime_proto::v1::TimerSpec {
+    use chime_proto::v1 as pb;
+    pb::TimerSpec {
+        app: app.into(),
+        name: name.into(),
+        schedule: Some(pb::Schedule {
+            kind: Some(pb::schedule::Kind::Every("1m".into())),
+            anchor: None,
+        }),
+        callback: Some(pb::Callback {
+            url: "http://127.0.0.1:9/cb".into(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
 }
 
 /// A valid create body for `app`/`name`.
