@@ -27,6 +27,8 @@ pub struct Signer {
     /// callbacks within it.
     ttl: Duration,
     cache: Mutex<HashMap<AppName, Cached>>,
+    /// Held by the one task reading secrets from the database.
+    fetching: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl Signer {
@@ -36,6 +38,7 @@ impl Signer {
             clock,
             ttl,
             cache: Mutex::new(HashMap::new()),
+            fetching: Arc::new(tokio::sync::Mutex::new(())),
         }
     }
 
@@ -43,49 +46,72 @@ impl Signer {
         self.cache.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The secrets `app` signs with now. While the database is unreachable, the last ones
-    /// read are used however old; with none read yet, the error.
-    async fn secrets(&self, app: &AppName) -> Result<Arc<[SigningSecret]>, StoreError> {
+    /// The secrets `app` signs with now. Past the TTL the last ones read are still used
+    /// while one task reads them again, so a burst of callbacks costs one query per app, not
+    /// one per callback. While the database is unreachable the last ones read are used
+    /// however old; with none read yet, the error.
+    async fn secrets(self: &Arc<Self>, app: &AppName) -> Result<Arc<[SigningSecret]>, StoreError> {
         let now = self.clock.now();
-        let stale = {
-            let cache = self.cache();
-            match cache.get(app) {
-                Some(c)
-                    if now.as_millis() - c.fetched.as_millis() < self.ttl.as_millis() as i64 =>
-                {
-                    return Ok(c.secrets.clone());
+        let cached = self
+            .cache()
+            .get(app)
+            .map(|c| (c.secrets.clone(), c.fetched));
+        match cached {
+            Some((secrets, fetched)) => {
+                if now.as_millis() - fetched.as_millis() >= self.ttl.as_millis() as i64 {
+                    self.refresh_in_background(app);
                 }
-                Some(c) => Some(c.secrets.clone()),
-                None => None,
-            }
-        };
-        let fresh = SigningSecret::from_key(rand::random());
-        match self.credentials.signing_secrets(app, &fresh, now).await {
-            Ok(secrets) => {
-                let secrets: Arc<[SigningSecret]> = secrets.into();
-                let mut cache = self.cache();
-                if cache.len() >= CACHE_MAX {
-                    cache.clear();
-                }
-                cache.insert(
-                    app.clone(),
-                    Cached {
-                        secrets: secrets.clone(),
-                        fetched: now,
-                    },
-                );
                 Ok(secrets)
             }
-            Err(e) => {
-                tracing::warn!(app = %app, error = %e, "cannot read the signing secret");
-                stale.ok_or(e)
+            None => {
+                // First use: one task reads, the others wait for it and take its answer.
+                let _one = self.fetching.lock().await;
+                if let Some(c) = self.cache().get(app) {
+                    return Ok(c.secrets.clone());
+                }
+                self.fetch(app).await
             }
         }
     }
 
+    fn refresh_in_background(self: &Arc<Self>, app: &AppName) {
+        let Ok(one) = self.fetching.clone().try_lock_owned() else {
+            return; // another refresh is under way
+        };
+        let (this, app) = (self.clone(), app.clone());
+        tokio::spawn(async move {
+            let _one = one;
+            if let Err(e) = this.fetch(&app).await {
+                tracing::warn!(app = %app, error = %e, "cannot read the signing secret; signing with the last one read");
+            }
+        });
+    }
+
+    async fn fetch(&self, app: &AppName) -> Result<Arc<[SigningSecret]>, StoreError> {
+        let now = self.clock.now();
+        let fresh = SigningSecret::from_key(rand::random());
+        let secrets: Arc<[SigningSecret]> = self
+            .credentials
+            .signing_secrets(app, &fresh, now)
+            .await?
+            .into();
+        let mut cache = self.cache();
+        if cache.len() >= CACHE_MAX {
+            cache.clear();
+        }
+        cache.insert(
+            app.clone(),
+            Cached {
+                secrets: secrets.clone(),
+                fetched: now,
+            },
+        );
+        Ok(secrets)
+    }
+
     /// The three Standard Webhooks headers for one attempt of `key` with `body`.
     pub async fn headers(
-        &self,
+        self: &Arc<Self>,
         app: &AppName,
         key: TaskKey,
         body: &[u8],
@@ -112,7 +138,11 @@ mod tests {
         let fx = chime_storage::testkit::sqlite().await;
         let clock = Arc::new(ManualClock::new(Timestamp::from_millis(1_800_000_000_000)));
         let store: Arc<dyn Credentials> = fx.store();
-        let signer = Signer::new(store.clone(), clock.clone(), Duration::from_secs(1));
+        let signer = Arc::new(Signer::new(
+            store.clone(),
+            clock.clone(),
+            Duration::from_secs(1),
+        ));
         let app = AppName::parse("billing").unwrap();
         let key = TaskKey::new(TimerId::new(7).unwrap(), Timestamp::from_millis(1_000));
         let [id, ts, sig] = signer.headers(&app, key, b"{}").await.unwrap();
@@ -138,7 +168,18 @@ mod tests {
         let [_, _, sig] = signer.headers(&app, key, b"{}").await.unwrap();
         assert_eq!(sig.1.split(' ').count(), 1);
         clock.advance(Duration::from_secs(1));
-        let [_, _, sig] = signer.headers(&app, key, b"{}").await.unwrap();
-        assert_eq!(sig.1.split(' ').count(), 2);
+        // Past the TTL the last secrets still sign while they are read again.
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            let [_, _, sig] = signer.headers(&app, key, b"{}").await.unwrap();
+            if sig.1.split(' ').count() == 2 {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the rotation was never read"
+            );
+            tokio::task::yield_now().await;
+        }
     }
 }
