@@ -8,7 +8,7 @@ TEST_SERVICES := scripts/with-test-services.sh
 # measure firing lateness and need the binaries built.
 ifeq ($(shell command -v cargo-nextest 2>/dev/null),)
 TEST_CMD := $(CARGO) test --workspace --all-targets --exclude chime-e2e
-E2E_CMD := $(CARGO) test --workspace --test pipeline --test faults --test durability --test observability --test security
+E2E_CMD := $(CARGO) test --workspace --test pipeline --test faults --test durability --test observability --test security --test semantics
 else
 TEST_CMD := $(CARGO) nextest run --workspace --all-targets --exclude chime-e2e
 # --workspace keeps the feature set of the build above (nothing recompiles); --no-capture

@@ -6,9 +6,12 @@
 //! both transports report the same error, naming the same field, for the same bad input.
 
 use async_trait::async_trait;
+use std::collections::BTreeMap;
+
 use chime_domain::{
-    CallbackInput, DeliveryMode, MisfirePolicy, Occurrence, Page, RetryPolicyInput, ScheduleInput,
-    TaskKey, Timer, TimerId, Timestamp,
+    CallbackInput, DeliveryMode, DstNote, MisfirePolicy, Occurrence, OnComplete, OverlapPolicy,
+    Page, RetryPolicyInput, ScheduleInput, TaskKey, TimeZone, Timer, TimerId, TimerState,
+    Timestamp,
 };
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -41,6 +44,30 @@ pub struct TimerInput {
     /// Default true.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enabled: Option<bool>,
+    /// Labels to find the timer by: up to 16, keys and values of letters, digits, `_`, `-`
+    /// (values also `.`), at most 63 long.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(example = json!({"team": "billing"}))]
+    pub labels: Option<BTreeMap<String, String>>,
+    /// Recurring timers: done after this many fire times (1 to 10,000), counted from now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_runs: Option<u32>,
+    /// `delete`: once done (one-shot fired, `max_runs` used, `end_at` passed) and its last
+    /// occurrence ended, the timer deletes itself. Default `keep`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_complete: Option<OnComplete>,
+    /// Occurrences older than this when they come to fire (after an outage) are skipped,
+    /// whatever the misfire policy ("10m"; 1s to 366d).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub catch_up_window: Option<String>,
+    /// `skip`: an occurrence due while another of this timer is in flight or retrying is
+    /// skipped (recurring timers). Default `allow_all`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overlap: Option<OverlapPolicy>,
+    /// Flexible window ("5m"; 1s to 1d): each occurrence fires at its own fixed offset
+    /// within it after its time, spreading timers that share a schedule.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<String>,
 }
 
 /// A create request: the timer plus an optional idempotency key.
@@ -73,12 +100,33 @@ pub struct TimerPatch {
     pub misfire: Option<MisfirePolicy>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delivery: Option<DeliveryMode>,
+    /// Replaces every label; `{}` removes them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub labels: Option<BTreeMap<String, String>>,
+    /// A new limit counted from now; 0 removes the limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_runs: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_complete: Option<OnComplete>,
+    /// "" removes the window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub catch_up_window: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overlap: Option<OverlapPolicy>,
+    /// "" removes the window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ListTimers {
     pub app: Option<String>,
     pub enabled: Option<bool>,
+    /// `enabled`, `paused` or `done`.
+    pub state: Option<String>,
+    pub name_prefix: Option<String>,
+    /// `key=value[,key=value…]`.
+    pub label: Option<String>,
     pub page_size: Option<u32>,
     pub page_token: Option<String>,
 }
@@ -116,11 +164,79 @@ pub struct TimerView {
     pub timer: Timer,
     /// The next fire times (at most 5) from now.
     pub next_runs: Vec<Timestamp>,
+    pub state: TimerState,
+    /// Fire times left under `max_runs`.
+    pub remaining_runs: Option<u32>,
+}
+
+/// Which run times to preview: a schedule as a timer gives it, from an instant.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PreviewRequest {
+    pub schedule: ScheduleInput,
+    /// RFC 3339; the schedule's bounds, as on a timer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_runs: Option<u32>,
+    /// How many run times, 1 to 1000; default 10.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count: Option<u32>,
+    /// RFC 3339; default now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+}
+
+/// One run time of a preview.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PreviewRun {
+    pub at: Timestamp,
+    pub zone: TimeZone,
+    pub dst: Option<DstNote>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Triggered {
     pub key: TaskKey,
+}
+
+/// A timer declared by app and name (`PUT /v1/apps/{app}/timers/{name}`, `chime apply`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApplyRequest {
+    pub app: String,
+    pub name: String,
+    pub timer: TimerInput,
+    /// Only report what would change.
+    pub dry_run: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ApplyResult {
+    Created,
+    Updated,
+    Unchanged,
+}
+
+impl ApplyResult {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Created => "created",
+            Self::Updated => "updated",
+            Self::Unchanged => "unchanged",
+        }
+    }
+}
+
+/// What applying a declaration did (or, dry, would do).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Applied {
+    pub result: ApplyResult,
+    /// The fields that differ, by request name (`enabled` included).
+    pub changes: Vec<String>,
+    /// The timer as it is after the apply (before it, when dry); none for a dry create.
+    pub timer: Option<TimerView>,
 }
 
 /// Most timers one batch create may hold.
@@ -156,6 +272,29 @@ pub trait TimerApi: Send + Sync + 'static {
         id: TimerId,
         enabled: bool,
     ) -> ApiResult<TimerView>;
+    /// Disables with an optional reason, kept until the timer is enabled again.
+    async fn pause_timer(
+        &self,
+        ctx: &RequestContext,
+        id: TimerId,
+        reason: Option<String>,
+    ) -> ApiResult<TimerView>;
+    /// The timer's next `count` fire times (default 10), as they will fire.
+    async fn next_runs(
+        &self,
+        ctx: &RequestContext,
+        id: TimerId,
+        count: Option<u32>,
+    ) -> ApiResult<Vec<PreviewRun>>;
+    /// The run times a schedule would have, without creating anything.
+    async fn preview(
+        &self,
+        ctx: &RequestContext,
+        req: PreviewRequest,
+    ) -> ApiResult<Vec<PreviewRun>>;
+    /// Creates the app's timer of that name, or changes it to match: idempotent, and a
+    /// declaration that says what the timer already is changes nothing (no new version).
+    async fn apply_timer(&self, ctx: &RequestContext, req: ApplyRequest) -> ApiResult<Applied>;
     /// One extra occurrence, due now.
     async fn trigger_timer(&self, ctx: &RequestContext, id: TimerId) -> ApiResult<Triggered>;
     async fn list_runs(&self, ctx: &RequestContext, query: ListRuns)

@@ -93,11 +93,11 @@ impl IndexWriter {
             metrics::counter!("chime_gateway_index_writes_skipped_total").increment(1);
             return;
         }
-        let soonest = written.iter().map(|o| o.key.run_at).min();
+        let soonest = written.iter().map(NewOccurrence::due_at).min();
         let wait = soonest.is_some_and(|due| due <= now.saturating_add(NO_WAIT_BEYOND));
         let entries: Vec<HotEntry> = written
             .iter()
-            .map(|o| HotEntry::new(o.key, o.key.run_at, o.bucket))
+            .map(|o| HotEntry::new(o.key, o.due_at(), o.bucket))
             .collect();
         let count = entries.len();
         let queue = self
@@ -219,6 +219,7 @@ mod tests {
             key: TaskKey::new(timer_id, Timestamp::from_millis(1_000_000 + id)),
             timer_version: 1,
             bucket: Bucket::of(timer_id, BucketCount::DEFAULT),
+            due: None,
         }
     }
 
@@ -257,6 +258,7 @@ mod tests {
             ),
             timer_version: 1,
             bucket: Bucket::of(timer_id, BucketCount::DEFAULT),
+            due: None,
         };
         // The write is held at the gate, yet the request returns, and without counting a
         // timeout against the index.

@@ -3,15 +3,18 @@
 
 pub mod access;
 pub mod api;
+mod apply;
 pub mod auth;
 mod catalog;
 pub mod context;
 pub mod error;
 pub mod grpc;
 pub mod index;
+mod preview;
 pub mod quota;
 pub mod rest;
 pub mod service;
+mod spec;
 pub mod view;
 
 use std::sync::Arc;

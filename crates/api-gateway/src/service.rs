@@ -6,9 +6,9 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use chime_domain::{
-    AppName, Clock, Horizon, NetworkPolicy, NewOccurrence, NewTimer, Occurrence, OccurrenceStatus,
-    Page, PageSize, RetryPolicyInput, Schedule, Scope, TaskKey, Timer, TimerId, TimerName,
-    TimerSpec, Timestamp, ValidationError,
+    AppName, Clock, Horizon, Labels, NetworkPolicy, NewOccurrence, NewTimer, Occurrence,
+    OccurrenceStatus, Page, PageSize, PauseNote, Scope, TaskKey, Timer, TimerId, TimerSpec,
+    TimerState, Timestamp,
 };
 use chime_storage::{
     CreateTimer, DeadFilter, HotIndex, IdempotencyKey, OccurrenceStore, PageRequest, Redrive,
@@ -16,13 +16,16 @@ use chime_storage::{
 };
 
 use crate::api::{
-    CreateRequest, ListDeadLetters, ListRuns, ListTimers, MAX_BATCH, RedriveTarget, TimerApi,
-    TimerInput, TimerPatch, TimerView, Triggered,
+    Applied, ApplyRequest, CreateRequest, ListDeadLetters, ListRuns, ListTimers, MAX_BATCH,
+    PreviewRequest, PreviewRun, RedriveTarget, TimerApi, TimerInput, TimerPatch, TimerView,
+    Triggered,
 };
-use crate::context::{AppScope, RequestContext};
+use crate::context::{AppScope, Caller, RequestContext};
 use crate::error::{ApiError, ApiResult, ErrorCode};
 use crate::index::IndexWriter;
+use crate::preview;
 use crate::quota::{QuotaSettings, Quotas};
+use crate::spec::{apply_patch, parse_spec};
 
 /// How many fire times a timer response previews.
 const NEXT_RUNS: usize = 5;
@@ -30,11 +33,11 @@ const NEXT_RUNS: usize = 5;
 const MAX_IDEMPOTENCY_KEY: usize = 256;
 
 pub struct TimerService {
-    timers: Arc<dyn TimerStore>,
+    pub(crate) timers: Arc<dyn TimerStore>,
     occurrences: Arc<dyn OccurrenceStore>,
     index: IndexWriter,
-    horizon: Horizon,
-    clock: Arc<dyn Clock>,
+    pub(crate) horizon: Horizon,
+    pub(crate) clock: Arc<dyn Clock>,
     networks: NetworkPolicy,
     /// Limits on each app's creates; none unless set.
     quotas: Option<Quotas>,
@@ -80,23 +83,29 @@ impl TimerService {
     }
 
     /// A callback whose address is an IP the policy blocks: 400 naming the rule.
-    fn check_callback(&self, spec: &TimerSpec) -> ApiResult<()> {
+    pub(crate) fn check_callback(&self, spec: &TimerSpec) -> ApiResult<()> {
         self.networks
             .check_url(spec.callback.url.as_url())
             .map_err(|blocked| ApiError::invalid("callback.url", blocked.to_string()))
     }
 
-    fn view(&self, timer: chime_domain::Timer) -> TimerView {
+    pub(crate) fn view(&self, timer: chime_domain::Timer) -> TimerView {
+        let now = self.clock.now();
         let next_runs = if timer.enabled {
-            timer.spec.schedule.next_runs(self.clock.now(), NEXT_RUNS)
+            timer.spec.schedule.next_runs(now, NEXT_RUNS)
         } else {
             Vec::new()
         };
-        TimerView { timer, next_runs }
+        TimerView {
+            state: timer.state(now),
+            remaining_runs: timer.spec.schedule.remaining_runs(now),
+            timer,
+            next_runs,
+        }
     }
 
     /// Indexes what a committed write stored, and shows the timer.
-    async fn indexed(&self, written: Written) -> TimerView {
+    pub(crate) async fn indexed(&self, written: Written) -> TimerView {
         self.index.add(&written.occurrences).await;
         self.view(written.timer)
     }
@@ -235,10 +244,21 @@ impl TimerApi for TimerService {
         query: ListTimers,
     ) -> ApiResult<Page<TimerView>> {
         ctx.require(Scope::Read)?;
+        let state = query
+            .state
+            .filter(|s| !s.is_empty())
+            .map(|s| s.parse::<TimerState>())
+            .transpose()?;
         let filter = TimerFilter {
             app: listed_app(ctx, query.app)?,
             enabled: query.enabled,
             bucket: None,
+            state: state.map(|s| (s, self.clock.now())),
+            name_prefix: query.name_prefix.filter(|p| !p.is_empty()),
+            labels: match query.label.as_deref() {
+                Some(sel) => Labels::parse_selector(sel)?,
+                None => Vec::new(),
+            },
         };
         let page = PageRequest {
             size: PageSize::new(query.page_size)?,
@@ -303,6 +323,54 @@ impl TimerApi for TimerService {
         Ok(self.indexed(written).await)
     }
 
+    async fn pause_timer(
+        &self,
+        ctx: &RequestContext,
+        id: TimerId,
+        reason: Option<String>,
+    ) -> ApiResult<TimerView> {
+        ctx.require(Scope::Write)?;
+        let reason = PauseNote::reason(reason.as_deref().unwrap_or(""))?;
+        self.check_visible(ctx, id).await?;
+        let note = PauseNote {
+            reason,
+            at: self.clock.now(),
+            by: match &ctx.caller {
+                Caller::Anonymous => None,
+                Caller::Admin => Some("bootstrap".to_owned()),
+                Caller::Token { id, .. } => Some(id.to_string()),
+            },
+        };
+        Ok(self.view(self.timers.pause_timer(id, &note).await?))
+    }
+
+    async fn next_runs(
+        &self,
+        ctx: &RequestContext,
+        id: TimerId,
+        count: Option<u32>,
+    ) -> ApiResult<Vec<PreviewRun>> {
+        ctx.require(Scope::Read)?;
+        let timer = self.visible_timer(ctx, id).await?;
+        let count = preview::count(count)?;
+        Ok(preview::runs(&timer.spec.schedule, self.clock.now(), count))
+    }
+
+    async fn preview(
+        &self,
+        ctx: &RequestContext,
+        req: PreviewRequest,
+    ) -> ApiResult<Vec<PreviewRun>> {
+        ctx.require(Scope::Read)?;
+        let now = self.clock.now();
+        let (schedule, from, count) = preview::parse(&req, now)?;
+        Ok(preview::runs(&schedule, from, count))
+    }
+
+    async fn apply_timer(&self, ctx: &RequestContext, req: ApplyRequest) -> ApiResult<Applied> {
+        self.apply(ctx, req).await
+    }
+
     async fn trigger_timer(&self, ctx: &RequestContext, id: TimerId) -> ApiResult<Triggered> {
         ctx.require(Scope::Write)?;
         let timer = self.visible_timer(ctx, id).await?;
@@ -320,6 +388,7 @@ impl TimerApi for TimerService {
                 key: TaskKey::new(id, at),
                 timer_version: timer.version,
                 bucket: timer.bucket,
+                due: None,
             };
             // One statement: the occurrence is durable once it returns.
             if self.occurrences.insert_occurrences(&[row]).await? == 1 {
@@ -441,59 +510,4 @@ fn listed_app(ctx: &RequestContext, asked: Option<String>) -> ApiResult<Option<A
 fn fingerprint(input: &TimerInput) -> String {
     let canonical = serde_json::to_vec(input).unwrap_or_default();
     format!("{:032x}", xxhash_rust::xxh3::xxh3_128(&canonical))
-}
-
-fn timestamp(raw: &Option<String>, field: &str) -> Result<Option<Timestamp>, ValidationError> {
-    raw.as_deref()
-        .map(|s| Timestamp::parse_rfc3339(s).map_err(|m| ValidationError::new(field, m)))
-        .transpose()
-}
-
-pub(crate) fn parse_spec(input: &TimerInput, now: Timestamp) -> Result<TimerSpec, ValidationError> {
-    let start_at = timestamp(&input.start_at, "start_at")?;
-    let end_at = timestamp(&input.end_at, "end_at")?;
-    Ok(TimerSpec {
-        app: AppName::parse(input.app.clone())?,
-        name: TimerName::parse(input.name.clone())?,
-        schedule: input.schedule.resolve(now, start_at, end_at)?,
-        callback: input.callback.clone().parse()?,
-        retry: input
-            .retry
-            .as_ref()
-            .map(RetryPolicyInput::parse)
-            .transpose()?
-            .unwrap_or_default(),
-        misfire: input.misfire.unwrap_or_default(),
-        delivery: input.delivery.unwrap_or_default(),
-    })
-}
-
-fn apply_patch(
-    current: &TimerSpec,
-    patch: &TimerPatch,
-    now: Timestamp,
-) -> Result<TimerSpec, ValidationError> {
-    let mut spec = current.clone();
-    if let Some(name) = &patch.name {
-        spec.name = TimerName::parse(name.clone())?;
-    }
-    let start_at = timestamp(&patch.start_at, "start_at")?.or(current.schedule.start_at());
-    let end_at = timestamp(&patch.end_at, "end_at")?.or(current.schedule.end_at());
-    spec.schedule = match &patch.schedule {
-        Some(s) => s.resolve(now, start_at, end_at)?,
-        None => Schedule::new(current.schedule.kind().clone(), start_at, end_at)?,
-    };
-    if let Some(c) = &patch.callback {
-        spec.callback = c.clone().parse()?;
-    }
-    if let Some(r) = &patch.retry {
-        spec.retry = r.parse()?;
-    }
-    if let Some(m) = patch.misfire {
-        spec.misfire = m;
-    }
-    if let Some(d) = patch.delivery {
-        spec.delivery = d;
-    }
-    Ok(spec)
 }

@@ -12,6 +12,7 @@ pub enum ScheduleShown {
     Cron {
         expression: String,
         time_zone: String,
+        dst: chime_domain::DstPolicy,
     },
     /// `first`: the first fire time, which the interval counts from.
     Every {
@@ -41,6 +42,7 @@ pub struct RetryShown {
     pub initial_backoff: String,
     pub max_backoff: String,
     pub jitter: bool,
+    pub max_age: Option<String>,
 }
 
 /// One next fire time, and how the timer's zone writes it.
@@ -52,9 +54,14 @@ pub struct NextRunShown {
 impl TimerView {
     pub fn schedule_shown(&self) -> ScheduleShown {
         match self.timer.spec.schedule.kind() {
-            ScheduleKind::Cron { expr, time_zone } => ScheduleShown::Cron {
+            ScheduleKind::Cron {
+                expr,
+                time_zone,
+                dst,
+            } => ScheduleShown::Cron {
                 expression: expr.to_string(),
                 time_zone: time_zone.name().to_owned(),
+                dst: *dst,
             },
             ScheduleKind::Every { interval, first } => ScheduleShown::Every {
                 interval: interval.to_string(),
@@ -90,6 +97,7 @@ impl TimerView {
             initial_backoff: format_duration(r.initial_backoff()),
             max_backoff: format_duration(r.max_backoff()),
             jitter: r.jitter(),
+            max_age: r.max_age().map(|a| a.to_string()),
         }
     }
 

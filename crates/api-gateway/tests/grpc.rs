@@ -24,6 +24,7 @@ fn spec(app: &str, name: &str) -> pb::TimerSpec {
             kind: Some(pb::schedule::Kind::Cron(pb::CronSchedule {
                 expression: "*/10 * * * * *".into(),
                 time_zone: "Europe/Berlin".into(),
+                ..Default::default()
             })),
             anchor: None,
         }),
@@ -131,7 +132,10 @@ async fn every_method_round_trips() {
     );
 
     let off = c
-        .disable_timer(pb::DisableTimerRequest { id: t.id })
+        .disable_timer(pb::DisableTimerRequest {
+            id: t.id,
+            ..Default::default()
+        })
         .await
         .unwrap()
         .into_inner();
@@ -182,6 +186,7 @@ async fn errors_carry_canonical_codes_and_details() {
             kind: Some(pb::schedule::Kind::Cron(pb::CronSchedule {
                 expression: "61 * * * *".into(),
                 time_zone: String::new(),
+                ..Default::default()
             })),
             anchor: None,
         });
@@ -316,9 +321,12 @@ async fn errors_carry_canonical_codes_and_details() {
         .await
         .unwrap_err();
     assert_eq!(over.code(), Code::InvalidArgument);
-    c.disable_timer(pb::DisableTimerRequest { id: t.id })
-        .await
-        .unwrap();
+    c.disable_timer(pb::DisableTimerRequest {
+        id: t.id,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
     let disabled = c
         .trigger_timer(pb::TriggerTimerRequest { id: t.id })
         .await

@@ -319,6 +319,7 @@ async fn enable_disable_trigger_and_runs() {
             key: ahead,
             timer_version: 3,
             bucket: chime_domain::Bucket::of(ahead.timer_id, Default::default()),
+            due: None,
         }])
         .await
         .unwrap();
@@ -600,6 +601,7 @@ async fn dead_run(gw: &support::TestGateway, id: i64, run_at: i64) -> chime_doma
             key,
             timer_version: 1,
             bucket: chime_domain::Bucket::of(key.timer_id, Default::default()),
+            due: None,
         }])
         .await
         .unwrap();

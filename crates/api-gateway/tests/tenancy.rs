@@ -51,6 +51,8 @@ enum Target {
     InApp,
     /// The app's tokens and secret: admin scope, another app's is 403.
     Admin,
+    /// No app's data (a schedule preview): any valid token may read it.
+    AnyApp,
 }
 
 /// Tokens of the two apps.
@@ -165,6 +167,17 @@ fn rest_case(route: &str, n: usize, fx: &Fixture) -> Option<(Target, String, Opt
         "POST /v1/timers/{id}/enable" => (Target::ById, format!("/v1/timers/{id}/enable"), None),
         "POST /v1/timers/{id}/disable" => (Target::ById, format!("/v1/timers/{id}/disable"), None),
         "POST /v1/timers/{id}/trigger" => (Target::ById, format!("/v1/timers/{id}/trigger"), None),
+        "PUT /v1/apps/{app}/timers/{name}" => (
+            Target::InApp,
+            format!("/v1/apps/{APP}/timers/declared-{n}"),
+            Some(support::timer_json(APP, &format!("declared-{n}"))),
+        ),
+        "GET /v1/timers/{id}/next" => (Target::ById, format!("/v1/timers/{id}/next"), None),
+        "POST /v1/schedules/preview" => (
+            Target::AnyApp,
+            "/v1/schedules/preview".to_owned(),
+            Some(json!({"schedule": {"every": "1m"}})),
+        ),
         "GET /v1/timers/{id}/runs" => (Target::ById, format!("/v1/timers/{id}/runs"), None),
         "POST /v1/timers/{id}/redrive" => (Target::ById, format!("/v1/timers/{id}/redrive"), None),
         "GET /v1/dead-letters" => (Target::InApp, format!("/v1/dead-letters?app={APP}"), None),
@@ -201,6 +214,7 @@ fn rest_case(route: &str, n: usize, fx: &Fixture) -> Option<(Target, String, Opt
 fn expected(who: Who, target: Target, write: bool) -> &'static [u16] {
     match (who, target) {
         (Who::Nobody | Who::Malformed, _) => &[401],
+        (_, Target::AnyApp) => &[200],
         (Who::OtherApp, Target::ById) => &[404],
         (Who::OtherApp, _) => &[403],
         // A read-only token lacks write and admin.
@@ -458,7 +472,10 @@ async fn call_grpc(
             .await
             .map(drop),
         "DisableTimer" => c
-            .disable_timer(pb::DisableTimerRequest { id })
+            .disable_timer(pb::DisableTimerRequest {
+                id,
+                ..Default::default()
+            })
             .await
             .map(drop),
         "TriggerTimer" => c
@@ -489,6 +506,27 @@ async fn call_grpc(
             .redrive_timer(pb::RedriveTimerRequest { timer_id: id })
             .await
             .map(drop),
+        "ApplyTimer" => c
+            .apply_timer(pb::ApplyTimerRequest {
+                timer: Some(support::grpc_spec(APP, &format!("ga-{n}"))),
+                ..Default::default()
+            })
+            .await
+            .map(drop),
+        "NextRuns" => c
+            .next_runs(pb::NextRunsRequest { id, count: 3 })
+            .await
+            .map(drop),
+        "PreviewSchedule" => c
+            .preview_schedule(pb::PreviewScheduleRequest {
+                schedule: Some(pb::Schedule {
+                    kind: Some(pb::schedule::Kind::Every("1m".into())),
+                    anchor: None,
+                }),
+                ..Default::default()
+            })
+            .await
+            .map(drop),
         other => panic!("TimerService/{other} has no tenancy case: add one to call_grpc"),
     }
 }
@@ -514,10 +552,19 @@ async fn every_grpc_method_is_scoped_to_its_app() {
         .unwrap();
     let mut n = 10_000;
     for method in &methods {
-        let write = !(method.starts_with("Get") || method.starts_with("List"));
+        let write = !(method.starts_with("Get")
+            || method.starts_with("List")
+            || matches!(method.as_str(), "NextRuns" | "PreviewSchedule"));
+        // A preview reads no app's data: any valid token may ask.
+        let any_app = method == "PreviewSchedule";
         let by_id = !matches!(
             method.as_str(),
-            "CreateTimer" | "BatchCreateTimers" | "ListTimers" | "ListDeadLetters"
+            "CreateTimer"
+                | "BatchCreateTimers"
+                | "ListTimers"
+                | "ListDeadLetters"
+                | "ApplyTimer"
+                | "PreviewSchedule"
         );
         for who in EVERYONE {
             n += 1;
@@ -527,6 +574,7 @@ async fn every_grpc_method_is_scoped_to_its_app() {
             let got = call_grpc(&mut c, method, &fx, n).await;
             let want = match (who, by_id) {
                 (Who::Nobody | Who::Malformed, _) => Some(Code::Unauthenticated),
+                _ if any_app => None,
                 (Who::OtherApp, true) => Some(Code::NotFound),
                 (Who::OtherApp, false) => Some(Code::PermissionDenied),
                 (Who::ReadOnly, _) if write => Some(Code::PermissionDenied),

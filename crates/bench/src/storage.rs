@@ -118,6 +118,7 @@ fn occurrences(n: usize, offset: usize) -> Vec<NewOccurrence> {
                 ),
                 timer_version: 1,
                 bucket: Bucket::of(id, BucketCount::DEFAULT),
+                due: None,
             }
         })
         .collect()

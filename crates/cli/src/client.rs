@@ -26,8 +26,21 @@ pub enum TimersCommand {
     Delete { id: i64 },
     /// Resume firing.
     Enable { id: i64 },
-    /// Stop firing (occurrences already due are skipped).
-    Disable { id: i64 },
+    /// Stop firing (occurrences already due are skipped), optionally saying why.
+    Disable {
+        id: i64,
+        /// Shown on the timer until it is enabled again.
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// A timer's next run times, marked where daylight saving moved them.
+    Next {
+        id: i64,
+        #[arg(long, default_value_t = 10)]
+        count: u32,
+    },
+    /// The run times a schedule would have, without creating a timer.
+    Preview(PreviewArgs),
     /// Fire once now, outside the schedule.
     Trigger { id: i64 },
     /// A timer's runs, newest first: status, attempt, lateness, HTTP status, error.
@@ -42,6 +55,14 @@ pub struct ScheduleArgs {
     /// IANA time zone the cron expression is read in (default UTC).
     #[arg(long, requires = "cron")]
     pub time_zone: Option<String>,
+    /// A local time in a spring-forward gap fires at the first instant after it
+    /// (next-instant, the default), later by the gap's length (shift), or not (skip).
+    #[arg(long, value_enum, requires = "cron")]
+    pub dst_gap: Option<Gap>,
+    /// A local time that happens twice (clocks fall back) fires at the first instance
+    /// (first, the default) or at both.
+    #[arg(long, value_enum, requires = "cron")]
+    pub dst_repeat: Option<Repeat>,
     /// Fixed interval: 30s, 5m, 1h30m.
     #[arg(long, group = "schedule")]
     pub every: Option<String>,
@@ -51,6 +72,37 @@ pub struct ScheduleArgs {
     /// Once, this long from now: 90s.
     #[arg(long, group = "schedule")]
     pub after: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum Gap {
+    NextInstant,
+    Shift,
+    Skip,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum Repeat {
+    First,
+    Both,
+}
+
+/// A cron schedule's daylight-saving policy as the API carries it (unset: the defaults).
+pub(crate) fn dst_policy(gap: Option<Gap>, repeat: Option<Repeat>) -> Option<pb::DstPolicy> {
+    if gap.is_none() && repeat.is_none() {
+        return None;
+    }
+    Some(pb::DstPolicy {
+        gap: match gap {
+            None | Some(Gap::NextInstant) => pb::GapPolicy::NextInstant,
+            Some(Gap::Shift) => pb::GapPolicy::Shift,
+            Some(Gap::Skip) => pb::GapPolicy::Skip,
+        } as i32,
+        repeat: match repeat {
+            None | Some(Repeat::First) => pb::RepeatPolicy::First,
+            Some(Repeat::Both) => pb::RepeatPolicy::Both,
+        } as i32,
+    })
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -98,6 +150,67 @@ pub struct SpecArgs {
     pub misfire: Option<Misfire>,
     #[arg(long, value_enum)]
     pub delivery: Option<Delivery>,
+    /// No retry starts later than this after the scheduled time: 1h.
+    #[arg(long)]
+    pub retry_max_age: Option<String>,
+    /// Label, repeatable: --label team=billing. On update, the labels given replace all.
+    #[arg(long = "label", value_name = "KEY=VALUE", value_parser = header)]
+    pub labels: Vec<(String, String)>,
+    /// Recurring timers: done after this many fire times (on update, 0 removes the limit).
+    #[arg(long)]
+    pub max_runs: Option<u32>,
+    /// What happens once the timer is done.
+    #[arg(long, value_enum)]
+    pub on_complete: Option<Completion>,
+    /// Skip occurrences older than this when they come to fire (after an outage): 10m.
+    #[arg(long)]
+    pub catch_up_window: Option<String>,
+    /// While another occurrence of the timer is in flight or retrying: skip the new one, or
+    /// buffer-one (the first waits for it, later ones are skipped).
+    #[arg(long, value_enum)]
+    pub overlap: Option<Overlap>,
+    /// Flexible window: each occurrence fires at its own offset within it (5m).
+    #[arg(long)]
+    pub window: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum Overlap {
+    AllowAll,
+    Skip,
+    BufferOne,
+}
+
+fn overlap(o: Option<Overlap>) -> i32 {
+    match o {
+        None => pb::OverlapPolicy::Unspecified as i32,
+        Some(Overlap::AllowAll) => pb::OverlapPolicy::AllowAll as i32,
+        Some(Overlap::Skip) => pb::OverlapPolicy::Skip as i32,
+        Some(Overlap::BufferOne) => pb::OverlapPolicy::BufferOne as i32,
+    }
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum Completion {
+    Keep,
+    Delete,
+}
+
+#[derive(Debug, Args)]
+pub struct PreviewArgs {
+    #[command(flatten)]
+    pub schedule: ScheduleArgs,
+    #[arg(long)]
+    pub start_at: Option<String>,
+    #[arg(long)]
+    pub end_at: Option<String>,
+    #[arg(long)]
+    pub max_runs: Option<u32>,
+    #[arg(long, default_value_t = 10)]
+    pub count: u32,
+    /// RFC 3339 instant to preview from (default now).
+    #[arg(long)]
+    pub from: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -146,11 +259,27 @@ pub struct ListArgs {
     /// Only enabled (true) or disabled (false) timers.
     #[arg(long)]
     pub enabled: Option<bool>,
+    /// Only timers in this state: enabled, paused or done.
+    #[arg(long, value_enum)]
+    pub state: Option<State>,
+    /// Only timers whose name starts with this.
+    #[arg(long)]
+    pub name_prefix: Option<String>,
+    /// Label selector: team=billing[,env=prod].
+    #[arg(long)]
+    pub label: Option<String>,
     #[arg(long, default_value_t = 100)]
     pub page_size: u32,
     /// The next_page_token a previous page printed.
     #[arg(long)]
     pub page_token: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum State {
+    Enabled,
+    Paused,
+    Done,
 }
 
 #[derive(Debug, Args)]
@@ -175,7 +304,7 @@ fn header(s: &str) -> Result<(String, String), String> {
         .ok_or_else(|| format!("{s:?} is not NAME=VALUE"))
 }
 
-fn timestamp(field: &str, s: &str) -> Result<prost_types::Timestamp, CliError> {
+pub(crate) fn timestamp(field: &str, s: &str) -> Result<prost_types::Timestamp, CliError> {
     let t = Timestamp::parse_rfc3339(s).map_err(|e| CliError::Usage(format!("--{field}: {e}")))?;
     let ms = t.as_millis();
     Ok(prost_types::Timestamp {
@@ -256,6 +385,7 @@ fn schedule(s: &ScheduleArgs) -> Result<Option<pb::Schedule>, CliError> {
         Kind::Cron(pb::CronSchedule {
             expression: expr.clone(),
             time_zone: s.time_zone.clone().unwrap_or_default(),
+            dst: dst_policy(s.dst_gap, s.dst_repeat),
         })
     } else if let Some(every) = &s.every {
         Kind::Every(every.clone())
@@ -300,6 +430,17 @@ fn apply_retry(retry: &mut pb::RetryPolicy, spec: &SpecArgs) {
     }
     if let Some(b) = &spec.max_backoff {
         retry.max_backoff = b.clone();
+    }
+    if let Some(a) = &spec.retry_max_age {
+        retry.max_age = a.clone();
+    }
+}
+
+fn on_complete(c: Option<Completion>) -> i32 {
+    match c {
+        None => pb::OnComplete::Unspecified as i32,
+        Some(Completion::Keep) => pb::OnComplete::Keep as i32,
+        Some(Completion::Delete) => pb::OnComplete::Delete as i32,
     }
 }
 
@@ -368,6 +509,12 @@ pub async fn run(
                 retry: Some(retry),
                 misfire: a.spec.misfire.map(misfire).unwrap_or_default(),
                 delivery: a.spec.delivery.map(delivery).unwrap_or_default(),
+                labels: a.spec.labels.iter().cloned().collect(),
+                max_runs: a.spec.max_runs,
+                on_complete: on_complete(a.spec.on_complete),
+                catch_up_window: a.spec.catch_up_window.clone().unwrap_or_default(),
+                overlap: overlap(a.spec.overlap),
+                window: a.spec.window.clone().unwrap_or_default(),
             };
             let timer = client
                 .create_timer(pb::CreateTimerRequest {
@@ -391,6 +538,14 @@ pub async fn run(
                 .list_timers(pb::ListTimersRequest {
                     app: a.app.unwrap_or_default(),
                     enabled: a.enabled,
+                    state: match a.state {
+                        None => pb::TimerState::Unspecified,
+                        Some(State::Enabled) => pb::TimerState::Enabled,
+                        Some(State::Paused) => pb::TimerState::Paused,
+                        Some(State::Done) => pb::TimerState::Done,
+                    } as i32,
+                    name_prefix: a.name_prefix.unwrap_or_default(),
+                    label: a.label.unwrap_or_default(),
                     page_size: a.page_size,
                     page_token: a.page_token.unwrap_or_default(),
                 })
@@ -421,6 +576,14 @@ pub async fn run(
                     retry: Some(retry),
                     misfire: a.spec.misfire.map(misfire).unwrap_or_default(),
                     delivery: a.spec.delivery.map(delivery).unwrap_or_default(),
+                    labels: (!a.spec.labels.is_empty()).then(|| pb::Labels {
+                        labels: a.spec.labels.iter().cloned().collect(),
+                    }),
+                    max_runs: a.spec.max_runs,
+                    on_complete: on_complete(a.spec.on_complete),
+                    catch_up_window: a.spec.catch_up_window.clone(),
+                    overlap: overlap(a.spec.overlap),
+                    window: a.spec.window.clone(),
                 })
                 .await?
                 .into_inner();
@@ -441,12 +604,42 @@ pub async fn run(
                 .into_inner();
             output::timer(&timer, out)
         }
-        TimersCommand::Disable { id } => {
+        TimersCommand::Disable { id, reason } => {
             let timer = client
-                .disable_timer(pb::DisableTimerRequest { id })
+                .disable_timer(pb::DisableTimerRequest {
+                    id,
+                    reason: reason.unwrap_or_default(),
+                })
                 .await?
                 .into_inner();
             output::timer(&timer, out)
+        }
+        TimersCommand::Next { id, count } => {
+            let runs = client
+                .next_runs(pb::NextRunsRequest { id, count })
+                .await?
+                .into_inner();
+            output::run_times(&runs, out)
+        }
+        TimersCommand::Preview(a) => {
+            let schedule = schedule(&a.schedule)?.ok_or_else(|| {
+                CliError::Usage("give a schedule: --cron, --every, --at or --after".into())
+            })?;
+            let at = |flag: &str, v: &Option<String>| {
+                v.as_deref().map(|s| timestamp(flag, s)).transpose()
+            };
+            let runs = client
+                .preview_schedule(pb::PreviewScheduleRequest {
+                    schedule: Some(schedule),
+                    start_at: at("start-at", &a.start_at)?,
+                    end_at: at("end-at", &a.end_at)?,
+                    max_runs: a.max_runs,
+                    count: a.count,
+                    from: at("from", &a.from)?,
+                })
+                .await?
+                .into_inner();
+            output::run_times(&runs, out)
         }
         TimersCommand::Trigger { id } => {
             let t = client

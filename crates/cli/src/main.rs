@@ -1,6 +1,7 @@
 //! `chime`: Chime in one process for development (`chime dev`), and the command-line client
 //! of a running Chime (`chime timers …`).
 
+mod apply;
 mod client;
 mod dev;
 mod output;
@@ -64,6 +65,32 @@ enum Command {
         #[command(subcommand)]
         command: Box<TimersCommand>,
     },
+    /// Sync one app's timers to YAML or JSON files (timers kept in Git): prints what
+    /// changes (+ created, ~ changed with the fields, - deleted) and applies it.
+    ///
+    /// Example: chime apply -f timers/ --app billing --prune --dry-run
+    #[command(verbatim_doc_comment)]
+    Apply {
+        #[command(flatten)]
+        args: apply::ApplyArgs,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+}
+
+/// Where the client commands find Chime, and how they print.
+#[derive(clap::Args)]
+struct ClientArgs {
+    /// Chime's gRPC address.
+    #[arg(long, env = "CHIME_SERVER", default_value = "http://127.0.0.1:50051")]
+    server: String,
+    /// Bearer token (an app token, or the bootstrap admin token); not needed by
+    /// `chime dev`.
+    #[arg(long, env = "CHIME_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// table for people, json for scripts.
+    #[arg(long, value_enum, default_value = "table")]
+    output: Output,
 }
 
 #[tokio::main]
@@ -96,22 +123,33 @@ async fn main() -> ExitCode {
             token,
             output,
             command,
-        } => {
-            let result = async {
+        } => finish(
+            async {
                 let mut c = client::connect(&server, token.as_deref()).await?;
                 client::run(&mut c, *command, output).await
             }
-            .await;
-            match result {
-                Ok(text) => {
-                    println!("{text}");
-                    ExitCode::SUCCESS
-                }
-                Err(e) => {
-                    eprintln!("error: {}", e.message());
-                    ExitCode::from(e.exit_code())
-                }
+            .await,
+        ),
+        Command::Apply { args, client: c } => finish(
+            async {
+                let mut client = client::connect(&c.server, c.token.as_deref()).await?;
+                apply::run(&mut client, args, c.output).await
             }
+            .await,
+        ),
+    }
+}
+
+/// Prints a client command's answer, or its error with its exit code.
+fn finish(result: Result<String, client::CliError>) -> ExitCode {
+    match result {
+        Ok(text) => {
+            println!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {}", e.message());
+            ExitCode::from(e.exit_code())
         }
     }
 }

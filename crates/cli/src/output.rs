@@ -52,8 +52,21 @@ fn timer_json(t: &pb::Timer) -> Value {
             "max_attempts": retry.max_attempts,
             "initial_backoff": retry.initial_backoff,
             "max_backoff": retry.max_backoff,
+            "max_age": (!retry.max_age.is_empty()).then_some(&retry.max_age),
         },
         "enabled": t.enabled,
+        "state": state_text(t.state),
+        "paused": t.paused.as_ref().map(|p| json!({"reason": p.reason, "at": ts(&p.at), "by": (!p.by.is_empty()).then_some(&p.by)})),
+        "labels": spec.labels,
+        "max_runs": spec.max_runs,
+        "remaining_runs": t.remaining_runs,
+        "catch_up_window": (!spec.catch_up_window.is_empty()).then_some(&spec.catch_up_window),
+        "window": (!spec.window.is_empty()).then_some(&spec.window),
+        "overlap": match pb::OverlapPolicy::try_from(spec.overlap) {
+            Ok(pb::OverlapPolicy::Skip) => "skip",
+            Ok(pb::OverlapPolicy::BufferOne) => "buffer_one",
+            _ => "allow_all",
+        },
         "version": t.version,
         "created_at": ts(&t.created_at),
         "updated_at": ts(&t.updated_at),
@@ -133,9 +146,26 @@ pub fn timer(t: &pb::Timer, out: Output) -> String {
             v["callback"]["method"].as_str().unwrap_or(""),
             v["callback"]["url"].as_str().unwrap_or("")
         ),
-        format!("enabled:   {}", t.enabled),
+        format!("state:     {}", state_text(t.state)),
         format!("version:   {}", t.version),
     ];
+    if let Some(p) = &t.paused {
+        lines.push(format!(
+            "paused:    {} ({})",
+            p.reason,
+            p.at.map(rfc3339).unwrap_or_default()
+        ));
+    }
+    if let Some(obj) = v["labels"].as_object().filter(|o| !o.is_empty()) {
+        let pairs: Vec<String> = obj
+            .iter()
+            .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("")))
+            .collect();
+        lines.push(format!("labels:    {}", pairs.join(",")));
+    }
+    if let Some(left) = t.remaining_runs {
+        lines.push(format!("runs left: {left}"));
+    }
     for (i, n) in t.next_runs.iter().enumerate() {
         let at = n.at.map(rfc3339).unwrap_or_default();
         let label = if i == 0 { "next runs:" } else { "" };
@@ -160,7 +190,7 @@ pub fn timers(ts: &[pb::Timer], token: &str, out: Output) -> String {
                 spec.app,
                 spec.name,
                 schedule_text(&spec.schedule),
-                if t.enabled { "yes" } else { "no" }.into(),
+                state_text(t.state).into(),
                 t.version.to_string(),
                 t.next_runs
                     .first()
@@ -172,7 +202,7 @@ pub fn timers(ts: &[pb::Timer], token: &str, out: Output) -> String {
         .collect();
     table(
         &[
-            "ID", "APP", "NAME", "SCHEDULE", "ENABLED", "VERSION", "NEXT RUN",
+            "ID", "APP", "NAME", "SCHEDULE", "STATE", "VERSION", "NEXT RUN",
         ],
         &rows,
     ) + &next_page(token)
@@ -202,6 +232,43 @@ pub fn runs(rs: &[pb::Run], token: &str, out: Output) -> String {
         &["RUN AT", "STATUS", "ATTEMPT", "LATENESS", "HTTP", "ERROR"],
         &rows,
     ) + &next_page(token)
+}
+
+fn state_text(raw: i32) -> &'static str {
+    match pb::TimerState::try_from(raw) {
+        Ok(pb::TimerState::Enabled) => "enabled",
+        Ok(pb::TimerState::Paused) => "paused",
+        Ok(pb::TimerState::Done) => "done",
+        _ => "-",
+    }
+}
+
+/// Run times of a preview: UTC, local, and a daylight-saving mark.
+pub fn run_times(runs: &pb::RunTimes, out: Output) -> String {
+    let dst = |raw: i32| match pb::DstNote::try_from(raw) {
+        Ok(pb::DstNote::Gap) => Some("gap"),
+        Ok(pb::DstNote::Repeated) => Some("repeated"),
+        _ => None,
+    };
+    if out == Output::Json {
+        return pretty(&json!({
+            "runs": runs.runs.iter().map(|r| json!({
+                "utc": ts(&r.at), "local": r.local, "dst": dst(r.dst),
+            })).collect::<Vec<_>>(),
+        }));
+    }
+    let rows: Vec<Vec<String>> = runs
+        .runs
+        .iter()
+        .map(|r| {
+            vec![
+                r.at.map(rfc3339).unwrap_or_default(),
+                r.local.clone(),
+                dst(r.dst).unwrap_or("").to_owned(),
+            ]
+        })
+        .collect();
+    table(&["UTC", "LOCAL", "DST"], &rows)
 }
 
 pub fn done(text: &str, v: Value, out: Output) -> String {

@@ -367,3 +367,189 @@ async fn the_cli_sends_its_token_when_auth_is_required() {
     assert!(!String::from_utf8_lossy(&help.stdout).contains(TOKEN));
     d.service.stop().await;
 }
+
+/// Runs `chime apply …` against `server`.
+fn apply(server: &str, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_chime"))
+        .arg("apply")
+        .args(args)
+        .env_clear()
+        .env("CHIME_SERVER", server)
+        .output()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn apply_syncs_timer_files_with_a_diff_and_prunes() {
+    let dir = log_dir("cli-apply");
+    let mut d = dev(&["--memory"], &dir).await;
+    let s = d.grpc.as_str();
+    let files = dir.join("timers");
+    std::fs::create_dir_all(&files).unwrap();
+    let echo = format!("{}/v1/echo", d.rest);
+    std::fs::write(
+        files.join("nightly.yaml"),
+        format!(
+            "name: nightly\nschedule:\n  cron: \"0 2 * * *\"\n  time_zone: Europe/Berlin\n\
+             callback:\n  url: {echo}\nlabels:\n  team: billing\n"
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        files.join("more.json"),
+        format!(
+            r#"{{"timers": [{{"app": "ops", "name": "heartbeat", "schedule": {{"every": "1m"}},
+                "callback": {{"url": "{echo}"}}}}]}}"#
+        ),
+    )
+    .unwrap();
+    let dir_arg = files.to_str().unwrap();
+
+    // A dry run shows the plan and creates nothing.
+    let plan = ok(&apply(s, &["-f", dir_arg, "--app", "ops", "--dry-run"]));
+    assert!(
+        plan.contains("+ heartbeat") && plan.contains("+ nightly"),
+        "{plan}"
+    );
+    assert!(plan.contains("2 would be created"), "{plan}");
+    let listed = json(&chime(s, &["list", "--app", "ops", "--output", "json"]));
+    assert!(listed["timers"].as_array().unwrap().is_empty());
+
+    let applied = ok(&apply(s, &["-f", dir_arg, "--app", "ops"]));
+    assert!(applied.contains("2 created"), "{applied}");
+    // Applying again changes nothing, not even versions.
+    let again = ok(&apply(s, &["-f", dir_arg, "--app", "ops"]));
+    assert_eq!(again.trim(), "0 created, 0 changed, 2 unchanged, 0 deleted");
+
+    // One changed field: a one-line diff naming it.
+    std::fs::write(
+        files.join("nightly.yaml"),
+        format!(
+            "name: nightly\nschedule:\n  cron: \"0 3 * * *\"\n  time_zone: Europe/Berlin\n\
+             callback:\n  url: {echo}\nlabels:\n  team: billing\n"
+        ),
+    )
+    .unwrap();
+    let diff = ok(&apply(s, &["-f", dir_arg, "--app", "ops"]));
+    assert_eq!(
+        diff.trim(),
+        "~ nightly: schedule\n0 created, 1 changed, 1 unchanged, 0 deleted"
+    );
+
+    // A timer made by hand is left alone, then pruned.
+    ok(&chime(
+        s,
+        &[
+            "create", "--app", "ops", "--name", "stray", "--every", "1h", "--url", &echo,
+        ],
+    ));
+    let kept = ok(&apply(s, &["-f", dir_arg, "--app", "ops"]));
+    assert!(kept.contains("0 deleted"), "{kept}");
+    let pruned = ok(&apply(s, &["-f", dir_arg, "--app", "ops", "--prune"]));
+    assert!(
+        pruned.contains("- stray") && pruned.contains("1 deleted"),
+        "{pruned}"
+    );
+    let listed = json(&chime(s, &["list", "--app", "ops", "--output", "json"]));
+    let names: Vec<&str> = listed["timers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["heartbeat", "nightly"]);
+
+    // A timer of another app in the files is refused before anything is sent.
+    let refused = apply(s, &["-f", dir_arg, "--app", "billing"]);
+    assert!(failed(&refused, 2).contains("not --app"));
+    d.service.stop().await;
+}
+
+#[tokio::test]
+async fn labels_limits_pause_notes_and_previews_from_the_cli() {
+    let dir = log_dir("cli-semantics");
+    let mut d = dev(&["--memory"], &dir).await;
+    let s = d.grpc.as_str();
+    let echo = format!("{}/v1/echo", d.rest);
+    let t = json(&chime(
+        s,
+        &[
+            "create",
+            "--app",
+            "sem",
+            "--name",
+            "limited",
+            "--every",
+            "1h",
+            "--url",
+            &echo,
+            "--label",
+            "team=ops",
+            "--max-runs",
+            "4",
+            "--on-complete",
+            "delete",
+            "--catch-up-window",
+            "5m",
+            "--retry-max-age",
+            "1h",
+            "--output",
+            "json",
+        ],
+    ));
+    assert_eq!(t["labels"]["team"], "ops");
+    assert_eq!(t["max_runs"], 4);
+    assert_eq!(t["remaining_runs"], 4);
+    assert_eq!(t["catch_up_window"], "5m");
+    assert_eq!(t["retry"]["max_age"], "1h");
+    let id = t["id"].to_string();
+
+    let paused = json(&chime(
+        s,
+        &[
+            "disable",
+            &id,
+            "--reason",
+            "maintenance window",
+            "--output",
+            "json",
+        ],
+    ));
+    assert_eq!(paused["state"], "paused");
+    assert_eq!(paused["paused"]["reason"], "maintenance window");
+    let listed = json(&chime(
+        s,
+        &[
+            "list", "--state", "paused", "--label", "team=ops", "--output", "json",
+        ],
+    ));
+    assert_eq!(listed["timers"].as_array().unwrap().len(), 1);
+    let table = ok(&chime(s, &["get", &id]));
+    assert!(table.contains("paused:    maintenance window"), "{table}");
+
+    let next = json(&chime(
+        s,
+        &["next", &id, "--count", "10", "--output", "json"],
+    ));
+    assert_eq!(
+        next["runs"].as_array().unwrap().len(),
+        4,
+        "max_runs bounds it"
+    );
+    let preview = ok(&chime(
+        s,
+        &[
+            "preview",
+            "--cron",
+            "30 2 * * *",
+            "--time-zone",
+            "America/New_York",
+            "--from",
+            "2026-03-07T00:00:00Z",
+            "--count",
+            "3",
+        ],
+    ));
+    assert!(preview.contains("gap"), "{preview}");
+    d.service.stop().await;
+}

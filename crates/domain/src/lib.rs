@@ -34,9 +34,14 @@ pub use occurrence::{
 };
 pub use ownership::Ownership;
 pub use page::{Page, PageSize, PageToken};
-pub use policy::{DeliveryMode, MisfirePolicy, RetryPolicy, RetryPolicyInput};
-pub use schedule::{CronExpr, Interval, Schedule, ScheduleInput, ScheduleKind, TimeZone};
-pub use timer::{NewTimer, Timer, TimerSpec};
+pub use policy::{DeliveryMode, MaxAge, MisfirePolicy, RetryPolicy, RetryPolicyInput, Window};
+pub use schedule::{
+    CronExpr, DstNote, DstPolicy, GapPolicy, Interval, RepeatPolicy, RunLimit, Schedule,
+    ScheduleInput, ScheduleKind, TimeZone,
+};
+pub use timer::{
+    Labels, NewTimer, OnComplete, OverlapPolicy, PauseNote, Timer, TimerSpec, TimerState,
+};
 
 /// Documented limits on user input. They bound memory and storage per timer.
 pub mod limits {
@@ -67,4 +72,15 @@ pub mod limits {
     pub const MAX_PAGE_SIZE: u32 = 1000;
     /// Page size when none is asked for.
     pub const DEFAULT_PAGE_SIZE: u32 = 100;
+    /// Largest `max_runs`: the last run is worked out by walking the schedule that far.
+    pub const MAX_RUNS: u32 = 10_000;
+    /// Most labels on one timer, and the longest key and value.
+    pub const MAX_LABELS: usize = 16;
+    pub const MAX_LABEL_LEN: usize = 63;
+    /// Longest pause reason, in characters.
+    pub const MAX_PAUSE_REASON_CHARS: usize = 500;
+    /// Longest `catch_up_window` and `retry.max_age`.
+    pub const MAX_AGE_MS: i64 = 366 * 24 * 3_600_000;
+    /// Most run times one preview returns.
+    pub const MAX_PREVIEW: usize = 1000;
 }

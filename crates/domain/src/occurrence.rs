@@ -138,6 +138,15 @@ pub struct NewOccurrence {
     pub key: TaskKey,
     pub timer_version: i64,
     pub bucket: Bucket,
+    /// When it is due if not at `run_at`: its place in the timer's flexible `window`.
+    pub due: Option<Timestamp>,
+}
+
+impl NewOccurrence {
+    /// When it comes to fire.
+    pub fn due_at(&self) -> Timestamp {
+        self.due.unwrap_or(self.key.run_at)
+    }
 }
 
 /// A request to claim occurrences for one attempt each.

@@ -1,3 +1,4 @@
+use std::fmt;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -14,7 +15,93 @@ pub struct RetryPolicy {
     initial_backoff: Duration,
     max_backoff: Duration,
     jitter: bool,
+    max_age: Option<MaxAge>,
 }
+
+/// A duration from 1 s to 366 days bounding how old an occurrence may be: `retry.max_age`
+/// and `catch_up_window`. Written as a duration string ("90s", "1h").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct MaxAge(Duration);
+
+impl MaxAge {
+    pub fn parse(raw: &str, field: &str) -> Result<Self, ValidationError> {
+        let d = parse_duration(raw).map_err(|m| ValidationError::new(field, m))?;
+        let ms = i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+        if !(1_000..=limits::MAX_AGE_MS).contains(&ms) {
+            return Err(ValidationError::new(field, "must be between 1s and 366d"));
+        }
+        Ok(Self(d))
+    }
+
+    pub fn get(self) -> Duration {
+        self.0
+    }
+
+    /// Whether something due at `due` is older than this at `now`.
+    pub fn exceeded(self, due: crate::Timestamp, now: crate::Timestamp) -> bool {
+        now > due.saturating_add(self.0)
+    }
+}
+
+/// A flexible window (1 s to 1 d): each occurrence fires at its own offset in
+/// `[run_at, run_at + window)`, the same for every replica and retry (a hash of the task key),
+/// spreading timers that share a schedule ("midnight") over the window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Window(Duration);
+
+impl Window {
+    pub fn parse(raw: &str) -> Result<Self, ValidationError> {
+        let d = parse_duration(raw).map_err(|m| ValidationError::new("window", m))?;
+        if d < Duration::from_secs(1) || d > Duration::from_secs(86_400) {
+            return Err(ValidationError::new("window", "must be between 1s and 1d"));
+        }
+        Ok(Self(d))
+    }
+
+    pub fn get(self) -> Duration {
+        self.0
+    }
+
+    /// Where in the window the occurrence at `key` fires.
+    pub fn offset(self, key: crate::TaskKey) -> Duration {
+        let span = u64::try_from(self.0.as_millis()).unwrap_or(u64::MAX).max(1);
+        let seed = (key.timer_id.get() as u64).rotate_left(32) ^ key.run_at.as_millis() as u64;
+        Duration::from_millis(crate::horizon::mix(seed) % span)
+    }
+}
+
+impl fmt::Display for Window {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&format_duration(self.0))
+    }
+}
+
+impl fmt::Display for MaxAge {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&format_duration(self.0))
+    }
+}
+
+/// Serde as the duration string a request gives ("90s"), parsed again when read.
+macro_rules! duration_string_serde {
+    ($t:ty, |$raw:ident| $parse:expr) => {
+        impl Serialize for $t {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.collect_str(self)
+            }
+        }
+
+        impl<'de> Deserialize<'de> for $t {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let $raw = String::deserialize(d)?;
+                $parse.map_err(serde::de::Error::custom)
+            }
+        }
+    };
+}
+
+duration_string_serde!(MaxAge, |raw| MaxAge::parse(&raw, "max_age"));
+duration_string_serde!(Window, |raw| Window::parse(&raw));
 
 impl Default for RetryPolicy {
     fn default() -> Self {
@@ -23,6 +110,7 @@ impl Default for RetryPolicy {
             initial_backoff: Duration::from_secs(1),
             max_backoff: Duration::from_secs(60),
             jitter: true,
+            max_age: None,
         }
     }
 }
@@ -59,7 +147,18 @@ impl RetryPolicy {
             initial_backoff,
             max_backoff,
             jitter,
+            max_age: None,
         })
+    }
+
+    /// No retry starts later than `max_age` after the occurrence's scheduled time.
+    pub fn with_max_age(mut self, max_age: Option<MaxAge>) -> Self {
+        self.max_age = max_age;
+        self
+    }
+
+    pub fn max_age(&self) -> Option<MaxAge> {
+        self.max_age
     }
 
     pub fn max_attempts(&self) -> u32 {
@@ -112,6 +211,9 @@ pub struct RetryPolicyInput {
     pub max_backoff: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub jitter: Option<bool>,
+    /// No retry starts later than this after the scheduled time ("1h"); default none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_age: Option<String>,
 }
 
 impl RetryPolicyInput {
@@ -121,7 +223,12 @@ impl RetryPolicyInput {
             Some(s) => parse_duration(s).map_err(|m| ValidationError::new(field, m)),
             None => Ok(default),
         };
-        RetryPolicy::new(
+        let max_age = self
+            .max_age
+            .as_deref()
+            .map(|a| MaxAge::parse(a, "retry.max_age"))
+            .transpose()?;
+        let policy = RetryPolicy::new(
             self.max_attempts.unwrap_or(d.max_attempts),
             dur(
                 &self.initial_backoff,
@@ -130,7 +237,8 @@ impl RetryPolicyInput {
             )?,
             dur(&self.max_backoff, "retry.max_backoff", d.max_backoff)?,
             self.jitter.unwrap_or(d.jitter),
-        )
+        )?;
+        Ok(policy.with_max_age(max_age))
     }
 }
 
@@ -141,6 +249,7 @@ impl From<RetryPolicy> for RetryPolicyInput {
             initial_backoff: Some(format_duration(p.initial_backoff)),
             max_backoff: Some(format_duration(p.max_backoff)),
             jitter: Some(p.jitter),
+            max_age: p.max_age.map(|a| a.to_string()),
         }
     }
 }
@@ -240,5 +349,28 @@ mod tests {
             serde_json::from_str::<RetryPolicy>(&json).unwrap(),
             RetryPolicy::default()
         );
+    }
+
+    #[test]
+    fn window_offsets_are_fixed_per_occurrence_and_spread_within_it() {
+        let w = Window::parse("5m").unwrap();
+        let key = |id: i64, at: i64| {
+            crate::TaskKey::new(
+                crate::TimerId::new(id).unwrap(),
+                crate::Timestamp::from_millis(at),
+            )
+        };
+        assert_eq!(w.offset(key(7, 1_000)), w.offset(key(7, 1_000)));
+        let offsets: Vec<u128> = (1..=200)
+            .map(|id| w.offset(key(id, 86_400_000)).as_millis())
+            .collect();
+        assert!(offsets.iter().all(|o| *o < 300_000));
+        // Timers sharing a time land all over the window, not in one corner of it.
+        let quarters = offsets.iter().fold([0; 4], |mut q, o| {
+            q[(*o / 75_000) as usize] += 1;
+            q
+        });
+        assert!(quarters.iter().all(|n| *n >= 30), "{quarters:?}");
+        assert!(Window::parse("0s").is_err() && Window::parse("2d").is_err());
     }
 }

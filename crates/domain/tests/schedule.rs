@@ -21,6 +21,22 @@ fn cron(expr: &str, tz: &str) -> Schedule {
     .unwrap()
 }
 
+fn cron_dst(expr: &str, tz: &str, gap: &str, repeat: &str) -> Schedule {
+    let dst: chime_domain::DstPolicy =
+        serde_json::from_value(serde_json::json!({"gap": gap, "repeat": repeat})).unwrap();
+    ScheduleInput {
+        cron: Some(expr.into()),
+        time_zone: Some(tz.into()),
+        dst: Some(dst),
+        ..Default::default()
+    }
+    .resolve(ts("2020-01-01T00:00:00Z"), None, None)
+    .unwrap()
+}
+
+const GAPS: &[&str] = &["next_instant", "shift", "skip"];
+const REPEATS: &[&str] = &["first", "both"];
+
 fn between(s: &Schedule, from: &str, to: &str) -> Vec<String> {
     s.occurrences_between(ts(from), ts(to))
         .map(|t| t.to_rfc3339())
@@ -384,6 +400,13 @@ fn schedule_strategy() -> impl Strategy<Value = Schedule> {
     let now = ts("2026-01-01T00:00:00Z");
     prop_oneof![
         (0..CRONS.len(), 0..ZONES.len()).prop_map(move |(c, z)| cron(CRONS[c], ZONES[z])),
+        (
+            0..CRONS.len(),
+            0..ZONES.len(),
+            0..GAPS.len(),
+            0..REPEATS.len()
+        )
+            .prop_map(move |(c, z, g, r)| cron_dst(CRONS[c], ZONES[z], GAPS[g], REPEATS[r])),
         (1_000i64..7_200_000, 0i64..86_400_000).prop_map(move |(every, offset)| {
             ScheduleInput {
                 every: Some(format!("{every}ms")),
@@ -443,9 +466,11 @@ proptest! {
         which in 0usize..2,
         c in 0..CRONS.len(),
         split_min in prop_oneof![Just(0i64), Just(30), Just(-60), -180i64..180],
+        g in 0..GAPS.len(),
+        r in 0..REPEATS.len(),
     ) {
         let (name, transitions) = ZONE_TRANSITIONS[zone];
-        let s = cron(CRONS[c], name);
+        let s = cron_dst(CRONS[c], name, GAPS[g], REPEATS[r]);
         let b = ts(transitions[which]).add_millis(split_min * 60_000);
         let (a, c) = (b.add_millis(-86_400_000), b.add_millis(86_400_000));
         let whole: Vec<_> = s.occurrences_between(a, c).collect();
@@ -472,4 +497,180 @@ proptest! {
         split.extend(s.occurrences_between(b, c));
         prop_assert_eq!(whole, split);
     }
+}
+
+/// What the migrator writes for a timer from `from` on, pass after pass as time moves by
+/// `step`, until `until`: every run of every plan.
+fn materialized(s: &Schedule, from: Timestamp, until: Timestamp, step: i64) -> Vec<Timestamp> {
+    let horizon = chime_domain::Horizon::new(std::time::Duration::from_secs(600), 100);
+    let mut runs = Vec::new();
+    let mut watermark = from;
+    let mut now = from;
+    // Time keeps moving until the watermark passes `until`, as the migrator keeps running:
+    // stopping when `now` reaches `until` would leave the last horizon unwritten.
+    let give_up = until.add_millis(86_400_000);
+    while watermark < until && now < give_up {
+        let plan = s.plan(watermark, now, horizon);
+        runs.extend(plan.runs.into_iter().filter(|r| *r < until));
+        watermark = plan.watermark;
+        now = now.add_millis(step);
+    }
+    runs
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 100, ..ProptestConfig::default() })]
+
+    /// The preview (`next_runs`) is exactly what materialization writes, limits included,
+    /// across DST transitions.
+    #[test]
+    fn the_preview_is_what_materialization_writes(
+        s in schedule_strategy(),
+        (a, _b, _c) in window_strategy(),
+        limit in prop_oneof![Just(None), (1u32..50).prop_map(Some)],
+        step in 30_000i64..900_000,
+    ) {
+        let s = match limit {
+            Some(n) if !s.is_one_shot() => s.limited(n, a).unwrap(),
+            _ => s,
+        };
+        let until = a.add_millis(2 * 86_400_000);
+        let preview: Vec<_> = s
+            .next_runs(a, 200_000)
+            .into_iter()
+            .take_while(|r| *r < until)
+            .collect();
+        prop_assert_eq!(materialized(&s, a, until, step), preview);
+    }
+}
+
+#[test]
+fn cron_last_weekday_nearest_and_nth_forms() {
+    let at = |expr: &str, from: &str, n: usize| -> Vec<String> {
+        cron(expr, "UTC")
+            .next_runs(ts(from), n)
+            .into_iter()
+            .map(|t| t.to_rfc3339())
+            .collect()
+    };
+    // L: the month's last day.
+    assert_eq!(
+        at("0 0 L * *", "2026-01-15T00:00:00Z", 3),
+        [
+            "2026-01-31T00:00:00.000Z",
+            "2026-02-28T00:00:00.000Z",
+            "2026-03-31T00:00:00.000Z"
+        ]
+    );
+    // 15W: the weekday nearest the 15th (2026-02-15 is a Sunday: Monday the 16th).
+    assert_eq!(
+        at("0 0 15W * *", "2026-02-01T00:00:00Z", 1),
+        ["2026-02-16T00:00:00.000Z"]
+    );
+    // 5#3: the third Friday; 5L: the last Friday.
+    assert_eq!(
+        at("0 0 * * 5#3", "2026-01-01T00:00:00Z", 1),
+        ["2026-01-16T00:00:00.000Z"]
+    );
+    assert_eq!(
+        at("0 0 * * 5L", "2026-01-01T00:00:00Z", 1),
+        ["2026-01-30T00:00:00.000Z"]
+    );
+}
+
+fn runs(s: &Schedule, from: &str, n: usize) -> Vec<String> {
+    s.next_runs(ts(from), n)
+        .into_iter()
+        .map(|t| t.to_rfc3339())
+        .collect()
+}
+
+#[test]
+fn a_local_time_in_a_gap_fires_after_it_shifted_or_not_at_all() {
+    // Europe/Berlin, 2026-03-29: 02:00 CET becomes 03:00 CEST.
+    let from = "2026-03-28T12:00:00Z";
+    let of = |gap| {
+        runs(
+            &cron_dst("30 2 * * *", "Europe/Berlin", gap, "first"),
+            from,
+            2,
+        )
+    };
+    assert_eq!(
+        of("next_instant"),
+        ["2026-03-29T01:00:00.000Z", "2026-03-30T00:30:00.000Z"]
+    );
+    assert_eq!(
+        of("shift"),
+        ["2026-03-29T01:30:00.000Z", "2026-03-30T00:30:00.000Z"]
+    );
+    assert_eq!(
+        of("skip"),
+        ["2026-03-30T00:30:00.000Z", "2026-03-31T00:30:00.000Z"]
+    );
+    // Australia/Lord_Howe, 2026-10-04: 02:00 (+10:30) becomes 02:30 (+11): a 30-minute gap.
+    let from = "2026-10-03T12:00:00Z";
+    let lh = |gap| {
+        runs(
+            &cron_dst("15 2 * * *", "Australia/Lord_Howe", gap, "first"),
+            from,
+            1,
+        )
+    };
+    assert_eq!(lh("next_instant"), ["2026-10-03T15:30:00.000Z"]);
+    assert_eq!(lh("shift"), ["2026-10-03T15:45:00.000Z"]);
+    // America/New_York, every 15 minutes: the gap's four slots shifted an hour on, beside
+    // the hour's own runs, each once.
+    let every15 = cron_dst("*/15 * * * *", "America/New_York", "shift", "first");
+    assert_eq!(
+        runs(&every15, "2026-03-08T06:50:00Z", 7),
+        [
+            "2026-03-08T07:00:00.000Z", // 03:00 EDT, and the shifted 02:00
+            "2026-03-08T07:15:00.000Z",
+            "2026-03-08T07:30:00.000Z",
+            "2026-03-08T07:45:00.000Z",
+            "2026-03-08T08:00:00.000Z",
+            "2026-03-08T08:15:00.000Z",
+            "2026-03-08T08:30:00.000Z",
+        ]
+    );
+}
+
+#[test]
+fn a_repeated_local_time_fires_once_or_at_both_instances() {
+    // Europe/Berlin, 2026-10-25: 03:00 CEST falls back to 02:00 CET; 02:30 happens twice.
+    let from = "2026-10-24T12:00:00Z";
+    let of = |repeat| {
+        runs(
+            &cron_dst("30 2 * * *", "Europe/Berlin", "next_instant", repeat),
+            from,
+            2,
+        )
+    };
+    assert_eq!(
+        of("first"),
+        ["2026-10-25T00:30:00.000Z", "2026-10-26T01:30:00.000Z"]
+    );
+    assert_eq!(
+        of("both"),
+        ["2026-10-25T00:30:00.000Z", "2026-10-25T01:30:00.000Z"]
+    );
+    // America/Santiago falls back at local midnight (00:00 -03 → 23:00 -04 the day before).
+    let santiago = cron_dst("30 23 * * *", "America/Santiago", "next_instant", "both");
+    assert_eq!(
+        runs(&santiago, "2026-04-04T12:00:00Z", 2),
+        ["2026-04-05T02:30:00.000Z", "2026-04-05T03:30:00.000Z"]
+    );
+    // A dst policy needs a cron schedule.
+    let bad = ScheduleInput {
+        every: Some("1m".into()),
+        dst: Some(Default::default()),
+        ..Default::default()
+    };
+    assert_eq!(
+        bad.resolve(ts("2026-01-01T00:00:00Z"), None, None)
+            .unwrap_err()
+            .field,
+        "schedule.dst"
+    );
 }

@@ -36,6 +36,16 @@ pub const METRICS: &[MetricSpec] = &[
         "Occurrences skipped at fire time: timer disabled, deleted or changed.",
     ),
     (
+        "chime_executor_overlap_skipped_total",
+        Counter,
+        "Occurrences skipped by their timer's overlap policy (skip, buffer_one) beside one in flight.",
+    ),
+    (
+        "chime_executor_overlap_waiting_total",
+        Counter,
+        "Offers of an overlap: buffer_one occurrence left waiting for the one in flight to end.",
+    ),
+    (
         "chime_executor_outcomes_total",
         LabelledCounter,
         "Outcomes recorded, by status.",

@@ -2,6 +2,11 @@
 //! (`host:port`) run at once in an executor, so a slow endpoint cannot take every in-flight
 //! slot and starve the callbacks of others.
 //!
+//! Only slow hosts are held to the cap. A host whose callbacks have been answering within
+//! [`FAST`] (a moving average of their durations) cannot hog the slots, and queueing its keys
+//! cost a single-host burst ~18 % of its drain rate (each resumed key was claimed on its own;
+//! docs/performance.md), so its keys run over the cap. A host not measured yet is capped.
+//!
 //! A key over its host's cap is not claimed: it gives its in-flight permit back and waits,
 //! unclaimed, in its host's queue (bounded in total); when one of that host's callbacks ends
 //! the next waiting key takes a permit again and goes back to the claim queue. A key that
@@ -19,6 +24,12 @@ use tokio::sync::{Semaphore, mpsc};
 
 use crate::Job;
 
+/// Callbacks answered within this (moving average) make a host fast: not held to the cap.
+pub(crate) const FAST: Duration = Duration::from_millis(100);
+
+/// Most hosts whose speed is remembered; past it the memory starts over.
+const MAX_MEASURED: usize = 4096;
+
 /// How much later a key handed back to the hot index is due again.
 pub(crate) const DEFER: Duration = Duration::from_millis(250);
 
@@ -32,6 +43,8 @@ pub(crate) struct Waiting {
 #[derive(Default)]
 struct State {
     running: HashMap<String, usize>,
+    /// Moving average of each host's callback durations, in ms.
+    speed: HashMap<String, u64>,
     waiting: HashMap<String, VecDeque<Waiting>>,
     waiting_total: usize,
 }
@@ -60,11 +73,27 @@ pub(crate) enum Admission {
 pub(crate) struct HostSlot {
     hosts: Arc<Hosts>,
     host: String,
+    /// When its callback started (set by [`HostSlot::begin`]): what the host's speed is
+    /// measured from, not the wait for the due instant before it.
+    started: Option<chime_domain::Timestamp>,
+}
+
+impl HostSlot {
+    pub(crate) fn begin(&mut self) {
+        self.started = Some(self.hosts.clock.now());
+    }
 }
 
 impl Drop for HostSlot {
     fn drop(&mut self) {
-        if let Some(next) = self.hosts.release(&self.host) {
+        let took = self.started.map(|s| {
+            self.hosts
+                .clock
+                .now()
+                .as_millis()
+                .saturating_sub(s.as_millis())
+        });
+        for next in self.hosts.release(&self.host, took) {
             self.hosts.resume(next);
         }
     }
@@ -102,12 +131,17 @@ impl Hosts {
         span: &tracing::Span,
     ) -> Admission {
         let mut state = self.state();
+        let fast = state
+            .speed
+            .get(host)
+            .is_some_and(|ms| *ms < FAST.as_millis() as u64);
         let running = state.running.entry(host.to_owned()).or_default();
-        if *running < self.per_host {
+        if *running < self.per_host || fast {
             *running += 1;
             return Admission::Run(HostSlot {
                 hosts: self.clone(),
                 host: host.to_owned(),
+                started: None,
             });
         }
         if state.waiting_total >= self.max_waiting {
@@ -127,13 +161,28 @@ impl Hosts {
         Admission::Queued
     }
 
-    /// A callback to `host` ended: its slot goes to the host's next waiting key, if any.
-    fn release(&self, host: &str) -> Option<Waiting> {
+    /// A callback to `host` ended (after `took` ms, if it started): its slot goes to the
+    /// host's next waiting key, if any. A host found fast lets every key waiting for it go at
+    /// once, so they are claimed together rather than one per finished callback.
+    fn release(&self, host: &str, took: Option<i64>) -> Vec<Waiting> {
         let mut state = self.state();
-        let next = state.waiting.get_mut(host).and_then(VecDeque::pop_front);
-        if next.is_some() {
-            state.waiting_total -= 1;
+        let mut fast = false;
+        if let Some(ms) = took {
+            let ms = u64::try_from(ms).unwrap_or(0);
+            if state.speed.len() >= MAX_MEASURED && !state.speed.contains_key(host) {
+                state.speed.clear();
+            }
+            let avg = state.speed.entry(host.to_owned()).or_insert(ms);
+            *avg = (*avg * 4 + ms) / 5;
+            fast = *avg < FAST.as_millis() as u64;
         }
+        let next: Vec<Waiting> = match state.waiting.get_mut(host) {
+            Some(q) if fast => q.drain(..).collect(),
+            Some(q) => q.pop_front().into_iter().collect(),
+            None => Vec::new(),
+        };
+        // Resumed keys pass `admit` again on their way to the claim.
+        state.waiting_total -= next.len();
         if state.waiting.get(host).is_some_and(VecDeque::is_empty) {
             state.waiting.remove(host);
         }
@@ -169,6 +218,15 @@ impl Hosts {
             return;
         }
         metrics::counter!("chime_executor_deferred_total").increment(keys.len() as u64);
+        self.offer_later(keys);
+    }
+
+    /// Hands `keys` back to the hot index, due again [`DEFER`] from now (without an index,
+    /// the sweeper finds them in the database).
+    pub(crate) fn offer_later(&self, keys: Vec<(TaskKey, Bucket)>) {
+        if keys.is_empty() {
+            return;
+        }
         let Some(index) = self.index.clone() else {
             return;
         };
@@ -247,6 +305,41 @@ mod tests {
             "the resumed key holds a permit"
         );
         assert_eq!(hosts.waiting(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_host_that_answers_fast_is_not_held_to_the_cap() {
+        let permits = Arc::new(Semaphore::new(10));
+        let (queue, _jobs) = mpsc::unbounded_channel();
+        let clock = chime_domain::ManualClock::new(Timestamp::from_millis(0));
+        let hosts = Hosts::new(1, 4, permits, queue, None, Arc::new(clock.clone()));
+        let span = tracing::Span::none();
+        let b = Bucket::from_stored(0);
+        let admit = |n| hosts.admit("h:80", key(n), b, &span);
+        // Not measured yet: capped.
+        let Admission::Run(mut first) = admit(1) else {
+            panic!("first runs")
+        };
+        assert!(matches!(admit(2), Admission::Queued));
+        // Its callback answers in 5 ms: the host is fast and runs over the cap.
+        first.begin();
+        clock.advance(Duration::from_millis(5));
+        drop(first);
+        let held = admit(3);
+        assert!(matches!(held, Admission::Run(_)));
+        assert!(matches!(admit(4), Admission::Run(_)));
+        // Slow answers make it capped again.
+        let Admission::Run(mut slow) = admit(5) else {
+            panic!("fast host runs")
+        };
+        slow.begin();
+        clock.advance(Duration::from_secs(5));
+        drop(slow);
+        assert!(
+            matches!(admit(6), Admission::Queued),
+            "one held, at the cap"
+        );
+        drop(held);
     }
 
     fn run_other(hosts: &Arc<Hosts>, span: &tracing::Span) -> bool {

@@ -16,6 +16,7 @@
 mod catalog;
 pub mod grpc;
 mod hosts;
+mod outcome;
 pub mod targets;
 
 use std::collections::HashMap;
@@ -24,15 +25,16 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use chime_domain::{
-    Bucket, Claim, ClaimedOccurrence, Clock, DeliveryMode, OccurrenceStatus, Outcome, TaskKey,
-    Timer,
+    Bucket, Claim, ClaimedOccurrence, Clock, OccurrenceStatus, Outcome, TaskKey, Timer, TimerId,
 };
-use chime_storage::{HotEntry, HotIndex, OccurrenceStore, StoreResult, TimerStore};
+use chime_storage::{Exclusive, HotEntry, HotIndex, OccurrenceStore, StoreResult, TimerStore};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 pub use catalog::METRICS;
+pub use outcome::settle;
+use outcome::{completes, skip_reason};
 pub use targets::{
     Attempt, CallbackSettings, DeliveryTarget, HostLookup, HttpTarget, Signer, SystemLookup,
     Targets,
@@ -97,6 +99,10 @@ struct Job {
 
 struct Done {
     outcome: Outcome,
+    /// The timer's last occurrence ended and the timer deletes itself when done.
+    completes: bool,
+    /// How far the timer's flexible window moved the occurrence: not lateness.
+    window_offset_ms: i64,
     /// Where a retry is indexed.
     bucket: Bucket,
     permit: OwnedSemaphorePermit,
@@ -306,7 +312,14 @@ impl Inner {
             }
         });
         self.hosts.defer(deferred);
-        let keys: Vec<TaskKey> = jobs.iter().map(|j| j.key).collect();
+        // Timers with an overlap policy (`skip`, `buffer_one`) are claimed one at a time,
+        // each beside no other of its occurrences in flight; the rest in one statement.
+        let (exclusive, keys): (Vec<TaskKey>, Vec<TaskKey>) =
+            jobs.iter().map(|j| j.key).partition(|k| {
+                timers
+                    .get(&k.timer_id)
+                    .is_some_and(|t| !t.spec.overlap.is_allow_all())
+            });
         let claiming = match jobs.first() {
             Some(j) => tracing::info_span!(parent: &j.span, "claim", keys = keys.len()),
             None => tracing::Span::none(),
@@ -318,6 +331,33 @@ impl Inner {
             .await?;
         let mut claimed: HashMap<TaskKey, ClaimedOccurrence> =
             claimed.into_iter().map(|c| (c.key, c)).collect();
+        let mut waiting = Vec::new();
+        for key in exclusive {
+            let Some(timer) = timers.get(&key.timer_id) else {
+                continue;
+            };
+            match self
+                .occurrences
+                .claim_exclusive(key, claim, timer.spec.overlap)
+                .await?
+            {
+                Exclusive::Claimed(c) => {
+                    claimed.insert(key, c);
+                }
+                Exclusive::Skipped { beside } => {
+                    tracing::debug!(task = %key, beside = %beside, "skipped: overlap");
+                    metrics::counter!("chime_executor_overlap_skipped_total").increment(1);
+                }
+                // `buffer_one`: offered again shortly, until the one in flight has ended.
+                Exclusive::Waiting { beside } => {
+                    tracing::debug!(task = %key, beside = %beside, "waiting: overlap");
+                    metrics::counter!("chime_executor_overlap_waiting_total").increment(1);
+                    waiting.push((key, timer.bucket));
+                }
+                Exclusive::NotClaimable => {}
+            }
+        }
+        self.hosts.offer_later(waiting);
         for job in jobs.drain(..) {
             // `remove`: a key offered twice (two hand-offs of it in one batch) fires once.
             let Some(occurrence) = claimed.remove(&job.key) else {
@@ -326,7 +366,7 @@ impl Inner {
                 continue;
             };
             let timer = timers.get(&job.key.timer_id);
-            if let Some(reason) = skip_reason(timer.map(Arc::as_ref), occurrence.timer_version) {
+            if let Some(reason) = skip_reason(timer.map(Arc::as_ref), &occurrence, now) {
                 metrics::counter!("chime_executor_skipped_total").increment(1);
                 let outcome = Outcome::ended(
                     job.key,
@@ -336,6 +376,8 @@ impl Inner {
                     Some(reason),
                 );
                 let _ = self.done.send(Done {
+                    completes: completes(timer.map(Arc::as_ref), &outcome),
+                    window_offset_ms: 0,
                     outcome,
                     bucket: occurrence.bucket,
                     permit: job.permit,
@@ -345,7 +387,7 @@ impl Inner {
             let Some(timer) = timer.cloned() else {
                 continue;
             };
-            let slot = slots.remove(&job.key);
+            let mut slot = slots.remove(&job.key);
             let inner = self.clone();
             let span = tracing::info_span!(
                 parent: &job.span,
@@ -358,6 +400,9 @@ impl Inner {
             chime_runtime::record_ids(&span);
             let fire = async move {
                 wait_until(inner.clock.as_ref(), occurrence.due).await;
+                if let Some(s) = slot.as_mut() {
+                    s.begin();
+                }
                 let attempt = inner
                     .targets
                     .deliver(&timer, occurrence, inner.clock.as_ref())
@@ -367,6 +412,10 @@ impl Inner {
                 let outcome = settle(&timer, attempt, inner.clock.now(), rand::random());
                 tracing::debug!(status = outcome.status.as_str(), "callback done");
                 let _ = inner.done.send(Done {
+                    completes: completes(Some(&timer), &outcome),
+                    window_offset_ms: timer
+                        .due_of(job.key.run_at)
+                        .map_or(0, |d| d.as_millis() - job.key.run_at.as_millis()),
                     outcome,
                     bucket: occurrence.bucket,
                     permit: job.permit,
@@ -389,57 +438,6 @@ async fn wait_until(clock: &dyn Clock, due: chime_domain::Timestamp) {
     clock.sleep_until(due.min(latest)).await;
 }
 
-/// The longest a callee's `Retry-After` may postpone a retry.
-const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
-
-/// Applies the timer's delivery mode and retry policy to an attempt: a retryable failure
-/// with attempts left becomes `retrying` at the backoff (or the callee's `Retry-After`), one
-/// without becomes `dead`; a non-retryable failure, or any failure of an `at_most_once`
-/// timer, is `failed`.
-pub fn settle(
-    timer: &Timer,
-    attempt: Attempt,
-    now: chime_domain::Timestamp,
-    random: f64,
-) -> Outcome {
-    let mut outcome = attempt.outcome;
-    if outcome.status == OccurrenceStatus::Succeeded {
-        return outcome;
-    }
-    if timer.spec.delivery == DeliveryMode::AtMostOnce {
-        outcome.status = OccurrenceStatus::Failed;
-        return outcome;
-    }
-    if !attempt.retryable {
-        outcome.status = OccurrenceStatus::Failed;
-        return outcome;
-    }
-    match timer.spec.retry.backoff_after(outcome.attempt, random) {
-        Some(backoff) => {
-            let wait = attempt
-                .retry_after
-                .map_or(backoff, |r| r.min(MAX_RETRY_AFTER));
-            outcome.status = OccurrenceStatus::Retrying;
-            outcome.next_attempt_at = Some(now.saturating_add(wait));
-        }
-        None => outcome.status = OccurrenceStatus::Dead,
-    }
-    outcome
-}
-
-/// Why an occurrence must not fire, if it must not.
-fn skip_reason(timer: Option<&Timer>, version: i64) -> Option<String> {
-    match timer {
-        None => Some("timer deleted".into()),
-        Some(t) if !t.enabled => Some("timer disabled".into()),
-        Some(t) if t.version != version => Some(format!(
-            "timer changed: this occurrence is of version {version}, the timer is at version {}",
-            t.version
-        )),
-        Some(_) => None,
-    }
-}
-
 /// Writes outcomes a batch at a time; each key's permit is freed once its outcome is stored.
 async fn outcome_loop(
     inner: Arc<Inner>,
@@ -449,6 +447,12 @@ async fn outcome_loop(
     let mut batch = Vec::with_capacity(inner.settings.batch);
     while done.recv_many(&mut batch, inner.settings.batch).await > 0 {
         // The permits are dropped at the end of this iteration, once the outcomes are stored.
+        let finished: Vec<TimerId> = batch
+            .iter()
+            .filter(|d| d.completes)
+            .map(|d| d.outcome.key.timer_id)
+            .collect();
+        let offsets: Vec<i64> = batch.iter().map(|d| d.window_offset_ms).collect();
         let (outcomes, held): (Vec<Outcome>, Vec<(Bucket, OwnedSemaphorePermit)>) = batch
             .drain(..)
             .map(|d| (d.outcome, (d.bucket, d.permit)))
@@ -478,112 +482,30 @@ async fn outcome_loop(
                 tracing::warn!(error = %e, retries = retries.len(), "cannot index retries; the sweeper will find them");
             }
         }
-        for o in &outcomes {
+        // Timers done with `on_complete: delete` go once their last outcome is stored. If
+        // this fails the timer stays, in state `done` (docs/api.md).
+        if !finished.is_empty() {
+            match inner
+                .timers
+                .remove_finished(&finished, inner.clock.now())
+                .await
+            {
+                Ok(removed) if !removed.is_empty() => {
+                    tracing::info!(timers = ?removed, "removed timers done with on_complete delete");
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "cannot remove finished timers"),
+            }
+        }
+        for (o, offset) in outcomes.iter().zip(offsets) {
             metrics::counter!("chime_executor_outcomes_total", "status" => o.status.as_str())
                 .increment(1);
-            if let Some(late) = o.lateness_ms() {
+            if let Some(late) = o.lateness_ms().map(|l| l - offset) {
                 metrics::histogram!("chime_executor_lateness_seconds").record(late as f64 / 1000.0);
             }
         }
         drop(held);
         let in_flight = inner.settings.max_in_flight - permits.available_permits();
         metrics::gauge!("chime_executor_in_flight").set(in_flight as f64);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use chime_domain::{
-        AppName, CallbackInput, DeliveryMode, RetryPolicyInput, ScheduleInput, TimerId, TimerName,
-        TimerSpec, Timestamp,
-    };
-
-    fn timer(delivery: DeliveryMode) -> Timer {
-        let now = Timestamp::from_millis(0);
-        Timer {
-            id: TimerId::new(1).unwrap(),
-            spec: TimerSpec {
-                app: AppName::parse("a").unwrap(),
-                name: TimerName::parse("t").unwrap(),
-                schedule: ScheduleInput {
-                    every: Some("1m".into()),
-                    ..Default::default()
-                }
-                .resolve(now, None, None)
-                .unwrap(),
-                callback: CallbackInput {
-                    url: "http://x/".into(),
-                    ..Default::default()
-                }
-                .parse()
-                .unwrap(),
-                retry: RetryPolicyInput {
-                    max_attempts: Some(3),
-                    jitter: Some(false),
-                    ..Default::default()
-                }
-                .parse()
-                .unwrap(),
-                misfire: Default::default(),
-                delivery,
-            },
-            enabled: true,
-            version: 1,
-            bucket: Bucket::from_stored(0),
-            created_at: now,
-            updated_at: now,
-            deleted_at: None,
-        }
-    }
-
-    fn failed(attempt: u32, retryable: bool, retry_after: Option<Duration>) -> Attempt {
-        Attempt {
-            outcome: Outcome {
-                key: TaskKey::new(TimerId::new(1).unwrap(), Timestamp::from_millis(0)),
-                attempt,
-                status: OccurrenceStatus::Failed,
-                fired_at: Some(Timestamp::from_millis(0)),
-                http_status: Some(429),
-                output: None,
-                error: Some("callback answered HTTP 429".into()),
-                next_attempt_at: None,
-            },
-            retryable,
-            retry_after,
-        }
-    }
-
-    #[test]
-    fn the_policy_decides_retrying_dead_or_failed() {
-        let t = timer(DeliveryMode::AtLeastOnce);
-        let now = Timestamp::from_millis(1_000);
-        let first = settle(&t, failed(1, true, None), now, 0.5);
-        assert_eq!(first.status, OccurrenceStatus::Retrying);
-        assert_eq!(first.next_attempt_at, Some(Timestamp::from_millis(2_000)));
-        let second = settle(&t, failed(2, true, None), now, 0.5);
-        assert_eq!(
-            second.next_attempt_at,
-            Some(Timestamp::from_millis(3_000)),
-            "×2"
-        );
-        let honoured = settle(&t, failed(1, true, Some(Duration::from_secs(30))), now, 0.5);
-        assert_eq!(
-            honoured.next_attempt_at,
-            Some(Timestamp::from_millis(31_000))
-        );
-        assert_eq!(
-            settle(&t, failed(3, true, None), now, 0.5).status,
-            OccurrenceStatus::Dead
-        );
-        assert_eq!(
-            settle(&t, failed(1, false, None), now, 0.5).status,
-            OccurrenceStatus::Failed
-        );
-        let amo = timer(DeliveryMode::AtMostOnce);
-        assert_eq!(
-            settle(&amo, failed(1, true, None), now, 0.5).status,
-            OccurrenceStatus::Failed
-        );
     }
 }

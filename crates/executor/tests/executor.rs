@@ -72,6 +72,11 @@ async fn timer(s: &Setup, name: &str, url: String, headers: &[(&str, &str)]) -> 
         retry: Default::default(),
         misfire: Default::default(),
         delivery: Default::default(),
+        labels: Default::default(),
+        on_complete: Default::default(),
+        catch_up_window: None,
+        overlap: Default::default(),
+        window: None,
     };
     s.db.store
         .create_timer(
@@ -94,6 +99,7 @@ async fn due_now(s: &Setup, t: &Timer, offset_ms: i64) -> TaskKey {
             key,
             timer_version: t.version,
             bucket: t.bucket,
+            due: None,
         }])
         .await
         .unwrap();
@@ -476,6 +482,7 @@ async fn a_second_full_wave_of_callbacks_reuses_the_first_waves_connections() {
                 key,
                 timer_version: t.version,
                 bucket: t.bucket,
+                due: None,
             })
             .collect();
         s.db.store.insert_occurrences(&rows).await.unwrap();

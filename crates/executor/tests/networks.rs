@@ -40,6 +40,7 @@ fn timer(url: String) -> Timer {
         created_at: now,
         updated_at: now,
         deleted_at: None,
+        paused: None,
     }
 }
 

@@ -221,6 +221,7 @@ impl Materializer {
                 key: TaskKey::new(timer.id, *run_at),
                 timer_version: timer.version,
                 bucket: timer.bucket,
+                due: timer.due_of(*run_at),
             }));
             if plan.watermark > *watermark {
                 marks.push(Watermark {
@@ -235,7 +236,7 @@ impl Materializer {
             done.written += self.occurrences.insert_occurrences(chunk).await?;
             let entries: Vec<HotEntry> = chunk
                 .iter()
-                .map(|o| HotEntry::new(o.key, o.key.run_at, o.bucket))
+                .map(|o| HotEntry::new(o.key, o.due_at(), o.bucket))
                 .collect();
             done.indexed += entries.len() as u64;
             self.index.add(&entries).await?;

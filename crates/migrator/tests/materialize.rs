@@ -254,6 +254,7 @@ async fn a_timer_on_demand_is_indexed_and_caught_up() {
             key: triggered,
             timer_version: t.version,
             bucket: t.bucket,
+            due: None,
         }])
         .await
         .unwrap();
@@ -448,6 +449,7 @@ async fn migrate_timer_over_grpc() {
             key: triggered,
             timer_version: t.version,
             bucket: t.bucket,
+            due: None,
         }])
         .await
         .unwrap();

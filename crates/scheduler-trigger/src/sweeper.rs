@@ -8,7 +8,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use chime_domain::{
-    DeliveryMode, MisfirePolicy, Occurrence, OccurrenceStatus, Outcome, TaskKey, Timer, TimerId,
+    DeliveryMode, MisfirePolicy, Occurrence, OccurrenceStatus, OnComplete, Outcome, TaskKey, Timer,
+    TimerId,
 };
 use chime_storage::StoreResult;
 use tokio_util::sync::CancellationToken;
@@ -110,6 +111,21 @@ impl Scheduler {
             abandoned: self.occurrences.record_outcomes(&plan.abandon).await?,
             ..Swept::default()
         };
+        // A skipped or abandoned last occurrence ends a timer that deletes itself when done.
+        let mut finished: Vec<TimerId> = plan
+            .skip
+            .iter()
+            .chain(plan.abandon.iter().map(|o| &o.key))
+            .filter_map(|k| timers.get(&k.timer_id).map(|t| (t, k.run_at)))
+            .filter(|(t, run_at)| {
+                t.spec.on_complete == OnComplete::Delete && t.is_last_run(*run_at)
+            })
+            .map(|(t, _)| t.id)
+            .collect();
+        finished.dedup();
+        if !finished.is_empty() {
+            self.timers.remove_finished(&finished, now).await?;
+        }
         for batch in plan.hand_off.chunks(self.settings.batch) {
             let accepted = self.handoff.hand_off(batch).await;
             swept.handed_off += accepted;

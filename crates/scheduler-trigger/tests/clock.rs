@@ -112,6 +112,7 @@ impl Setup {
             key,
             timer_version: t.version,
             bucket: t.bucket,
+            due: None,
         };
         self.db.store.insert_occurrences(&[row]).await.unwrap();
         key

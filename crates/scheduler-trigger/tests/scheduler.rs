@@ -284,6 +284,7 @@ async fn a_shard_redis_lost_is_read_from_the_database() {
             key: *k,
             timer_version: 1,
             bucket: *b,
+            due: None,
         })
         .collect();
     s.db.store.insert_occurrences(&rows).await.unwrap();
@@ -385,6 +386,7 @@ async fn overdue(s: &Setup, t: &Timer, ago_ms: &[i64]) -> Vec<TaskKey> {
             key: *k,
             timer_version: t.version,
             bucket: t.bucket,
+            due: None,
         })
         .collect();
     s.db.store.insert_occurrences(&rows).await.unwrap();

@@ -41,6 +41,7 @@ impl TimeControl for chime_domain::ManualClock {
 }
 
 pub mod credentials;
+pub mod lifecycle;
 pub mod materialize;
 pub mod membership;
 pub mod retention;
@@ -75,6 +76,11 @@ pub fn spec_with(app: &str, name: &str, schedule: &ScheduleInput, now: Timestamp
         retry: Default::default(),
         misfire: Default::default(),
         delivery: Default::default(),
+        labels: Default::default(),
+        on_complete: Default::default(),
+        catch_up_window: None,
+        overlap: Default::default(),
+        window: None,
     }
 }
 
@@ -105,6 +111,7 @@ fn occ(timer: i64, run_at: i64, version: i64, bucket: u32) -> NewOccurrence {
         key: key(timer, run_at),
         timer_version: version,
         bucket: Bucket::from_stored(bucket),
+        due: None,
     }
 }
 
@@ -907,6 +914,7 @@ pub mod occurrence_store {
                 key: *k,
                 timer_version: 1,
                 bucket: Bucket::from_stored(0),
+                due: None,
             })
             .collect();
         store.insert_occurrences(&rows).await.unwrap();
@@ -1461,6 +1469,17 @@ macro_rules! storage_contract {
             old_idempotency_keys_and_deleted_timers_go,
             claims_take_only_their_rows_across_days,
             rotation_keeps_live_rows_and_dead_letters,
+        ]);
+    };
+    (lifecycle, $make:expr) => {
+        $crate::storage_contract!(@cases lifecycle, $make, store, [
+            pause_notes_are_kept_until_enabled,
+            timers_are_listed_by_state_name_prefix_and_labels,
+            finished_timers_that_asked_are_removed_once_their_runs_ended,
+            exclusive_claims_skip_while_another_occurrence_is_in_flight,
+            buffer_one_keeps_one_occurrence_waiting_and_skips_the_rest,
+            racing_exclusive_claims_of_one_timer_start_one,
+            windowed_occurrences_are_due_at_their_place,
         ]);
     };
     (credentials, $make:expr) => {

@@ -42,8 +42,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chime_domain::{
     AppName, Bucket, BucketCount, Claim, ClaimedOccurrence, Horizon, NewOccurrence, NewTimer,
-    Occurrence, OccurrenceStatus, Outcome, Page, PageSize, ShardKey, TaskKey, Timer, TimerId,
-    TimerSpec, Timestamp,
+    Occurrence, OccurrenceStatus, Outcome, OverlapPolicy, Page, PageSize, PauseNote, ShardKey,
+    TaskKey, Timer, TimerId, TimerSpec, TimerState, Timestamp,
 };
 
 pub(crate) use batch::{OutcomeColumns, dedup_new_occurrences, oldest_first};
@@ -54,6 +54,23 @@ pub use open::Database;
 pub use stores::{HotPath, HotStores, NoHotPath, StoreSettings, Stores};
 
 pub type StoreResult<T> = Result<T, StoreError>;
+
+/// What [`OccurrenceStore::claim_exclusive`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Exclusive {
+    Claimed(ClaimedOccurrence),
+    /// Marked skipped: the occurrence at `beside` is in flight or retrying.
+    Skipped {
+        beside: Timestamp,
+    },
+    /// Left pending (`buffer_one`): the occurrence at `beside` is in flight or retrying, and
+    /// this one is the one that waits for it. Offer it again later.
+    Waiting {
+        beside: Timestamp,
+    },
+    /// Taken by another claimer, finished already, or gone.
+    NotClaimable,
+}
 
 /// Which page of a listing to return.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -69,17 +86,37 @@ pub struct TimerFilter {
     pub app: Option<AppName>,
     pub enabled: Option<bool>,
     pub bucket: Option<Bucket>,
+    /// Only timers in this state at `now`.
+    pub state: Option<(TimerState, Timestamp)>,
+    /// Only timers whose name starts with this.
+    pub name_prefix: Option<String>,
+    /// Only timers carrying every one of these labels.
+    pub labels: Vec<(String, String)>,
 }
 
 impl TimerFilter {
-    /// Binds page tokens to this exact query.
+    /// Binds page tokens to this exact query (the state's instant aside: a next page is
+    /// read at its own time).
     fn scope(&self) -> String {
         format!(
-            "timers|{}|{:?}|{:?}",
+            "timers|{}|{:?}|{:?}|{:?}|{:?}|{:?}",
             self.app.as_ref().map(AppName::as_str).unwrap_or(""),
             self.enabled,
-            self.bucket.map(Bucket::get)
+            self.bucket.map(Bucket::get),
+            self.state.map(|(s, _)| s.as_str()),
+            self.name_prefix,
+            self.labels,
         )
+    }
+
+    /// The label selector as the JSON object the SQL statements read.
+    fn labels_json(&self) -> String {
+        let map: serde_json::Map<String, serde_json::Value> = self
+            .labels
+            .iter()
+            .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
+            .collect();
+        serde_json::Value::Object(map).to_string()
     }
 }
 
@@ -210,6 +247,7 @@ pub(crate) fn first_occurrences(
             key: TaskKey::new(timer.id, run_at),
             timer_version: timer.version,
             bucket: timer.bucket,
+            due: timer.due_of(run_at),
         })
         .collect();
     (rows, plan.watermark)
@@ -270,8 +308,16 @@ pub trait TimerStore: Send + Sync + 'static {
         horizon: Horizon,
     ) -> StoreResult<Written>;
 
+    /// Disables with a note (replacing an earlier note); bumps the version only when the
+    /// timer was enabled. Enabling clears the note.
+    async fn pause_timer(&self, id: TimerId, note: &PauseNote) -> StoreResult<Timer>;
+
     /// Soft-deletes: the row stays for history, the name becomes free, the version is bumped.
     async fn delete_timer(&self, id: TimerId) -> StoreResult<()>;
+
+    /// Deletes those of `ids` that asked for it (`on_complete: delete`), have no fire time
+    /// left at `now` and no occurrence still to run or running. Returns the deleted ones.
+    async fn remove_finished(&self, ids: &[TimerId], now: Timestamp) -> StoreResult<Vec<TimerId>>;
 
     /// Enabled live timers of `bucket` whose watermark is before `before`, by watermark then
     /// id, after the `after` cursor (the last `(watermark, id)` of the previous page).
@@ -316,6 +362,18 @@ pub trait OccurrenceStore: Send + Sync + 'static {
     /// Claims each claimable occurrence (pending, retrying, or running with an expired claim
     /// lease) for one attempt. Among racing claimers each occurrence is won by exactly one.
     async fn claim(&self, keys: &[TaskKey], claim: Claim) -> StoreResult<Vec<ClaimedOccurrence>>;
+
+    /// Claims `key` only while no other occurrence of its timer is in flight (a live claim)
+    /// or waiting to retry. Otherwise `overlap: skip` marks it `skipped`; `buffer_one`
+    /// leaves it pending to be offered again ([`Exclusive::Waiting`]) unless an earlier
+    /// occurrence of the timer, due already, waits too, and then marks it `skipped`.
+    /// Claimers of one timer take turns, on every executor replica.
+    async fn claim_exclusive(
+        &self,
+        key: TaskKey,
+        claim: Claim,
+        overlap: OverlapPolicy,
+    ) -> StoreResult<Exclusive>;
 
     /// Records attempt results; an outcome whose attempt is no longer the running one is
     /// ignored. Returns how many were recorded.

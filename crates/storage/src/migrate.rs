@@ -47,6 +47,11 @@ const POSTGRES: &[(i64, &str, &str)] = &[
         "credentials",
         include_str!("../../../migrations/postgres/0007_credentials.sql"),
     ),
+    (
+        8,
+        "pause notes",
+        include_str!("../../../migrations/postgres/0008_pause_notes.sql"),
+    ),
 ];
 
 const SQLITE: &[(i64, &str, &str)] = &[
@@ -84,6 +89,11 @@ const SQLITE: &[(i64, &str, &str)] = &[
         7,
         "credentials",
         include_str!("../../../migrations/sqlite/0007_credentials.sql"),
+    ),
+    (
+        8,
+        "pause notes",
+        include_str!("../../../migrations/sqlite/0008_pause_notes.sql"),
     ),
 ];
 

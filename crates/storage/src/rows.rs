@@ -69,15 +69,24 @@ where
 {
     let spec: TimerSpec = serde_json::from_str(&row.text("spec")?)
         .map_err(|e| StoreError::corrupt(format!("timer spec: {e}")))?;
+    let enabled = row.boolean("enabled")?;
     Ok(Timer {
         id: timer_id(row.i64("id")?)?,
         spec,
-        enabled: row.boolean("enabled")?,
+        enabled,
         version: row.i64("version")?,
         bucket: Bucket::from_stored(non_negative(row.i32("bucket")?, "bucket")?),
         created_at: Timestamp::from_millis(row.i64("created_at")?),
         updated_at: Timestamp::from_millis(row.i64("updated_at")?),
         deleted_at: row.opt_i64("deleted_at")?.map(Timestamp::from_millis),
+        paused: match row.opt_i64("paused_at")? {
+            Some(at) if !enabled => Some(chime_domain::PauseNote {
+                reason: row.opt_text("paused_reason")?.unwrap_or_default(),
+                at: Timestamp::from_millis(at),
+                by: row.opt_text("paused_by")?,
+            }),
+            _ => None,
+        },
     })
 }
 
@@ -194,6 +203,7 @@ pub(crate) fn new_timer_row(
         created_at: now,
         updated_at: now,
         deleted_at: None,
+        paused: None,
     }
 }
 

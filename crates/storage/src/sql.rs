@@ -7,20 +7,89 @@
 macro_rules! shared_timer_cols {
     () => {
         "id, app, name, CAST(spec AS TEXT) AS spec, enabled, version, bucket, created_at, \
-         updated_at, deleted_at"
+         updated_at, deleted_at, paused_reason, paused_at, paused_by"
     };
 }
 
-/// Live timers by id after `$4`, optionally of one app, enabled state and bucket.
-pub(crate) const LIST_TIMERS: &str = concat!(
-    "SELECT ",
-    shared_timer_cols!(),
-    " FROM timers WHERE deleted_at IS NULL \
-      AND (CAST($1 AS TEXT) IS NULL OR app = $1) \
-      AND (CAST($2 AS BOOLEAN) IS NULL OR enabled = $2) \
-      AND (CAST($3 AS INTEGER) IS NULL OR bucket = $3) \
-      AND id > $4 ORDER BY id LIMIT $5"
+/// The instant after which a timer never fires, from its spec (`Schedule::finishes_at`);
+/// rows written before `finish_ms` existed fall back to a one-shot's instant or `end_at`.
+macro_rules! finish_ms {
+    () => {
+        "COALESCE(CAST(spec->'schedule'->>'finish_ms' AS BIGINT), \
+           CASE WHEN spec->'schedule'->>'cron' IS NULL AND spec->'schedule'->>'every_ms' IS NULL \
+             THEN CAST(spec->'schedule'->>'at_ms' AS BIGINT) END, \
+           CAST(spec->'schedule'->>'end_at_ms' AS BIGINT))"
+    };
+}
+
+/// Live timers by id after `$4`, optionally of one app, enabled state, bucket, state `$8`
+/// at `$9`, name prefix `$7`, and labels `$6` (a JSON object; `$labels` is the dialect's
+/// "every pair of `$6` is on the timer").
+macro_rules! list_timers_sql {
+    ($labels:expr) => {
+        concat!(
+            "SELECT ",
+            shared_timer_cols!(),
+            " FROM timers WHERE deleted_at IS NULL \
+              AND (CAST($1 AS TEXT) IS NULL OR app = $1) \
+              AND (CAST($2 AS BOOLEAN) IS NULL OR enabled = $2) \
+              AND (CAST($3 AS INTEGER) IS NULL OR bucket = $3) \
+              AND (CAST($7 AS TEXT) IS NULL OR substr(name, 1, length($7)) = $7) \
+              AND (CAST($8 AS TEXT) IS NULL \
+                OR ($8 = 'paused' AND NOT enabled) \
+                OR ($8 = 'done' AND enabled AND ",
+            finish_ms!(),
+            " < $9) \
+                OR ($8 = 'enabled' AND enabled AND COALESCE(",
+            finish_ms!(),
+            " >= $9, TRUE))) \
+              AND ",
+            $labels,
+            " AND id > $4 ORDER BY id LIMIT $5"
+        )
+    };
+}
+
+/// [`list_timers_sql`] on PostgreSQL.
+pub(crate) const LIST_TIMERS_PG: &str = list_timers_sql!(
+    "NOT EXISTS (SELECT 1 FROM json_each_text(CAST($6 AS JSON)) s \
+       WHERE (spec->'labels'->>s.key) IS DISTINCT FROM s.value)"
 );
+
+/// [`list_timers_sql`] on SQLite.
+pub(crate) const LIST_TIMERS_SQLITE: &str = list_timers_sql!(
+    "NOT EXISTS (SELECT 1 FROM json_each($6) s \
+       WHERE json_extract(spec, '$.labels.\"' || s.key || '\"') IS NOT s.value)"
+);
+
+/// Disables timer `$1` with note (`$2` reason, `$3` at, `$4` by); the version moves only
+/// if it was enabled (SET reads the row as it was).
+pub(crate) const PAUSE_TIMER: &str = concat!(
+    "UPDATE timers SET version = version + CASE WHEN enabled THEN 1 ELSE 0 END, \
+       updated_at = CASE WHEN enabled THEN $3 ELSE updated_at END, enabled = FALSE, \
+       paused_reason = $2, paused_at = $3, paused_by = $4 \
+     WHERE id = $1 AND deleted_at IS NULL RETURNING ",
+    shared_timer_cols!()
+);
+
+/// `TimerStore::remove_finished` for the ids `$ids` selects, at `$2`.
+macro_rules! remove_finished_sql {
+    ($ids:expr) => {
+        concat!(
+            "UPDATE timers SET deleted_at = $2, updated_at = $2, version = version + 1 \
+             WHERE id IN (",
+            $ids,
+            ") AND deleted_at IS NULL AND spec->>'on_complete' = 'delete' AND ",
+            finish_ms!(),
+            " <= $2 AND NOT EXISTS (SELECT 1 FROM occurrences o WHERE o.timer_id = timers.id \
+               AND o.status IN ('pending', 'running', 'retrying')) RETURNING id"
+        )
+    };
+}
+
+pub(crate) const REMOVE_FINISHED_PG: &str = remove_finished_sql!("SELECT UNNEST($1::bigint[])");
+pub(crate) const REMOVE_FINISHED_SQLITE: &str =
+    remove_finished_sql!("SELECT value FROM json_each($1)");
 
 /// One timer's occurrences before `$3`, newest first, optionally of one status.
 pub(crate) const LIST_RUNS: &str = concat!(
@@ -67,6 +136,31 @@ pub(crate) const DUE_IN_BUCKET: &str = "SELECT timer_id, run_at, \
        AND COALESCE(next_attempt_at, run_at) < $3 \
      ORDER BY due LIMIT $4";
 
+/// Another occurrence of timer `$1` than the one at `$2` whose callback is in flight (a
+/// claim still live at `$3`) or waiting to retry: what `overlap: skip` must not start beside.
+pub(crate) const OVERLAPPING: &str = "SELECT run_at FROM occurrences \
+     WHERE timer_id = $1 AND run_at <> $2 \
+       AND ((status = 'running' AND lease_until >= $3) OR status = 'retrying') LIMIT 1";
+
+/// `buffer_one`: an occurrence of timer `$1` earlier than `$2` and due by `$3` (its nominal
+/// time) still waiting to be claimed, other than one in flight.
+pub(crate) const BUFFERED: &str = "SELECT run_at FROM occurrences \
+     WHERE timer_id = $1 AND run_at < $2 AND run_at <= $3 AND status = 'pending' \
+     ORDER BY run_at LIMIT 1";
+
+/// The occurrence at (`$1`, `$2`) skipped with reason `$3`, if still claimable.
+pub(crate) const SKIP_ONE: &str = "UPDATE occurrences SET status = 'skipped', error = $3, \
+       next_attempt_at = NULL WHERE timer_id = $1 AND run_at = $2 \
+       AND status IN ('pending', 'retrying')";
+
+/// Claims the occurrence at (`$1`, `$2`) at `$3` for a lease until `$4`, if claimable.
+pub(crate) const CLAIM_ONE: &str = "UPDATE occurrences SET status = 'running', \
+       attempt = attempt + 1, lease_until = $4 \
+     WHERE timer_id = $1 AND run_at = $2 \
+       AND (status IN ('pending', 'retrying') OR (status = 'running' AND lease_until < $3)) \
+     RETURNING timer_id, run_at, timer_version, bucket, attempt, \
+       COALESCE(next_attempt_at, run_at) AS due";
+
 /// Takes idempotency key `$2` of app `$1` for timer `$4`, unless it was taken before. On
 /// PostgreSQL a concurrent holder of the key is waited for, then seen.
 pub(crate) const CLAIM_IDEMPOTENCY_KEY: &str = "INSERT INTO idempotency_keys \
@@ -84,22 +178,115 @@ pub(crate) const TIMER_BY_ID: &str = concat!(
     " FROM timers WHERE id = $1"
 );
 
+/// [`PAUSE_TIMER`] for `TimerStore::pause_timer`.
+macro_rules! pause_timer {
+    ($db:expr, $id:expr, $note:expr) => {{
+        let (id, note): (chime_domain::TimerId, &chime_domain::PauseNote) = ($id, $note);
+        let row = sqlx::query($crate::sql::PAUSE_TIMER)
+            .bind(id.get())
+            .bind(&note.reason)
+            .bind(note.at.as_millis())
+            .bind(note.by.as_deref())
+            .fetch_optional($db)
+            .await?
+            .ok_or_else(|| $crate::StoreError::timer_not_found(id))?;
+        $crate::rows::timer(&row)
+    }};
+}
+
+/// `OccurrenceStore::claim_exclusive` inside a transaction `$tx` that already serializes
+/// the claimers of the key's timer.
+macro_rules! claim_exclusive {
+    ($tx:expr, $key:expr, $claim:expr, $overlap:expr) => {{
+        let (key, claim): (chime_domain::TaskKey, chime_domain::Claim) = ($key, $claim);
+        let (id, run_at) = (key.timer_id.get(), key.run_at.as_millis());
+        let busy: Option<i64> = sqlx::query_scalar($crate::sql::OVERLAPPING)
+            .bind(id)
+            .bind(run_at)
+            .bind(claim.now.as_millis())
+            .fetch_optional(&mut *$tx)
+            .await?;
+        // `buffer_one`: the first occurrence to find its timer busy waits; the rest skip.
+        let buffered: Option<i64> = match busy {
+            Some(_) if $overlap == chime_domain::OverlapPolicy::BufferOne => {
+                sqlx::query_scalar($crate::sql::BUFFERED)
+                    .bind(id)
+                    .bind(run_at)
+                    .bind(claim.now.as_millis())
+                    .fetch_optional(&mut *$tx)
+                    .await?
+            }
+            _ => None,
+        };
+        let waits = busy.is_some()
+            && buffered.is_none()
+            && $overlap == chime_domain::OverlapPolicy::BufferOne;
+        if let (Some(other), true) = (busy, waits) {
+            $crate::Exclusive::Waiting {
+                beside: chime_domain::Timestamp::from_millis(other),
+            }
+        } else if let Some(other) = busy {
+            let other = chime_domain::Timestamp::from_millis(other);
+            let reason = match buffered {
+                Some(first) => format!(
+                    "overlap: skipped while the occurrence at {} is in flight or retrying and \
+                     the one at {} waits for it",
+                    other.to_rfc3339(),
+                    chime_domain::Timestamp::from_millis(first).to_rfc3339()
+                ),
+                None => format!(
+                    "overlap: skipped while the occurrence at {} is in flight or retrying",
+                    other.to_rfc3339()
+                ),
+            };
+            let skipped = sqlx::query($crate::sql::SKIP_ONE)
+                .bind(id)
+                .bind(run_at)
+                .bind(reason)
+                .execute(&mut *$tx)
+                .await?
+                .rows_affected();
+            if skipped == 0 {
+                $crate::Exclusive::NotClaimable
+            } else {
+                $crate::Exclusive::Skipped { beside: other }
+            }
+        } else {
+            match sqlx::query($crate::sql::CLAIM_ONE)
+                .bind(id)
+                .bind(run_at)
+                .bind(claim.now.as_millis())
+                .bind(claim.lease_until.as_millis())
+                .fetch_optional(&mut *$tx)
+                .await?
+            {
+                Some(row) => $crate::Exclusive::Claimed($crate::rows::claimed(&row)?),
+                None => $crate::Exclusive::NotClaimable,
+            }
+        }
+    }};
+}
+
 // Running them: the binds and the decoding are the same for both backends too. A macro rather
 // than a generic function, because each driver's bind and row traits would have to be spelled
 // out as bounds; expanded, each body is checked against its own driver. `$db` is the pool.
 
-/// [`LIST_TIMERS`] for `TimerStore::list_timers`.
+/// [`list_timers_sql`] (the dialect's `$statement`) for `TimerStore::list_timers`.
 macro_rules! list_timers {
-    ($db:expr, $filter:expr, $page:expr) => {{
+    ($db:expr, $statement:expr, $filter:expr, $page:expr) => {{
         let (filter, page) = ($filter, $page);
         let scope = filter.scope();
         let after = $crate::decode_page_token(page, &scope)?.map_or(0, |(id, _)| id);
-        let rows = sqlx::query($crate::sql::LIST_TIMERS)
+        let rows = sqlx::query($statement)
             .bind(filter.app.as_ref().map(|a| a.as_str()))
             .bind(filter.enabled)
             .bind(filter.bucket.map(|b| b.get() as i32))
             .bind(after)
             .bind(i64::from(page.size.get()) + 1)
+            .bind(filter.labels_json())
+            .bind(filter.name_prefix.as_deref())
+            .bind(filter.state.map(|(s, _)| s.as_str()))
+            .bind(filter.state.map_or(0, |(_, now)| now.as_millis()))
             .fetch_all($db)
             .await?;
         let items = $crate::rows::timers(&rows)?;
@@ -240,4 +427,7 @@ macro_rules! claim_idempotency_key {
 }
 
 pub(crate) use claim_idempotency_key;
-pub(crate) use {due_in_bucket, find_overdue, list_dead, list_runs, list_timers, redrive};
+pub(crate) use {
+    claim_exclusive, due_in_bucket, find_overdue, list_dead, list_runs, list_timers, pause_timer,
+    redrive,
+};

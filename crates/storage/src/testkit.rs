@@ -151,10 +151,25 @@ pub async fn sqlite() -> SqliteFixture {
 }
 
 pub async fn sqlite_unmigrated() -> SqliteFixture {
+    open_sqlite(Arc::new(SystemClock), BucketCount::DEFAULT).await
+}
+
+/// A migrated throwaway SQLite store whose "now" is `clock` and whose timers fall in
+/// `buckets` buckets (tests that drive the pipeline on an injected clock).
+pub async fn sqlite_on(clock: Arc<dyn Clock>, buckets: BucketCount) -> SqliteFixture {
+    let fixture = open_sqlite(clock, buckets).await;
+    fixture
+        .store
+        .migrate()
+        .await
+        .expect("migrate test database");
+    fixture
+}
+
+async fn open_sqlite(clock: Arc<dyn Clock>, buckets: BucketCount) -> SqliteFixture {
     let path = std::env::temp_dir().join(format!("{}.db", unique("chime-test")));
     let url = format!("sqlite://{}", path.display());
-    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let store = SqliteStore::open(&url, clock, BucketCount::DEFAULT)
+    let store = SqliteStore::open(&url, clock, buckets)
         .await
         .expect("open test database");
     SqliteFixture {

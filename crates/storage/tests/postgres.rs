@@ -8,6 +8,7 @@ storage_contract!(timer_store, support::pg());
 storage_contract!(occurrence_store, support::pg());
 storage_contract!(materialize, support::pg());
 storage_contract!(retention, support::pg());
+storage_contract!(lifecycle, support::pg());
 storage_contract!(credentials, support::pg());
 
 mod migrations {
@@ -19,7 +20,7 @@ mod migrations {
         assert_eq!(
             fx.store.schema_status().await.unwrap(),
             SchemaStatus::Behind {
-                missing: vec![1, 2, 3, 4, 5, 6, 7]
+                missing: vec![1, 2, 3, 4, 5, 6, 7, 8]
             }
         );
         fx.store.migrate().await.unwrap();
@@ -52,7 +53,7 @@ mod migrations {
             .fetch_one(fx.store.pool())
             .await
             .unwrap();
-        assert_eq!(applied, 7);
+        assert_eq!(applied, 8);
         assert_eq!(
             fx.store.schema_status().await.unwrap(),
             SchemaStatus::Current
@@ -99,6 +100,7 @@ async fn rewriting_existing_occurrences_does_not_wait_for_their_row_locks() {
         key: TaskKey::new(TimerId::new(7).unwrap(), Timestamp::from_millis(1_000)),
         timer_version: 1,
         bucket: Bucket::of(TimerId::new(7).unwrap(), chime_domain::BucketCount::DEFAULT),
+        due: None,
     };
     assert_eq!(fx.store.insert_occurrences(&[row]).await.unwrap(), 1);
     // Another session holds the row, as a claim or an outcome write does.

@@ -8,6 +8,7 @@ storage_contract!(timer_store, support::sqlite());
 storage_contract!(occurrence_store, support::sqlite());
 storage_contract!(materialize, support::sqlite());
 storage_contract!(retention, support::sqlite());
+storage_contract!(lifecycle, support::sqlite());
 storage_contract!(credentials, support::sqlite());
 
 mod migrations {
@@ -19,7 +20,7 @@ mod migrations {
         assert_eq!(
             fx.store.schema_status().await.unwrap(),
             SchemaStatus::Behind {
-                missing: vec![1, 2, 3, 4, 5, 6, 7]
+                missing: vec![1, 2, 3, 4, 5, 6, 7, 8]
             }
         );
         fx.store.migrate().await.unwrap();

@@ -6,7 +6,7 @@ use chime_domain::{Occurrence, Page, Timestamp};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use crate::api::{TimerInput, TimerView};
+use crate::api::{Applied, PreviewRun, TimerInput, TimerView};
 use crate::view::ScheduleShown;
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -15,6 +15,9 @@ pub struct ScheduleBody {
     pub cron: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub time_zone: Option<String>,
+    /// Cron only, when not the default: the daylight-saving policy.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dst: Option<chime_domain::DstPolicy>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub every: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -40,6 +43,97 @@ pub struct RetryBody {
     pub initial_backoff: String,
     pub max_backoff: String,
     pub jitter: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_age: Option<String>,
+}
+
+/// Why a timer is paused.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PauseBody {
+    /// Up to 500 characters, shown on the timer until it is enabled again.
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+/// A pause note as a timer shows it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PausedBody {
+    pub reason: String,
+    pub at: String,
+    /// The id of the token that paused it (`bootstrap` for the bootstrap token).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub by: Option<String>,
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ApplyParams {
+    /// Only report what would change.
+    pub dry_run: Option<bool>,
+}
+
+/// What a declarative apply did.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ApplyBody {
+    /// `created`, `updated` or `unchanged`.
+    pub result: String,
+    /// The fields that differ, by request name.
+    pub changes: Vec<String>,
+    /// The timer after the apply (before it when dry); absent for a dry create.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timer: Option<TimerBody>,
+}
+
+impl From<Applied> for ApplyBody {
+    fn from(a: Applied) -> Self {
+        Self {
+            result: a.result.as_str().to_owned(),
+            changes: a.changes,
+            timer: a.timer.map(Into::into),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct NextParams {
+    /// 1 to 1000; default 10.
+    pub count: Option<u32>,
+}
+
+/// One run time of a preview.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RunTime {
+    /// RFC 3339, UTC.
+    pub utc: String,
+    /// The same instant in the schedule's zone.
+    pub local: String,
+    /// `gap`: the wall time the schedule names did not exist that day (clocks sprang
+    /// forward) and the run is the first instant after the gap; `repeated`: the wall time
+    /// happened twice (clocks fell back) and the run is its first instance.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dst: Option<chime_domain::DstNote>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RunTimes {
+    pub runs: Vec<RunTime>,
+}
+
+impl From<Vec<PreviewRun>> for RunTimes {
+    fn from(runs: Vec<PreviewRun>) -> Self {
+        Self {
+            runs: runs
+                .into_iter()
+                .map(|r| RunTime {
+                    utc: r.at.to_rfc3339(),
+                    local: r.zone.format(r.at),
+                    dst: r.dst,
+                })
+                .collect(),
+        }
+    }
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -65,6 +159,24 @@ pub struct TimerBody {
     pub misfire: chime_domain::MisfirePolicy,
     pub delivery: chime_domain::DeliveryMode,
     pub enabled: bool,
+    /// `enabled`, `paused` (disabled) or `done` (no fire time left).
+    pub state: chime_domain::TimerState,
+    /// Set while paused.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub paused: Option<PausedBody>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_runs: Option<u32>,
+    /// Fire times left under `max_runs`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub remaining_runs: Option<u32>,
+    pub on_complete: chime_domain::OnComplete,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub catch_up_window: Option<String>,
+    pub overlap: chime_domain::OverlapPolicy,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub window: Option<String>,
     pub version: i64,
     pub created_at: String,
     pub updated_at: String,
@@ -77,6 +189,7 @@ impl From<TimerView> for TimerBody {
         let mut schedule = ScheduleBody {
             cron: None,
             time_zone: None,
+            dst: None,
             every: None,
             after: None,
             at: None,
@@ -85,9 +198,11 @@ impl From<TimerView> for TimerBody {
             ScheduleShown::Cron {
                 expression,
                 time_zone,
+                dst,
             } => {
                 schedule.cron = Some(expression);
                 schedule.time_zone = Some(time_zone);
+                schedule.dst = (!dst.is_default()).then_some(dst);
             }
             ScheduleShown::Every { interval, first } => {
                 schedule.every = Some(interval);
@@ -130,10 +245,24 @@ impl From<TimerView> for TimerBody {
                 initial_backoff: retry.initial_backoff,
                 max_backoff: retry.max_backoff,
                 jitter: retry.jitter,
+                max_age: retry.max_age,
             },
             misfire: t.spec.misfire,
             delivery: t.spec.delivery,
             enabled: t.enabled,
+            state: v.state,
+            paused: t.paused.map(|p| PausedBody {
+                reason: p.reason,
+                at: p.at.to_rfc3339(),
+                by: p.by,
+            }),
+            labels: t.spec.labels.to_map(),
+            max_runs: s.limit().map(|l| l.max_runs),
+            remaining_runs: v.remaining_runs,
+            on_complete: t.spec.on_complete,
+            catch_up_window: t.spec.catch_up_window.map(|w| w.to_string()),
+            overlap: t.spec.overlap,
+            window: t.spec.window.map(|w| w.to_string()),
             version: t.version,
             created_at: t.created_at.to_rfc3339(),
             updated_at: t.updated_at.to_rfc3339(),
@@ -241,6 +370,12 @@ pub struct ListTimersParams {
     pub app: Option<String>,
     /// Only enabled (true) or disabled (false) timers.
     pub enabled: Option<bool>,
+    /// Only timers in this state: `enabled` (with fire times left), `paused` or `done`.
+    pub state: Option<String>,
+    /// Only timers whose name starts with this.
+    pub name_prefix: Option<String>,
+    /// Label selector `key=value[,key=value…]`: only timers with all of these labels.
+    pub label: Option<String>,
     /// 1 to 1000; default 100.
     pub page_size: Option<u32>,
     pub page_token: Option<String>,

@@ -4,7 +4,9 @@ use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
 
-use crate::api::{CreateRequest, ListTimers, TimerInput, TimerPatch};
+use crate::api::{
+    ApplyRequest, ApplyResult, CreateRequest, ListTimers, PreviewRequest, TimerInput, TimerPatch,
+};
 use crate::error::ApiError;
 
 use super::*;
@@ -114,6 +116,9 @@ pub(super) async fn list_timers(
             ListTimers {
                 app: q.app,
                 enabled: q.enabled,
+                state: q.state,
+                name_prefix: q.name_prefix,
+                label: q.label,
                 page_size: q.page_size,
                 page_token: q.page_token,
             },
@@ -204,11 +209,14 @@ pub(super) async fn enable_timer(
     ))
 }
 
-/// Disable a timer; pending occurrences are skipped when due.
+/// Disable (pause) a timer, optionally with a reason shown until it is enabled again;
+/// pending occurrences are skipped when due.
 #[utoipa::path(post, path = "/v1/timers/{id}/disable", tag = "timers",
     params(("id" = i64, Path, description = "Timer id")),
+    request_body(content = Option<PauseBody>, content_type = "application/json"),
     responses(
         (status = 200, description = "The timer", body = TimerBody),
+        (status = 400, description = "Invalid reason or malformed JSON", body = Problem, content_type = "application/problem+json"),
         IdErrors,
         AuthErrors,
         ServerErrors,
@@ -217,12 +225,94 @@ pub(super) async fn disable_timer(
     State(api): State<Api>,
     Ctx(ctx): Ctx,
     Path(id): Path<String>,
+    OptionalJsonBody(body): OptionalJsonBody<PauseBody>,
 ) -> Result<Json<TimerBody>, ApiError> {
     Ok(Json(
-        api.set_timer_enabled(&ctx, timer_id(&id)?, false)
+        api.pause_timer(&ctx, timer_id(&id)?, body.reason)
             .await?
             .into(),
     ))
+}
+
+/// Create or replace the app's timer of this name (declarative). Idempotent: a body that
+/// says what the timer already is changes nothing, not even its version. `enabled` left out
+/// keeps an existing timer enabled or paused as it is.
+#[utoipa::path(put, path = "/v1/apps/{app}/timers/{name}", tag = "timers",
+    params(("app" = String, Path, description = "The timer's app"),
+           ("name" = String, Path, description = "The timer's name"), ApplyParams),
+    request_body(content = TimerInput, content_type = "application/json"),
+    responses(
+        (status = 200, description = "Changed, or already as declared", body = ApplyBody),
+        (status = 201, description = "Created", body = ApplyBody),
+        (status = 400, description = "Invalid input, or app or name other than the path's", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Changed concurrently; apply again", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "The app's timer quota or create rate is exceeded", body = Problem, content_type = "application/problem+json"),
+        BodyErrors,
+        AuthErrors,
+        ServerErrors,
+    ))]
+pub(super) async fn apply_timer(
+    State(api): State<Api>,
+    Ctx(ctx): Ctx,
+    Path((app, name)): Path<(String, String)>,
+    QueryParams(q): QueryParams<ApplyParams>,
+    JsonBody(timer): JsonBody<TimerInput>,
+) -> Result<(StatusCode, Json<ApplyBody>), ApiError> {
+    let applied = api
+        .apply_timer(
+            &ctx,
+            ApplyRequest {
+                app,
+                name,
+                timer,
+                dry_run: q.dry_run.unwrap_or(false),
+            },
+        )
+        .await?;
+    let status = if applied.result == ApplyResult::Created && applied.timer.is_some() {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((status, Json(ApplyBody::from(applied))))
+}
+
+/// A timer's next run times, each marked where a daylight-saving change moved it.
+#[utoipa::path(get, path = "/v1/timers/{id}/next", tag = "timers",
+    params(("id" = i64, Path, description = "Timer id"), NextParams),
+    responses(
+        (status = 200, description = "The next run times", body = RunTimes),
+        (status = 400, description = "Invalid count", body = Problem, content_type = "application/problem+json"),
+        IdErrors,
+        AuthErrors,
+        ServerErrors,
+    ))]
+pub(super) async fn next_runs(
+    State(api): State<Api>,
+    Ctx(ctx): Ctx,
+    Path(id): Path<String>,
+    QueryParams(q): QueryParams<NextParams>,
+) -> Result<Json<RunTimes>, ApiError> {
+    let runs = api.next_runs(&ctx, timer_id(&id)?, q.count).await?;
+    Ok(Json(RunTimes::from(runs)))
+}
+
+/// The run times a schedule would have, without creating a timer.
+#[utoipa::path(post, path = "/v1/schedules/preview", tag = "timers",
+    request_body(content = PreviewRequest, content_type = "application/json"),
+    responses(
+        (status = 200, description = "The run times", body = RunTimes),
+        (status = 400, description = "Invalid schedule, count or from", body = Problem, content_type = "application/problem+json"),
+        BodyErrors,
+        AuthErrors,
+        ServerErrors,
+    ))]
+pub(super) async fn preview_schedule(
+    State(api): State<Api>,
+    Ctx(ctx): Ctx,
+    JsonBody(req): JsonBody<PreviewRequest>,
+) -> Result<Json<RunTimes>, ApiError> {
+    Ok(Json(RunTimes::from(api.preview(&ctx, req).await?)))
 }
 
 /// Fire a timer once more, now.

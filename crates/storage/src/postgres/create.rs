@@ -99,7 +99,8 @@ where
     let mut buckets = Vec::with_capacity(n);
     let mut times = Vec::with_capacity(n);
     let mut watermarks = Vec::with_capacity(n);
-    let (mut occ_ids, mut occ_runs, mut occ_buckets) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut occ_ids, mut occ_runs, mut occ_buckets, mut occ_dues) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for (written, watermark) in group {
         let t: &Timer = &written.timer;
         ids.push(t.id.get());
@@ -115,6 +116,7 @@ where
             occ_ids.push(o.key.timer_id.get());
             occ_runs.push(o.key.run_at.as_millis());
             occ_buckets.push(o.bucket.get() as i32);
+            occ_dues.push(o.due.map(Timestamp::as_millis));
         }
     }
     let inserted: Vec<i64> = sqlx::query_scalar(
@@ -127,10 +129,10 @@ where
              AS t(id, app, name, kind, spec, enabled, bucket, at, wm) \
            ON CONFLICT DO NOTHING RETURNING id), \
          o AS ( \
-           INSERT INTO occurrences (timer_id, run_at, timer_version, bucket) \
-           SELECT n.timer_id, n.run_at, 1, n.bucket \
-           FROM UNNEST($10::bigint[], $11::bigint[], $12::integer[]) \
-             AS n(timer_id, run_at, bucket) \
+           INSERT INTO occurrences (timer_id, run_at, timer_version, bucket, next_attempt_at) \
+           SELECT n.timer_id, n.run_at, 1, n.bucket, n.due \
+           FROM UNNEST($10::bigint[], $11::bigint[], $12::integer[], $13::bigint[]) \
+             AS n(timer_id, run_at, bucket, due) \
            WHERE n.timer_id IN (SELECT id FROM t) \
            ON CONFLICT (timer_id, run_at) DO NOTHING) \
          SELECT id FROM t",
@@ -147,6 +149,7 @@ where
     .bind(occ_ids)
     .bind(occ_runs)
     .bind(occ_buckets)
+    .bind(occ_dues)
     .fetch_all(db)
     .await?;
     Ok(inserted.into_iter().collect())

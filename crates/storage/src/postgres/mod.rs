@@ -17,7 +17,8 @@ use create::CreateQueue;
 
 macro_rules! timer_cols {
     () => {
-        "id, app, name, spec::text AS spec, enabled, version, bucket, created_at, updated_at, deleted_at"
+        "id, app, name, spec::text AS spec, enabled, version, bucket, created_at, updated_at, deleted_at, \
+         paused_reason, paused_at, paused_by"
     };
 }
 

@@ -2,13 +2,14 @@
 
 use async_trait::async_trait;
 use chime_domain::{
-    Bucket, Claim, ClaimedOccurrence, NewOccurrence, Occurrence, Outcome, Page, TaskKey, Timestamp,
+    Bucket, Claim, ClaimedOccurrence, NewOccurrence, Occurrence, Outcome, OverlapPolicy, Page,
+    TaskKey, Timestamp,
 };
 
 use super::PgStore;
 use crate::rows;
 use crate::sql;
-use crate::{DeadFilter, OccurrenceStore, PageRequest, Redrive, RunFilter, StoreResult};
+use crate::{DeadFilter, Exclusive, OccurrenceStore, PageRequest, Redrive, RunFilter, StoreResult};
 
 #[async_trait]
 impl OccurrenceStore for PgStore {
@@ -56,6 +57,25 @@ impl OccurrenceStore for PgStore {
         .fetch_all(&self.pool)
         .await?;
         rows.iter().map(rows::claimed).collect()
+    }
+
+    async fn claim_exclusive(
+        &self,
+        key: TaskKey,
+        claim: Claim,
+        overlap: OverlapPolicy,
+    ) -> StoreResult<Exclusive> {
+        let mut tx = self.pool.begin().await?;
+        // Claimers of one timer take turns (a transaction-scoped lock, gone at commit). The
+        // class keeps it apart from other advisory locks; timers sharing a key only wait.
+        sqlx::query("SELECT pg_advisory_xact_lock($1, CAST($2 % 2147483647 AS INTEGER))")
+            .bind(OVERLAP_LOCK_CLASS)
+            .bind(key.timer_id.get())
+            .execute(&mut *tx)
+            .await?;
+        let done = crate::sql::claim_exclusive!(tx, key, claim, overlap);
+        tx.commit().await?;
+        Ok(done)
     }
 
     async fn record_outcomes(&self, outcomes: &[Outcome]) -> StoreResult<u64> {
@@ -177,7 +197,8 @@ where
     if batch.is_empty() {
         return Ok(0);
     }
-    let (mut ids, mut run_ats, mut versions, mut buckets) = (
+    let (mut ids, mut run_ats, mut versions, mut buckets, mut dues) = (
+        Vec::with_capacity(batch.len()),
         Vec::with_capacity(batch.len()),
         Vec::with_capacity(batch.len()),
         Vec::with_capacity(batch.len()),
@@ -188,6 +209,7 @@ where
         run_ats.push(o.key.run_at.as_millis());
         versions.push(o.timer_version);
         buckets.push(o.bucket.get() as i32);
+        dues.push(o.due.map(Timestamp::as_millis));
     }
     // Not `ON CONFLICT DO UPDATE … WHERE`: that locks every conflicting row, even those
     // it leaves alone, so a step re-writing its horizon held the rows executors were
@@ -195,15 +217,17 @@ where
     // writes. Only a pending row of an older version is updated, so only it is locked.
     let written: i64 = sqlx::query_scalar(
         "WITH new AS ( \
-           SELECT * FROM UNNEST($1::bigint[], $2::bigint[], $3::bigint[], $4::integer[]) \
-             AS n(timer_id, run_at, timer_version, bucket)), \
+           SELECT * FROM UNNEST($1::bigint[], $2::bigint[], $3::bigint[], $4::integer[], \
+                                $5::bigint[]) \
+             AS n(timer_id, run_at, timer_version, bucket, next_attempt_at)), \
          adopted AS ( \
-           UPDATE occurrences o SET timer_version = n.timer_version, bucket = n.bucket \
+           UPDATE occurrences o SET timer_version = n.timer_version, bucket = n.bucket, \
+             next_attempt_at = n.next_attempt_at \
            FROM new n WHERE o.timer_id = n.timer_id AND o.run_at = n.run_at \
              AND o.status = 'pending' AND o.timer_version < n.timer_version \
            RETURNING 1), \
          inserted AS ( \
-           INSERT INTO occurrences (timer_id, run_at, timer_version, bucket) \
+           INSERT INTO occurrences (timer_id, run_at, timer_version, bucket, next_attempt_at) \
            SELECT * FROM new ON CONFLICT (timer_id, run_at) DO NOTHING \
            RETURNING 1) \
          SELECT (SELECT count(*) FROM adopted) + (SELECT count(*) FROM inserted)",
@@ -212,7 +236,11 @@ where
     .bind(run_ats)
     .bind(versions)
     .bind(buckets)
+    .bind(dues)
     .fetch_one(db)
     .await?;
     Ok(u64::try_from(written).unwrap_or(0))
 }
+
+/// Advisory lock class of `claim_exclusive` ("CHME").
+const OVERLAP_LOCK_CLASS: i32 = 0x4348_4d45;

@@ -3,8 +3,8 @@
 
 use async_trait::async_trait;
 use chime_domain::{
-    AppName, Bucket, BucketCount, Horizon, NewOccurrence, NewTimer, Page, Timer, TimerId,
-    TimerSpec, Timestamp,
+    AppName, Bucket, BucketCount, Horizon, NewOccurrence, NewTimer, Page, PauseNote, Timer,
+    TimerId, TimerSpec, Timestamp,
 };
 use sqlx::{Postgres, Transaction};
 
@@ -173,7 +173,7 @@ impl TimerStore for PgStore {
         filter: &TimerFilter,
         page: &PageRequest,
     ) -> StoreResult<Page<Timer>> {
-        sql::list_timers!(&self.pool, filter, page)
+        sql::list_timers!(&self.pool, sql::LIST_TIMERS_PG, filter, page)
     }
 
     async fn update_timer(
@@ -224,7 +224,9 @@ impl TimerStore for PgStore {
     ) -> StoreResult<Written> {
         let mut tx = self.pool.begin().await?;
         let row = sqlx::query(concat!(
-            "UPDATE timers SET enabled = $2, version = version + 1, updated_at = $3 \
+            "UPDATE timers SET enabled = $2, version = version + 1, updated_at = $3, \
+               paused_reason = NULL, paused_by = NULL, \
+               paused_at = CASE WHEN $2 THEN NULL ELSE $3 END \
              WHERE id = $1 AND deleted_at IS NULL AND enabled <> $2 RETURNING ",
             timer_cols!()
         ))
@@ -245,6 +247,23 @@ impl TimerStore for PgStore {
         let occurrences = self.materialize_in(&mut tx, &timer, horizon).await?;
         tx.commit().await?;
         Ok(Written { timer, occurrences })
+    }
+
+    async fn pause_timer(&self, id: TimerId, note: &PauseNote) -> StoreResult<Timer> {
+        sql::pause_timer!(&self.pool, id, note)
+    }
+
+    async fn remove_finished(&self, ids: &[TimerId], now: Timestamp) -> StoreResult<Vec<TimerId>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids: Vec<i64> = ids.iter().map(|id| id.get()).collect();
+        let removed: Vec<i64> = sqlx::query_scalar(sql::REMOVE_FINISHED_PG)
+            .bind(ids)
+            .bind(now.as_millis())
+            .fetch_all(&self.pool)
+            .await?;
+        removed.into_iter().map(rows::timer_id).collect()
     }
 
     async fn delete_timer(&self, id: TimerId) -> StoreResult<()> {

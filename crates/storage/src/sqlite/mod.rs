@@ -20,7 +20,8 @@ use occurrences::insert_new;
 
 macro_rules! timer_cols {
     () => {
-        "id, app, name, spec, enabled, version, bucket, created_at, updated_at, deleted_at"
+        "id, app, name, spec, enabled, version, bucket, created_at, updated_at, deleted_at, \
+         paused_reason, paused_at, paused_by"
     };
 }
 

@@ -2,14 +2,15 @@
 
 use async_trait::async_trait;
 use chime_domain::{
-    Bucket, Claim, ClaimedOccurrence, NewOccurrence, Occurrence, Outcome, Page, TaskKey, Timestamp,
+    Bucket, Claim, ClaimedOccurrence, NewOccurrence, Occurrence, Outcome, OverlapPolicy, Page,
+    TaskKey, Timestamp,
 };
 use serde_json::json;
 
 use super::SqliteStore;
 use crate::rows;
 use crate::sql;
-use crate::{DeadFilter, OccurrenceStore, PageRequest, Redrive, RunFilter, StoreResult};
+use crate::{DeadFilter, Exclusive, OccurrenceStore, PageRequest, Redrive, RunFilter, StoreResult};
 
 #[async_trait]
 impl OccurrenceStore for SqliteStore {
@@ -35,6 +36,19 @@ impl OccurrenceStore for SqliteStore {
         .fetch_all(&self.writer)
         .await?;
         rows.iter().map(rows::claimed).collect()
+    }
+
+    async fn claim_exclusive(
+        &self,
+        key: TaskKey,
+        claim: Claim,
+        overlap: OverlapPolicy,
+    ) -> StoreResult<Exclusive> {
+        // One writer connection: its transaction serializes every claimer already.
+        let mut tx = self.writer.begin().await?;
+        let done = crate::sql::claim_exclusive!(tx, key, claim, overlap);
+        tx.commit().await?;
+        Ok(done)
     }
 
     async fn record_outcomes(&self, outcomes: &[Outcome]) -> StoreResult<u64> {
@@ -171,16 +185,19 @@ where
                 o.key.timer_id.get(),
                 o.key.run_at.as_millis(),
                 o.timer_version,
-                o.bucket.get()
+                o.bucket.get(),
+                o.due.map(Timestamp::as_millis)
             ])
         })
         .collect();
     // `WHERE true` lets SQLite parse ON CONFLICT after a SELECT.
     let done = sqlx::query(
-        "INSERT INTO occurrences (timer_id, run_at, timer_version, bucket) \
-         SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3 FROM json_each(?1) WHERE true \
+        "INSERT INTO occurrences (timer_id, run_at, timer_version, bucket, next_attempt_at) \
+         SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4 \
+         FROM json_each(?1) WHERE true \
          ON CONFLICT (timer_id, run_at) DO UPDATE \
-           SET timer_version = excluded.timer_version, bucket = excluded.bucket \
+           SET timer_version = excluded.timer_version, bucket = excluded.bucket, \
+             next_attempt_at = excluded.next_attempt_at \
            WHERE occurrences.status = 'pending' \
              AND occurrences.timer_version < excluded.timer_version",
     )

@@ -3,7 +3,8 @@
 
 use async_trait::async_trait;
 use chime_domain::{
-    AppName, Bucket, BucketCount, Horizon, NewTimer, Page, Timer, TimerId, TimerSpec, Timestamp,
+    AppName, Bucket, BucketCount, Horizon, NewTimer, Page, PauseNote, Timer, TimerId, TimerSpec,
+    Timestamp,
 };
 use serde_json::json;
 
@@ -94,7 +95,7 @@ impl TimerStore for SqliteStore {
         filter: &TimerFilter,
         page: &PageRequest,
     ) -> StoreResult<Page<Timer>> {
-        sql::list_timers!(&self.reader, filter, page)
+        sql::list_timers!(&self.reader, sql::LIST_TIMERS_SQLITE, filter, page)
     }
 
     async fn update_timer(
@@ -146,7 +147,9 @@ impl TimerStore for SqliteStore {
     ) -> StoreResult<Written> {
         let mut tx = self.writer.begin().await?;
         let row = sqlx::query(concat!(
-            "UPDATE timers SET enabled = ?2, version = version + 1, updated_at = ?3 \
+            "UPDATE timers SET enabled = ?2, version = version + 1, updated_at = ?3, \
+               paused_reason = NULL, paused_by = NULL, \
+               paused_at = CASE WHEN ?2 THEN NULL ELSE ?3 END \
              WHERE id = ?1 AND deleted_at IS NULL AND enabled <> ?2 RETURNING ",
             timer_cols!()
         ))
@@ -166,6 +169,25 @@ impl TimerStore for SqliteStore {
         let occurrences = self.materialize_in(&mut tx, &timer, horizon).await?;
         tx.commit().await?;
         Ok(Written { timer, occurrences })
+    }
+
+    async fn pause_timer(&self, id: TimerId, note: &PauseNote) -> StoreResult<Timer> {
+        sql::pause_timer!(&self.writer, id, note)
+    }
+
+    async fn remove_finished(&self, ids: &[TimerId], now: Timestamp) -> StoreResult<Vec<TimerId>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids: Vec<i64> = ids.iter().map(|id| id.get()).collect();
+        let ids = serde_json::to_string(&ids)
+            .map_err(|e| StoreError::internal(format!("encoding ids: {e}")))?;
+        let removed: Vec<i64> = sqlx::query_scalar(sql::REMOVE_FINISHED_SQLITE)
+            .bind(ids)
+            .bind(now.as_millis())
+            .fetch_all(&self.writer)
+            .await?;
+        removed.into_iter().map(rows::timer_id).collect()
     }
 
     async fn delete_timer(&self, id: TimerId) -> StoreResult<()> {
