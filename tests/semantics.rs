@@ -1,5 +1,6 @@
 //! Issue 19's scheduling semantics with real processes and a loopback sink: run limits and
-//! self-deleting timers, the catch-up window after an executor outage, and retry age limits.
+//! self-deleting timers, the catch-up window after an executor outage, retry age limits,
+//! overlap, flexible windows and backfill.
 //! What fired is read from the sink, never from Chime's tables.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -8,7 +9,7 @@ use std::collections::HashSet;
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use chime_e2e::timers::{client, create, get_json, ms, now};
+use chime_e2e::timers::{client, create, get_json, grpc, ms, now};
 use chime_storage::testkit;
 use chime_test_support::sink::{Received, Sink};
 use serde_json::{Value, json};
@@ -370,5 +371,239 @@ async fn a_flexible_window_spreads_timers_due_together_at_fixed_offsets() {
         arrivals[29] - arrivals[0] >= 1_500,
         "spread over the window: {arrivals:?}"
     );
+    c.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backfill_fires_past_run_times_once_each_at_its_pace() {
+    let db = testkit::pg_unmigrated().await;
+    let redis = testkit::redis().await;
+    let sink = Sink::start().await.unwrap();
+    let mut c = chime_e2e::start_on("semantics-backfill", &db, &redis, 1, 2, vec![]).await;
+    let hourly = create(
+        &c.rest,
+        json!({"app": APP, "name": "hourly", "schedule": {"cron": "0 0 * * * *"},
+               "callback": {"url": sink.url("/backfill")}}),
+    )
+    .await;
+    let id = hourly["id"].as_i64().unwrap();
+    let started = now();
+    const HOUR: i64 = 3_600_000;
+    let hour_marks = |from: i64| -> Vec<i64> {
+        let first = from.div_euclid(HOUR) * HOUR + if from % HOUR == 0 { 0 } else { HOUR };
+        (0..)
+            .map(|i| first + i * HOUR)
+            .take_while(|t| *t < started)
+            .collect()
+    };
+    let rfc = |t: i64| chime_domain::Timestamp::from_millis(t).to_rfc3339();
+    // What the backfills called: run times before the test began. (An hour may turn during
+    // the test; its scheduled run is not part of a backfill.)
+    let past = |sink: &Sink| -> Vec<Received> {
+        on(sink, "/backfill")
+            .into_iter()
+            .filter(|r| ms(r.header("x-chime-scheduled-at").unwrap()) < started)
+            .collect()
+    };
+
+    // REST: the last five hours, five runs a second.
+    let five = hour_marks(started - 5 * HOUR);
+    let r = client()
+        .post(format!("{}/v1/timers/{id}/backfill", c.rest))
+        .json(&json!({"from": rfc(started - 5 * HOUR), "to": rfc(started), "rate": 5}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+    let done: Value = r.json().await.unwrap();
+    assert_eq!(done["added"], five.len(), "{done}");
+    until(
+        "the backfilled runs are called",
+        Duration::from_secs(30),
+        || async { past(&sink).len() >= five.len() },
+    )
+    .await;
+    let got = past(&sink);
+    // Each past run time once, with its nominal time and key, spread at the pace asked.
+    let mut scheduled: Vec<i64> = got
+        .iter()
+        .map(|r| ms(r.header("x-chime-scheduled-at").unwrap()))
+        .collect();
+    scheduled.sort_unstable();
+    assert_eq!(scheduled, five);
+    let expected: HashSet<String> = five.iter().map(|t| format!("{id}:{t}")).collect();
+    assert_eq!(keys(&got), expected);
+    let arrivals: Vec<i64> = got.iter().map(|r| r.at_ms).collect();
+    let spread = arrivals.iter().max().unwrap() - arrivals.iter().min().unwrap();
+    let paced = (five.len() as i64 - 1) * 200;
+    assert!(
+        spread >= paced - 100,
+        "{} runs at 5/s arrived within {spread} ms",
+        five.len()
+    );
+
+    // gRPC: seven hours back; only the two run times without a run are added.
+    let mut g = grpc(&c.grpc).await;
+    let pb_ts = |t: i64| prost_types::Timestamp {
+        seconds: t.div_euclid(1000),
+        nanos: (t.rem_euclid(1000) * 1_000_000) as i32,
+    };
+    let seven = hour_marks(started - 7 * HOUR);
+    let more = g
+        .backfill_timer(chime_proto::v1::BackfillTimerRequest {
+            id,
+            from: Some(pb_ts(started - 7 * HOUR)),
+            to: Some(pb_ts(started)),
+            rate: 20,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        (more.added as usize, more.existing as usize),
+        (seven.len() - five.len(), five.len())
+    );
+    until(
+        "every backfilled run is called",
+        Duration::from_secs(30),
+        || async { past(&sink).len() >= seven.len() },
+    )
+    .await;
+    // Listed as succeeded backfill runs; and no run time called twice.
+    let runs = get_json(format!("{}/v1/timers/{id}/runs?status=succeeded", c.rest)).await;
+    let backfilled = runs["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["backfill"] == "allow_all")
+        .count();
+    assert_eq!(backfilled, seven.len(), "{runs}");
+    let got = past(&sink);
+    assert_eq!(got.len(), seven.len(), "no duplicates");
+    assert_eq!(keys(&got).len(), seven.len());
+    c.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overlap_cancel_other_aborts_the_callback_in_flight_across_executors() {
+    let db = testkit::pg_unmigrated().await;
+    let redis = testkit::redis().await;
+    let sink = Sink::start().await.unwrap();
+    let mut c = chime_e2e::start_on("semantics-cancel", &db, &redis, 1, 2, vec![]).await;
+    // The callee takes 2.5 s; the timer fires every second and each run ends the one before.
+    let t = create(
+        &c.rest,
+        json!({"app": APP, "name": "latest-wins", "schedule": {"every": "1s"},
+               "overlap": "cancel_other", "callback": {"url": sink.url("/delay/2503")}}),
+    )
+    .await;
+    assert_eq!(t["overlap"], "cancel_other");
+    let started = |sink: &Sink| -> Vec<Received> {
+        sink.started()
+            .into_iter()
+            .filter(|r| r.path == "/delay/2503")
+            .collect()
+    };
+    until("six callbacks started", Duration::from_secs(40), || async {
+        started(&sink).len() >= 6
+    })
+    .await;
+    // Each started on time, though the one before was still running...
+    for r in started(&sink) {
+        let late = r.at_ms - ms(r.header("x-chime-scheduled-at").unwrap());
+        assert!(late < 1_000, "a callback started {late} ms after its time");
+    }
+    // ...and the one before was aborted: the callee saw its caller hang up before it
+    // answered (answered ones are what the sink records), at most the last run may finish.
+    let finished = on(&sink, "/delay/2503").len();
+    assert!(
+        finished <= 1,
+        "{finished} callbacks ran to the end of their 2.5 s"
+    );
+    // The cancelled runs say so; no retry was made of them.
+    let skipped = get_json(format!(
+        "{}/v1/timers/{}/runs?status=skipped",
+        c.rest, t["id"]
+    ))
+    .await;
+    let runs = skipped["runs"].as_array().unwrap();
+    assert!(runs.len() >= 4, "{skipped}");
+    assert!(
+        runs.iter().all(|r| r["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("overlap: cancelled by the occurrence at")),
+        "{skipped}"
+    );
+    assert!(runs.iter().all(|r| r["attempt"] == 1), "{skipped}");
+    c.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_timer_stops_firing_shows_its_note_and_resumes() {
+    let db = testkit::pg_unmigrated().await;
+    let redis = testkit::redis().await;
+    let sink = Sink::start().await.unwrap();
+    let mut c = chime_e2e::start_on("semantics-pause", &db, &redis, 1, 1, vec![]).await;
+    let t = create(
+        &c.rest,
+        json!({"app": APP, "name": "pausable", "schedule": {"every": "1s"},
+               "callback": {"url": sink.url("/pausable")}}),
+    )
+    .await;
+    let id = t["id"].as_i64().unwrap();
+    until("two callbacks", Duration::from_secs(20), || async {
+        on(&sink, "/pausable").len() >= 2
+    })
+    .await;
+    // Pause over REST with a reason.
+    let r = client()
+        .post(format!("{}/v1/timers/{id}/disable", c.rest))
+        .json(&json!({"reason": "billing freeze until Monday"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let paused_at = now();
+    let shown = get_json(format!("{}/v1/timers/{id}", c.rest)).await;
+    assert_eq!(shown["state"], "paused", "{shown}");
+    assert_eq!(shown["paused"]["reason"], "billing freeze until Monday");
+    assert_eq!(shown["paused"]["by"], "bootstrap");
+    let listed = get_json(format!("{}/v1/timers?app={APP}&state=paused", c.rest)).await;
+    assert_eq!(
+        listed["timers"][0]["paused"]["reason"],
+        "billing freeze until Monday"
+    );
+    // Nothing due after the pause is called: wait three intervals past it.
+    until("three seconds paused", Duration::from_secs(10), || async {
+        now() > paused_at + 3_000
+    })
+    .await;
+    let after_pause = on(&sink, "/pausable")
+        .iter()
+        .filter(|r| ms(r.header("x-chime-scheduled-at").unwrap()) > paused_at + 100)
+        .count();
+    assert_eq!(after_pause, 0, "a paused timer fired");
+
+    // Resume over gRPC: firing starts again and the note is gone.
+    let mut g = grpc(&c.grpc).await;
+    let resumed = g
+        .enable_timer(chime_proto::v1::EnableTimerRequest { id })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(resumed.paused.is_none(), "{resumed:?}");
+    let resumed_at = now();
+    until(
+        "a callback after resuming",
+        Duration::from_secs(20),
+        || async {
+            on(&sink, "/pausable")
+                .iter()
+                .any(|r| ms(r.header("x-chime-scheduled-at").unwrap()) >= resumed_at)
+        },
+    )
+    .await;
     c.stop().await;
 }

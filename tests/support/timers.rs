@@ -23,6 +23,19 @@ pub fn client() -> reqwest::Client {
     chime_test_support::deploy::api_client().build().unwrap()
 }
 
+/// The gateway's gRPC timer API at `url`, with the deployment's admin token.
+pub async fn grpc(url: &str) -> chime_proto::AuthedTimerClient {
+    let channel = tonic::transport::Channel::from_shared(url.to_owned())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    chime_proto::v1::timer_service_client::TimerServiceClient::with_interceptor(
+        channel,
+        chime_test_support::deploy::bearer(),
+    )
+}
+
 pub async fn get_json(url: String) -> Value {
     client()
         .get(url)

@@ -68,6 +68,11 @@ pub struct TimerInput {
     /// within it after its time, spreading timers that share a schedule.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub window: Option<String>,
+    /// The app's exclusion calendars (up to 8): no fire time on their dates, read in the
+    /// schedule's zone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(example = json!(["holidays"]))]
+    pub exclude_calendars: Option<Vec<String>>,
 }
 
 /// A create request: the timer plus an optional idempotency key.
@@ -116,6 +121,9 @@ pub struct TimerPatch {
     /// "" removes the window.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub window: Option<String>,
+    /// Replaces the list; `[]` removes every calendar.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exclude_calendars: Option<Vec<String>>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -187,6 +195,12 @@ pub struct PreviewRequest {
     /// RFC 3339; default now.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub from: Option<String>,
+    /// With `exclude_calendars`: whose calendars they are.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub app: Option<String>,
+    /// Calendars of `app` whose dates the runs skip, as on a timer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exclude_calendars: Option<Vec<String>>,
 }
 
 /// One run time of a preview.
@@ -200,6 +214,38 @@ pub struct PreviewRun {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Triggered {
     pub key: TaskKey,
+}
+
+/// Which past fire times of a timer to fire now (`POST /v1/timers/{id}/backfill`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BackfillRequest {
+    /// RFC 3339: the first fire time to include.
+    #[schema(example = "2026-11-20T00:00:00Z")]
+    pub from: String,
+    /// RFC 3339, not after now: fire times before it are included.
+    #[schema(example = "2026-11-23T00:00:00Z")]
+    pub to: String,
+    /// How the backfilled runs start beside the timer's other runs (`allow_all`, `skip`,
+    /// `buffer_one`); default the timer's own policy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overlap: Option<OverlapPolicy>,
+    /// Runs started per second, 1 to 100; default 10.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate: Option<u32>,
+}
+
+/// What a backfill added.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Backfilled {
+    /// Fire times added as runs.
+    pub added: u32,
+    /// Fire times in the range that have a run already (left as they are).
+    pub existing: u32,
+    pub overlap: OverlapPolicy,
+    /// When the first and the last added run start.
+    pub first_due: Option<Timestamp>,
+    pub last_due: Option<Timestamp>,
 }
 
 /// A timer declared by app and name (`PUT /v1/apps/{app}/timers/{name}`, `chime apply`).
@@ -237,6 +283,25 @@ pub struct Applied {
     pub changes: Vec<String>,
     /// The timer as it is after the apply (before it, when dry); none for a dry create.
     pub timer: Option<TimerView>,
+}
+
+/// An exclusion calendar as a request gives it (`PUT /v1/apps/{app}/calendars/{name}`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CalendarInput {
+    /// Dates (`2026-12-25`) and ranges of dates (`2026-12-24/2026-12-31`, both included),
+    /// at most 366 entries.
+    #[schema(example = json!(["2026-12-24/2026-12-26", "2027-01-01"]))]
+    pub dates: Vec<String>,
+}
+
+/// What putting a calendar did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CalendarPut {
+    pub calendar: chime_domain::Calendar,
+    pub created: bool,
+    /// Timers that name it and were rewritten to its new dates.
+    pub timers_updated: u32,
 }
 
 /// Most timers one batch create may hold.
@@ -297,6 +362,14 @@ pub trait TimerApi: Send + Sync + 'static {
     async fn apply_timer(&self, ctx: &RequestContext, req: ApplyRequest) -> ApiResult<Applied>;
     /// One extra occurrence, due now.
     async fn trigger_timer(&self, ctx: &RequestContext, id: TimerId) -> ApiResult<Triggered>;
+    /// The timer's fire times in a past range, added as runs marked as a backfill that
+    /// start at a bounded pace from now; fire times that have a run already are left alone.
+    async fn backfill_timer(
+        &self,
+        ctx: &RequestContext,
+        id: TimerId,
+        req: BackfillRequest,
+    ) -> ApiResult<Backfilled>;
     async fn list_runs(&self, ctx: &RequestContext, query: ListRuns)
     -> ApiResult<Page<Occurrence>>;
     async fn list_dead_letters(
@@ -306,6 +379,26 @@ pub trait TimerApi: Send + Sync + 'static {
     ) -> ApiResult<Page<Occurrence>>;
     /// Re-queues dead occurrences; returns how many.
     async fn redrive(&self, ctx: &RequestContext, what: RedriveTarget) -> ApiResult<u64>;
+    /// Creates or replaces the app's exclusion calendar; the app's timers that name it are
+    /// rewritten (a new version each) to skip its new dates.
+    async fn put_calendar(
+        &self,
+        ctx: &RequestContext,
+        app: String,
+        name: String,
+        input: CalendarInput,
+    ) -> ApiResult<CalendarPut>;
+    async fn get_calendar(
+        &self,
+        ctx: &RequestContext,
+        app: String,
+        name: String,
+    ) -> ApiResult<chime_domain::Calendar>;
+    async fn list_calendars(
+        &self,
+        ctx: &RequestContext,
+        app: String,
+    ) -> ApiResult<Vec<chime_domain::Calendar>>;
     /// Whether the service can serve (its database answers).
     async fn ready(&self) -> ApiResult<()>;
 }

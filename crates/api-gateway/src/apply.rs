@@ -24,8 +24,12 @@ impl TimerService {
         if req.timer.name != req.name {
             return Err(ApiError::invalid("name", "must be the name the path names"));
         }
-        let desired = parse_spec(&req.timer, self.clock.now())?;
-        ctx.scope.check(&desired.app)?;
+        let app = AppName::parse(req.app.clone())?;
+        ctx.scope.check(&app)?;
+        let excluding = self
+            .excluding(&app, req.timer.exclude_calendars.as_ref(), &[])
+            .await?;
+        let desired = parse_spec(&req.timer, self.clock.now(), excluding)?;
         self.check_callback(&desired)?;
         let Some(current) = self.timer_named(&desired.app, &desired.name).await? else {
             let timer = if req.dry_run {

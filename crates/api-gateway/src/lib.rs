@@ -5,6 +5,8 @@ pub mod access;
 pub mod api;
 mod apply;
 pub mod auth;
+mod backfill;
+mod calendars;
 mod catalog;
 pub mod context;
 pub mod error;

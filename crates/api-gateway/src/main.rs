@@ -53,7 +53,8 @@ async fn main() -> anyhow::Result<()> {
             clock.clone(),
         )
         .with_networks(config.network_policy()?)
-        .with_quotas(quotas(&config)),
+        .with_quotas(quotas(&config))
+        .with_calendars(stores.database.calendars.clone()),
     );
     let gateway = Gateway::new(
         api,

@@ -1,7 +1,7 @@
 //! Run-time previews: a schedule's next fire times, each with how a daylight-saving change
 //! shaped it. The same `Schedule` walk as materialization, so a preview is what fires.
 
-use chime_domain::{Schedule, Timestamp, ValidationError, limits};
+use chime_domain::{Exclusions, Schedule, Timestamp, ValidationError, limits};
 
 use crate::api::{PreviewRequest, PreviewRun};
 use crate::spec::timestamp;
@@ -26,11 +26,15 @@ pub(crate) fn count(raw: Option<u32>) -> Result<usize, ValidationError> {
 pub(crate) fn parse(
     req: &PreviewRequest,
     now: Timestamp,
+    excluded: Exclusions,
 ) -> Result<(Schedule, Timestamp, usize), ValidationError> {
     let start_at = timestamp(&req.start_at, "start_at")?;
     let end_at = timestamp(&req.end_at, "end_at")?;
     let from = timestamp(&req.from, "from")?.unwrap_or(now);
-    let mut schedule = req.schedule.resolve(now, start_at, end_at)?;
+    let mut schedule = req
+        .schedule
+        .resolve(now, start_at, end_at)?
+        .with_exclusions(excluded);
     if let Some(n) = req.max_runs {
         schedule = schedule.limited(n, from)?;
     }

@@ -11,14 +11,14 @@ use chime_domain::{
     TimerState, Timestamp,
 };
 use chime_storage::{
-    CreateTimer, DeadFilter, HotIndex, IdempotencyKey, OccurrenceStore, PageRequest, Redrive,
-    RunFilter, StoreError, TimerFilter, TimerStore, Written,
+    Calendars, CreateTimer, DeadFilter, HotIndex, IdempotencyKey, OccurrenceStore, PageRequest,
+    Redrive, RunFilter, StoreError, TimerFilter, TimerStore, Written,
 };
 
 use crate::api::{
-    Applied, ApplyRequest, CreateRequest, ListDeadLetters, ListRuns, ListTimers, MAX_BATCH,
-    PreviewRequest, PreviewRun, RedriveTarget, TimerApi, TimerInput, TimerPatch, TimerView,
-    Triggered,
+    Applied, ApplyRequest, BackfillRequest, Backfilled, CalendarInput, CalendarPut, CreateRequest,
+    ListDeadLetters, ListRuns, ListTimers, MAX_BATCH, PreviewRequest, PreviewRun, RedriveTarget,
+    TimerApi, TimerInput, TimerPatch, TimerView, Triggered,
 };
 use crate::context::{AppScope, Caller, RequestContext};
 use crate::error::{ApiError, ApiResult, ErrorCode};
@@ -34,13 +34,15 @@ const MAX_IDEMPOTENCY_KEY: usize = 256;
 
 pub struct TimerService {
     pub(crate) timers: Arc<dyn TimerStore>,
-    occurrences: Arc<dyn OccurrenceStore>,
-    index: IndexWriter,
+    pub(crate) occurrences: Arc<dyn OccurrenceStore>,
+    pub(crate) index: IndexWriter,
     pub(crate) horizon: Horizon,
     pub(crate) clock: Arc<dyn Clock>,
     networks: NetworkPolicy,
     /// Limits on each app's creates; none unless set.
     quotas: Option<Quotas>,
+    /// Where exclusion calendars are kept; without one, timers cannot name any.
+    pub(crate) calendars: Option<Arc<dyn Calendars>>,
 }
 
 impl TimerService {
@@ -62,7 +64,14 @@ impl TimerService {
             clock,
             networks: NetworkPolicy::default(),
             quotas: None,
+            calendars: None,
         }
+    }
+
+    /// Lets timers name the exclusion calendars kept in `calendars`.
+    pub fn with_calendars(mut self, calendars: Arc<dyn Calendars>) -> Self {
+        self.calendars = Some(calendars);
+        self
     }
 
     /// Limits each app's timer count and create rate.
@@ -112,7 +121,11 @@ impl TimerService {
 
     /// The timer `id` if it exists and the caller may see it; another app's timer is "not
     /// found", never revealed.
-    async fn visible_timer(&self, ctx: &RequestContext, id: TimerId) -> ApiResult<Timer> {
+    pub(crate) async fn visible_timer(
+        &self,
+        ctx: &RequestContext,
+        id: TimerId,
+    ) -> ApiResult<Timer> {
         let timer = self.timers.get_timer(id).await?;
         if ctx.scope.permits(&timer.spec.app) {
             Ok(timer)
@@ -130,13 +143,21 @@ impl TimerService {
         Ok(())
     }
 
-    fn prepare(
+    async fn prepare(
         &self,
         ctx: &RequestContext,
         req: &CreateRequest,
         now: Timestamp,
     ) -> ApiResult<CreateTimer> {
-        let spec = parse_spec(&req.timer, now)?;
+        let excluding = match &req.timer.exclude_calendars {
+            Some(names) if !names.is_empty() => {
+                let app = AppName::parse(req.timer.app.clone())?;
+                ctx.scope.check(&app)?;
+                self.excluding(&app, Some(names), &[]).await?
+            }
+            _ => Default::default(),
+        };
+        let spec = parse_spec(&req.timer, now, excluding)?;
         ctx.scope.check(&spec.app)?;
         self.check_callback(&spec)?;
         let idempotency = match &req.idempotency_key {
@@ -186,18 +207,16 @@ impl TimerApi for TimerService {
             ));
         }
         let now = self.clock.now();
-        let batch = reqs
-            .iter()
-            .enumerate()
-            .map(|(i, r)| {
-                self.prepare(ctx, r, now).map_err(|mut e| {
-                    if reqs.len() > 1 {
-                        e.field = Some(format!("requests[{i}].{}", e.field.unwrap_or_default()));
-                    }
-                    e
-                })
-            })
-            .collect::<ApiResult<Vec<_>>>()?;
+        let mut batch = Vec::with_capacity(reqs.len());
+        for (i, r) in reqs.iter().enumerate() {
+            let prepared = self.prepare(ctx, r, now).await.map_err(|mut e| {
+                if reqs.len() > 1 {
+                    e.field = Some(format!("requests[{i}].{}", e.field.unwrap_or_default()));
+                }
+                e
+            })?;
+            batch.push(prepared);
+        }
         let mut per_app: Vec<(AppName, u64)> = Vec::new();
         for c in &batch {
             match per_app.iter_mut().find(|(a, _)| *a == c.timer.spec.app) {
@@ -280,7 +299,14 @@ impl TimerApi for TimerService {
         ctx.require(Scope::Write)?;
         let current = self.visible_timer(ctx, id).await?;
         let now = self.clock.now();
-        let spec = apply_patch(&current.spec, &patch, now)?;
+        let excluding = self
+            .excluding(
+                &current.spec.app,
+                patch.exclude_calendars.as_ref(),
+                &current.spec.exclude_calendars,
+            )
+            .await?;
+        let spec = apply_patch(&current.spec, &patch, now, excluding)?;
         self.check_callback(&spec)?;
         if spec == current.spec {
             // Nothing changes: no new version, but the precondition still holds.
@@ -363,7 +389,21 @@ impl TimerApi for TimerService {
     ) -> ApiResult<Vec<PreviewRun>> {
         ctx.require(Scope::Read)?;
         let now = self.clock.now();
-        let (schedule, from, count) = preview::parse(&req, now)?;
+        let excluding = match (&req.app, &req.exclude_calendars) {
+            (_, None) => Default::default(),
+            (None, Some(_)) => {
+                return Err(ApiError::invalid(
+                    "app",
+                    "required with exclude_calendars: whose calendars they are",
+                ));
+            }
+            (Some(app), Some(names)) => {
+                let app = AppName::parse(app.clone())?;
+                ctx.scope.check(&app)?;
+                self.excluding(&app, Some(names), &[]).await?
+            }
+        };
+        let (schedule, from, count) = preview::parse(&req, now, excluding.dates)?;
         Ok(preview::runs(&schedule, from, count))
     }
 
@@ -402,6 +442,42 @@ impl TimerApi for TimerService {
             "TRIGGER_BUSY",
             "could not find a free instant to trigger at; retry",
         ))
+    }
+
+    async fn put_calendar(
+        &self,
+        ctx: &RequestContext,
+        app: String,
+        name: String,
+        input: CalendarInput,
+    ) -> ApiResult<CalendarPut> {
+        self.put(ctx, app, name, input).await
+    }
+
+    async fn get_calendar(
+        &self,
+        ctx: &RequestContext,
+        app: String,
+        name: String,
+    ) -> ApiResult<chime_domain::Calendar> {
+        self.get(ctx, app, name).await
+    }
+
+    async fn list_calendars(
+        &self,
+        ctx: &RequestContext,
+        app: String,
+    ) -> ApiResult<Vec<chime_domain::Calendar>> {
+        self.list(ctx, app).await
+    }
+
+    async fn backfill_timer(
+        &self,
+        ctx: &RequestContext,
+        id: TimerId,
+        req: BackfillRequest,
+    ) -> ApiResult<Backfilled> {
+        self.backfill(ctx, id, req).await
     }
 
     async fn list_runs(

@@ -2,8 +2,8 @@
 //! and both transports, so the same bad input names the same field.
 
 use chime_domain::{
-    AppName, Labels, MaxAge, OverlapPolicy, RetryPolicyInput, Schedule, TimerName, TimerSpec,
-    Timestamp, ValidationError, Window,
+    AppName, CalendarName, Exclusions, Labels, MaxAge, OverlapPolicy, RetryPolicyInput, Schedule,
+    TimerName, TimerSpec, Timestamp, ValidationError, Window, limits,
 };
 
 use crate::api::{TimerInput, TimerPatch};
@@ -17,10 +17,46 @@ pub(crate) fn timestamp(
         .transpose()
 }
 
-pub(crate) fn parse_spec(input: &TimerInput, now: Timestamp) -> Result<TimerSpec, ValidationError> {
+/// A timer's exclusion calendars: their names, and their dates as the service read them.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Excluding {
+    pub names: Vec<CalendarName>,
+    pub dates: Exclusions,
+}
+
+/// `exclude_calendars` as given: at most [`limits::MAX_EXCLUDE_CALENDARS`] names, sorted,
+/// each once.
+pub(crate) fn calendar_names(raw: &[String]) -> Result<Vec<CalendarName>, ValidationError> {
+    let mut names = raw
+        .iter()
+        .map(|n| {
+            CalendarName::parse(n.clone())
+                .map_err(|e| ValidationError::new("exclude_calendars", e.message))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    names.sort();
+    names.dedup();
+    if names.len() > limits::MAX_EXCLUDE_CALENDARS {
+        return Err(ValidationError::new(
+            "exclude_calendars",
+            format!("at most {} calendars", limits::MAX_EXCLUDE_CALENDARS),
+        ));
+    }
+    Ok(names)
+}
+
+pub(crate) fn parse_spec(
+    input: &TimerInput,
+    now: Timestamp,
+    excluding: Excluding,
+) -> Result<TimerSpec, ValidationError> {
     let start_at = timestamp(&input.start_at, "start_at")?;
     let end_at = timestamp(&input.end_at, "end_at")?;
-    let mut schedule = input.schedule.resolve(now, start_at, end_at)?;
+    // Exclusions first: `max_runs` counts the runs that fire.
+    let mut schedule = input
+        .schedule
+        .resolve(now, start_at, end_at)?
+        .with_exclusions(excluding.dates);
     if let Some(n) = input.max_runs {
         schedule = schedule.limited(n, now)?;
     }
@@ -43,6 +79,7 @@ pub(crate) fn parse_spec(input: &TimerInput, now: Timestamp) -> Result<TimerSpec
         catch_up_window: catch_up_window(input.catch_up_window.as_deref())?,
         overlap,
         window: window(input.window.as_deref())?,
+        exclude_calendars: excluding.names,
     })
 }
 
@@ -73,10 +110,13 @@ fn catch_up_window(raw: Option<&str>) -> Result<Option<MaxAge>, ValidationError>
     }
 }
 
+/// `current` changed by `patch`; `excluding` is what the patched timer excludes (the
+/// patch's calendars, else the current ones, read again).
 pub(crate) fn apply_patch(
     current: &TimerSpec,
     patch: &TimerPatch,
     now: Timestamp,
+    excluding: Excluding,
 ) -> Result<TimerSpec, ValidationError> {
     let mut spec = current.clone();
     if let Some(name) = &patch.name {
@@ -84,11 +124,16 @@ pub(crate) fn apply_patch(
     }
     let start_at = timestamp(&patch.start_at, "start_at")?.or(current.schedule.start_at());
     let end_at = timestamp(&patch.end_at, "end_at")?.or(current.schedule.end_at());
-    let reshaped = patch.schedule.is_some() || patch.start_at.is_some() || patch.end_at.is_some();
+    let reshaped = patch.schedule.is_some()
+        || patch.start_at.is_some()
+        || patch.end_at.is_some()
+        || patch.exclude_calendars.is_some();
     spec.schedule = match &patch.schedule {
         Some(s) => s.resolve(now, start_at, end_at)?,
         None => Schedule::new(current.schedule.kind().clone(), start_at, end_at)?,
-    };
+    }
+    .with_exclusions(excluding.dates);
+    spec.exclude_calendars = excluding.names;
     // A new limit counts from now; a reshaped schedule counts its limit again from now;
     // otherwise the limit (and its last run) stays as it was.
     let limit = current.schedule.limit();

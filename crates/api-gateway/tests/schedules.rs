@@ -89,13 +89,17 @@ async fn new_fields_are_stored_shown_and_changed() {
         seen.spec.unwrap().overlap,
         pb::OverlapPolicy::BufferOne as i32
     );
-    // Not built: aborting the callback in flight.
-    let (status, _, problem) = gw
+    let (status, _, cancelling) = gw
         .send(
             Method::PATCH,
             &path,
             Some(json!({"overlap": "cancel_other"})),
         )
+        .await;
+    assert_eq!(status, 200, "{cancelling}");
+    assert_eq!(cancelling["overlap"], "cancel_other");
+    let (status, _, problem) = gw
+        .send(Method::PATCH, &path, Some(json!({"overlap": "terminate"})))
         .await;
     assert_eq!(status, 400, "{problem}");
     let (_, _, open) = gw

@@ -103,6 +103,14 @@ struct Fixture {
 }
 
 async fn fixture(gw: &TestGateway, n: usize) -> Fixture {
+    let (status, _, cal) = gw
+        .send(
+            reqwest::Method::PUT,
+            &format!("/v1/apps/{APP}/calendars/fixture"),
+            Some(json!({"dates": ["2026-12-25"]})),
+        )
+        .await;
+    assert!(status == 200 || status == 201, "{cal}");
     let created = gw.create(APP, &format!("tenancy-{n}")).await;
     let id = created["id"].as_i64().unwrap();
     let (_, _, runs) = gw
@@ -167,6 +175,24 @@ fn rest_case(route: &str, n: usize, fx: &Fixture) -> Option<(Target, String, Opt
         "POST /v1/timers/{id}/enable" => (Target::ById, format!("/v1/timers/{id}/enable"), None),
         "POST /v1/timers/{id}/disable" => (Target::ById, format!("/v1/timers/{id}/disable"), None),
         "POST /v1/timers/{id}/trigger" => (Target::ById, format!("/v1/timers/{id}/trigger"), None),
+        "PUT /v1/apps/{app}/calendars/{name}" => (
+            Target::InApp,
+            format!("/v1/apps/{APP}/calendars/cal-{n}"),
+            Some(json!({"dates": ["2026-12-24/2026-12-26"]})),
+        ),
+        "GET /v1/apps/{app}/calendars/{name}" => (
+            Target::InApp,
+            format!("/v1/apps/{APP}/calendars/fixture"),
+            None,
+        ),
+        "GET /v1/apps/{app}/calendars" => {
+            (Target::InApp, format!("/v1/apps/{APP}/calendars"), None)
+        }
+        "POST /v1/timers/{id}/backfill" => (
+            Target::ById,
+            format!("/v1/timers/{id}/backfill"),
+            Some(json!({"from": "2020-01-01T00:00:00Z", "to": "2020-01-01T00:10:00Z"})),
+        ),
         "PUT /v1/apps/{app}/timers/{name}" => (
             Target::InApp,
             format!("/v1/apps/{APP}/timers/declared-{n}"),
@@ -517,6 +543,40 @@ async fn call_grpc(
             .next_runs(pb::NextRunsRequest { id, count: 3 })
             .await
             .map(drop),
+        "PutCalendar" => c
+            .put_calendar(pb::PutCalendarRequest {
+                app: APP.into(),
+                name: format!("gcal-{n}"),
+                dates: vec!["2026-12-25".into()],
+            })
+            .await
+            .map(drop),
+        "GetCalendar" => c
+            .get_calendar(pb::GetCalendarRequest {
+                app: APP.into(),
+                name: "fixture".into(),
+            })
+            .await
+            .map(drop),
+        "ListCalendars" => c
+            .list_calendars(pb::ListCalendarsRequest { app: APP.into() })
+            .await
+            .map(drop),
+        "BackfillTimer" => c
+            .backfill_timer(pb::BackfillTimerRequest {
+                id,
+                from: Some(prost_types::Timestamp {
+                    seconds: 1_577_836_800,
+                    nanos: 0,
+                }),
+                to: Some(prost_types::Timestamp {
+                    seconds: 1_577_837_400,
+                    nanos: 0,
+                }),
+                ..Default::default()
+            })
+            .await
+            .map(drop),
         "PreviewSchedule" => c
             .preview_schedule(pb::PreviewScheduleRequest {
                 schedule: Some(pb::Schedule {
@@ -565,6 +625,9 @@ async fn every_grpc_method_is_scoped_to_its_app() {
                 | "ListDeadLetters"
                 | "ApplyTimer"
                 | "PreviewSchedule"
+                | "PutCalendar"
+                | "GetCalendar"
+                | "ListCalendars"
         );
         for who in EVERYONE {
             n += 1;

@@ -68,6 +68,8 @@ struct Declared {
     overlap: Option<OverlapPolicy>,
     #[serde(default)]
     window: Option<String>,
+    #[serde(default)]
+    exclude_calendars: Vec<String>,
 }
 
 #[derive(Deserialize)]
@@ -219,8 +221,10 @@ fn request(app: &str, d: Declared, dry_run: bool) -> Result<pb::ApplyTimerReques
                 Some(OverlapPolicy::AllowAll) => pb::OverlapPolicy::AllowAll,
                 Some(OverlapPolicy::Skip) => pb::OverlapPolicy::Skip,
                 Some(OverlapPolicy::BufferOne) => pb::OverlapPolicy::BufferOne,
+                Some(OverlapPolicy::CancelOther) => pb::OverlapPolicy::CancelOther,
             } as i32,
             window: d.window.unwrap_or_default(),
+            exclude_calendars: d.exclude_calendars,
         }),
         enabled: d.enabled,
         dry_run,

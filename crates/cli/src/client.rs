@@ -43,6 +43,11 @@ pub enum TimersCommand {
     Preview(PreviewArgs),
     /// Fire once now, outside the schedule.
     Trigger { id: i64 },
+    /// Fire the run times of a past range now, at --rate a second; each is listed in the
+    /// timer's runs marked as a backfill.
+    ///
+    /// Example: chime timers backfill 42 --from 2026-11-20T00:00:00Z --to 2026-11-23T00:00:00Z
+    Backfill(BackfillArgs),
     /// A timer's runs, newest first: status, attempt, lateness, HTTP status, error.
     Runs(RunsArgs),
 }
@@ -165,13 +170,35 @@ pub struct SpecArgs {
     /// Skip occurrences older than this when they come to fire (after an outage): 10m.
     #[arg(long)]
     pub catch_up_window: Option<String>,
-    /// While another occurrence of the timer is in flight or retrying: skip the new one, or
-    /// buffer-one (the first waits for it, later ones are skipped).
+    /// While another occurrence of the timer is in flight or retrying: skip the new one,
+    /// buffer-one (the first waits for it, later ones are skipped), or cancel-other (the new
+    /// one starts and the other's callback is aborted).
     #[arg(long, value_enum)]
     pub overlap: Option<Overlap>,
     /// Flexible window: each occurrence fires at its own offset within it (5m).
     #[arg(long)]
     pub window: Option<String>,
+    /// An exclusion calendar of the app (chime calendars put): no fire time on its dates;
+    /// repeatable. On update, the ones given replace all.
+    #[arg(long = "exclude-calendar", value_name = "NAME")]
+    pub exclude_calendars: Vec<String>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct BackfillArgs {
+    pub id: i64,
+    /// RFC 3339: the first run time to include.
+    #[arg(long)]
+    pub from: String,
+    /// RFC 3339, not after now: run times before it are included (1,000 at most).
+    #[arg(long)]
+    pub to: String,
+    /// How the backfilled runs start beside the timer's other runs (default: the timer's).
+    #[arg(long, value_enum)]
+    pub overlap: Option<Overlap>,
+    /// Runs started per second, 1 to 100 (default 10).
+    #[arg(long)]
+    pub rate: Option<u32>,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -179,6 +206,7 @@ pub enum Overlap {
     AllowAll,
     Skip,
     BufferOne,
+    CancelOther,
 }
 
 fn overlap(o: Option<Overlap>) -> i32 {
@@ -187,6 +215,7 @@ fn overlap(o: Option<Overlap>) -> i32 {
         Some(Overlap::AllowAll) => pb::OverlapPolicy::AllowAll as i32,
         Some(Overlap::Skip) => pb::OverlapPolicy::Skip as i32,
         Some(Overlap::BufferOne) => pb::OverlapPolicy::BufferOne as i32,
+        Some(Overlap::CancelOther) => pb::OverlapPolicy::CancelOther as i32,
     }
 }
 
@@ -211,6 +240,12 @@ pub struct PreviewArgs {
     /// RFC 3339 instant to preview from (default now).
     #[arg(long)]
     pub from: Option<String>,
+    /// With --exclude-calendar: whose calendars they are.
+    #[arg(long)]
+    pub app: Option<String>,
+    /// Skip the dates of this calendar of --app; repeatable.
+    #[arg(long = "exclude-calendar", value_name = "NAME", requires = "app")]
+    pub exclude_calendars: Vec<String>,
 }
 
 #[derive(Debug, Args)]
@@ -515,6 +550,7 @@ pub async fn run(
                 catch_up_window: a.spec.catch_up_window.clone().unwrap_or_default(),
                 overlap: overlap(a.spec.overlap),
                 window: a.spec.window.clone().unwrap_or_default(),
+                exclude_calendars: a.spec.exclude_calendars.clone(),
             };
             let timer = client
                 .create_timer(pb::CreateTimerRequest {
@@ -584,6 +620,11 @@ pub async fn run(
                     catch_up_window: a.spec.catch_up_window.clone(),
                     overlap: overlap(a.spec.overlap),
                     window: a.spec.window.clone(),
+                    exclude_calendars: (!a.spec.exclude_calendars.is_empty()).then(|| {
+                        pb::CalendarNames {
+                            names: a.spec.exclude_calendars.clone(),
+                        }
+                    }),
                 })
                 .await?
                 .into_inner();
@@ -636,6 +677,8 @@ pub async fn run(
                     max_runs: a.max_runs,
                     count: a.count,
                     from: at("from", &a.from)?,
+                    app: a.app.clone().unwrap_or_default(),
+                    exclude_calendars: a.exclude_calendars.clone(),
                 })
                 .await?
                 .into_inner();
@@ -650,6 +693,36 @@ pub async fn run(
             output::done(
                 &format!("triggered {} (runs at {run_at})", t.task_key),
                 json!({ "task_key": t.task_key, "run_at": run_at }),
+                out,
+            )
+        }
+        TimersCommand::Backfill(a) => {
+            let b = client
+                .backfill_timer(pb::BackfillTimerRequest {
+                    id: a.id,
+                    from: Some(timestamp("from", &a.from)?),
+                    to: Some(timestamp("to", &a.to)?),
+                    overlap: overlap(a.overlap),
+                    rate: a.rate.unwrap_or(0),
+                })
+                .await?
+                .into_inner();
+            let first = b.first_start.map(output::rfc3339);
+            let last = b.last_start.map(output::rfc3339);
+            output::done(
+                &format!(
+                    "backfill of timer {}: {} runs added (the last starts at {}), {} had a run already",
+                    a.id,
+                    b.added,
+                    last.as_deref().unwrap_or("-"),
+                    b.existing
+                ),
+                json!({
+                    "added": b.added,
+                    "existing": b.existing,
+                    "first_start": first,
+                    "last_start": last,
+                }),
                 out,
             )
         }

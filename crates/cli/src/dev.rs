@@ -144,7 +144,8 @@ pub async fn run(config: Config, args: DevArgs) -> anyhow::Result<()> {
             config.horizon(),
             clock.clone(),
         )
-        .with_networks(config.network_policy()?.with_loopback()),
+        .with_networks(config.network_policy()?.with_loopback())
+        .with_calendars(db.calendars.clone()),
     );
     let gateway = Gateway::new(
         api,

@@ -2,6 +2,7 @@
 //! of a running Chime (`chime timers …`).
 
 mod apply;
+mod calendars;
 mod client;
 mod dev;
 mod output;
@@ -76,20 +77,33 @@ enum Command {
         #[command(flatten)]
         client: ClientArgs,
     },
+    /// An app's exclusion calendars: dates its timers skip (timers name them with
+    /// --exclude-calendar).
+    Calendars {
+        #[command(subcommand)]
+        command: calendars::CalendarsCommand,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
 }
 
 /// Where the client commands find Chime, and how they print.
 #[derive(clap::Args)]
 struct ClientArgs {
     /// Chime's gRPC address.
-    #[arg(long, env = "CHIME_SERVER", default_value = "http://127.0.0.1:50051")]
+    #[arg(
+        long,
+        global = true,
+        env = "CHIME_SERVER",
+        default_value = "http://127.0.0.1:50051"
+    )]
     server: String,
     /// Bearer token (an app token, or the bootstrap admin token); not needed by
     /// `chime dev`.
-    #[arg(long, env = "CHIME_TOKEN", hide_env_values = true)]
+    #[arg(long, global = true, env = "CHIME_TOKEN", hide_env_values = true)]
     token: Option<String>,
     /// table for people, json for scripts.
-    #[arg(long, value_enum, default_value = "table")]
+    #[arg(long, global = true, value_enum, default_value = "table")]
     output: Output,
 }
 
@@ -127,6 +141,13 @@ async fn main() -> ExitCode {
             async {
                 let mut c = client::connect(&server, token.as_deref()).await?;
                 client::run(&mut c, *command, output).await
+            }
+            .await,
+        ),
+        Command::Calendars { command, client: c } => finish(
+            async {
+                let mut client = client::connect(&c.server, c.token.as_deref()).await?;
+                calendars::run(&mut client, command, c.output).await
             }
             .await,
         ),

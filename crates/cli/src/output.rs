@@ -62,9 +62,11 @@ fn timer_json(t: &pb::Timer) -> Value {
         "remaining_runs": t.remaining_runs,
         "catch_up_window": (!spec.catch_up_window.is_empty()).then_some(&spec.catch_up_window),
         "window": (!spec.window.is_empty()).then_some(&spec.window),
+        "exclude_calendars": spec.exclude_calendars,
         "overlap": match pb::OverlapPolicy::try_from(spec.overlap) {
             Ok(pb::OverlapPolicy::Skip) => "skip",
             Ok(pb::OverlapPolicy::BufferOne) => "buffer_one",
+            Ok(pb::OverlapPolicy::CancelOther) => "cancel_other",
             _ => "allow_all",
         },
         "version": t.version,
@@ -87,6 +89,7 @@ fn run_json(r: &pb::Run) -> Value {
         "http_status": r.http_status,
         "error": (!r.error.is_empty()).then_some(&r.error),
         "output": (!r.output.is_empty()).then_some(&r.output),
+        "backfill": (!r.backfill.is_empty()).then_some(&r.backfill),
     })
 }
 
@@ -163,6 +166,9 @@ pub fn timer(t: &pb::Timer, out: Output) -> String {
             .collect();
         lines.push(format!("labels:    {}", pairs.join(",")));
     }
+    if let Some(spec) = t.spec.as_ref().filter(|s| !s.exclude_calendars.is_empty()) {
+        lines.push(format!("excludes:  {}", spec.exclude_calendars.join(",")));
+    }
     if let Some(left) = t.remaining_runs {
         lines.push(format!("runs left: {left}"));
     }
@@ -220,7 +226,11 @@ pub fn runs(rs: &[pb::Run], token: &str, out: Output) -> String {
         .map(|r| {
             vec![
                 r.run_at.map(rfc3339).unwrap_or_default(),
-                r.status.clone(),
+                if r.backfill.is_empty() {
+                    r.status.clone()
+                } else {
+                    format!("{} (backfill)", r.status)
+                },
                 r.attempt.to_string(),
                 r.lateness_ms.map_or("-".into(), |l| format!("{l} ms")),
                 r.http_status.map_or("-".into(), |s| s.to_string()),

@@ -2,6 +2,7 @@
 //! and every type that crosses a boundary (REST, gRPC, storage) can only hold valid values.
 
 mod access;
+mod calendar;
 mod callback;
 mod clock;
 mod duration;
@@ -19,6 +20,7 @@ mod timer;
 pub use access::{
     ApiToken, MAX_TOKEN_NAME_CHARS, Scope, Scopes, SigningSecret, TokenId, webhook_signature,
 };
+pub use calendar::{Calendar, CalendarName, DateRange, Exclusions, parse_dates};
 pub use callback::{
     Callback, CallbackBody, CallbackHeaders, CallbackInput, CallbackTimeout, CallbackUrl,
     HttpMethod, TargetKind,
@@ -83,4 +85,16 @@ pub mod limits {
     pub const MAX_AGE_MS: i64 = 366 * 24 * 3_600_000;
     /// Most run times one preview returns.
     pub const MAX_PREVIEW: usize = 1000;
+    /// Most fire times one backfill request adds.
+    pub const MAX_BACKFILL_RUNS: usize = 1000;
+    /// Most dates or date ranges in one exclusion calendar, and the longest calendar name.
+    pub const MAX_CALENDAR_ENTRIES: usize = 366;
+    pub const MAX_CALENDAR_NAME_LEN: usize = 64;
+    /// Most exclusion calendars one timer lists.
+    pub const MAX_EXCLUDE_CALENDARS: usize = 8;
+    /// Most exclusion calendars one app has.
+    pub const MAX_CALENDARS_PER_APP: usize = 100;
+    /// Fastest a backfill starts its runs (per second), and its default pace.
+    pub const MAX_BACKFILL_RATE: u32 = 100;
+    pub const DEFAULT_BACKFILL_RATE: u32 = 10;
 }

@@ -3,7 +3,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{Bucket, TaskKey, Timestamp, ValidationError};
+use crate::{Bucket, OverlapPolicy, TaskKey, Timestamp, ValidationError};
 
 /// Where an occurrence is in its life.
 ///
@@ -123,6 +123,9 @@ pub struct Occurrence {
     pub http_status: Option<u16>,
     pub output: Option<String>,
     pub error: Option<String>,
+    /// Added by a backfill, which claims it under this overlap policy (the timer's own
+    /// applies to the others).
+    pub backfill: Option<OverlapPolicy>,
 }
 
 impl Occurrence {
@@ -169,6 +172,9 @@ pub struct ClaimedOccurrence {
     /// When this attempt is due: the run time, or a retry's next attempt. A claim may come
     /// a little before it (schedulers hand keys off ahead); the callback waits for it.
     pub due: Timestamp,
+    /// Added by a backfill: its run time lies in the past on purpose, so lateness is
+    /// measured from its due instant.
+    pub backfill: bool,
 }
 
 /// The result of one attempt. Recorded only if the occurrence is still `running` at that

@@ -6,8 +6,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::ValidationError;
 use crate::{
-    AppName, Bucket, Callback, DeliveryMode, MaxAge, MisfirePolicy, RetryPolicy, Schedule, TimerId,
-    TimerName, Timestamp, Window, limits,
+    AppName, Bucket, CalendarName, Callback, DeliveryMode, MaxAge, MisfirePolicy, RetryPolicy,
+    Schedule, TimerId, TimerName, Timestamp, Window, limits,
 };
 
 /// Everything a user decides about a timer. Immutable per version: an update replaces the
@@ -38,6 +38,9 @@ pub struct TimerSpec {
     /// Each occurrence fires at its own offset within this window after its time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub window: Option<Window>,
+    /// The app's calendars whose dates it does not fire on (resolved into the schedule).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub exclude_calendars: Vec<CalendarName>,
 }
 
 /// Whether an occurrence may start while an earlier one of the same timer is still in
@@ -55,11 +58,47 @@ pub enum OverlapPolicy {
     /// An occurrence due while another is in flight or retrying waits for it to end, then
     /// starts; at most one waits, so one due while another already waits is skipped.
     BufferOne,
+    /// An occurrence due while another is in flight or retrying starts on time and ends the
+    /// other: a callback in flight is aborted (on whichever executor runs it), a retry is
+    /// not made; the other is marked skipped.
+    CancelOther,
 }
 
 impl OverlapPolicy {
+    pub const ALL: [Self; 4] = [
+        Self::AllowAll,
+        Self::Skip,
+        Self::BufferOne,
+        Self::CancelOther,
+    ];
+
     pub fn is_allow_all(&self) -> bool {
         *self == Self::AllowAll
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::AllowAll => "allow_all",
+            Self::Skip => "skip",
+            Self::BufferOne => "buffer_one",
+            Self::CancelOther => "cancel_other",
+        }
+    }
+}
+
+impl FromStr for OverlapPolicy {
+    type Err = ValidationError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::ALL
+            .into_iter()
+            .find(|p| p.as_str() == s)
+            .ok_or_else(|| {
+                ValidationError::new(
+                    "overlap",
+                    format!("{s:?} is not one of allow_all, skip, buffer_one, cancel_other"),
+                )
+            })
     }
 }
 
@@ -82,6 +121,10 @@ impl TimerSpec {
             .is_some_and(|(x, y)| x.same_intent(&y));
         check(!same_kind, "schedule");
         check(a.start_at() != b.start_at(), "start_at");
+        check(
+            self.exclude_calendars != desired.exclude_calendars || a.exclusions() != b.exclusions(),
+            "exclude_calendars",
+        );
         check(a.end_at() != b.end_at(), "end_at");
         check(
             a.limit().map(|l| l.max_runs) != b.limit().map(|l| l.max_runs),

@@ -4,7 +4,7 @@
 // Test helpers outside #[test] functions panic on purpose: a bad fixture is a test bug.
 #![allow(clippy::unwrap_used)]
 
-use chime_domain::{Schedule, ScheduleInput, Timestamp};
+use chime_domain::{DateRange, Exclusions, Schedule, ScheduleInput, Timestamp};
 use proptest::prelude::*;
 
 fn ts(s: &str) -> Timestamp {
@@ -529,7 +529,22 @@ proptest! {
         (a, _b, _c) in window_strategy(),
         limit in prop_oneof![Just(None), (1u32..50).prop_map(Some)],
         step in 30_000i64..900_000,
+        excluded in prop::collection::vec((-1i64..3, 0u64..2), 0..3),
     ) {
+        // Exclusion calendars' dates around the window, in the schedule's zone.
+        let zone = s.time_zone().tz();
+        let day = chrono::DateTime::from_timestamp_millis(a.as_millis())
+            .unwrap()
+            .with_timezone(&zone)
+            .date_naive();
+        let ranges: Vec<DateRange> = excluded
+            .iter()
+            .map(|(offset, len)| {
+                let first = day.checked_add_signed(chrono::Duration::days(*offset)).unwrap();
+                DateRange { first, last: first.checked_add_days(chrono::Days::new(*len)).unwrap() }
+            })
+            .collect();
+        let s = s.with_exclusions(Exclusions::new(ranges.clone()));
         let s = match limit {
             Some(n) if !s.is_one_shot() => s.limited(n, a).unwrap(),
             _ => s,
@@ -540,6 +555,16 @@ proptest! {
             .into_iter()
             .take_while(|r| *r < until)
             .collect();
+        for run in &preview {
+            let local = chrono::DateTime::from_timestamp_millis(run.as_millis())
+                .unwrap()
+                .with_timezone(&zone)
+                .date_naive();
+            prop_assert!(
+                !ranges.iter().any(|r| r.first <= local && local <= r.last),
+                "{} falls on an excluded date", run.to_rfc3339()
+            );
+        }
         prop_assert_eq!(materialized(&s, a, until, step), preview);
     }
 }

@@ -46,6 +46,11 @@ pub const METRICS: &[MetricSpec] = &[
         "Offers of an overlap: buffer_one occurrence left waiting for the one in flight to end.",
     ),
     (
+        "chime_executor_overlap_cancelled_total",
+        Counter,
+        "Callbacks this executor aborted because a newer occurrence of their overlap: cancel_other timer started.",
+    ),
+    (
         "chime_executor_outcomes_total",
         LabelledCounter,
         "Outcomes recorded, by status.",

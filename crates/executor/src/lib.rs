@@ -13,6 +13,7 @@
 //! `max_in_flight` bounds memory and work, "full" is exact, and draining on shutdown is
 //! waiting for every permit to come back.
 
+mod cancel;
 mod catalog;
 pub mod grpc;
 mod hosts;
@@ -25,7 +26,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use chime_domain::{
-    Bucket, Claim, ClaimedOccurrence, Clock, OccurrenceStatus, Outcome, TaskKey, Timer, TimerId,
+    Bucket, Claim, ClaimedOccurrence, Clock, OccurrenceStatus, Outcome, OverlapPolicy, TaskKey,
+    Timer, TimerId,
 };
 use chime_storage::{Exclusive, HotEntry, HotIndex, OccurrenceStore, StoreResult, TimerStore};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
@@ -101,8 +103,9 @@ struct Done {
     outcome: Outcome,
     /// The timer's last occurrence ended and the timer deletes itself when done.
     completes: bool,
-    /// How far the timer's flexible window moved the occurrence: not lateness.
-    window_offset_ms: i64,
+    /// How far its due instant lies after its run time by design (the timer's flexible
+    /// window, a backfill's pace): not lateness.
+    offset_ms: i64,
     /// Where a retry is indexed.
     bucket: Bucket,
     permit: OwnedSemaphorePermit,
@@ -120,6 +123,8 @@ struct Inner {
     tracker: TaskTracker,
     /// Each callback host's share of the in-flight callbacks.
     hosts: Arc<hosts::Hosts>,
+    /// In-flight `cancel_other` callbacks, aborted when a newer occurrence cancels them.
+    cancels: Arc<cancel::Cancels>,
 }
 
 pub struct Executor {
@@ -151,6 +156,7 @@ impl Executor {
             index.clone(),
             clock.clone(),
         );
+        let cancels = cancel::Cancels::start(occurrences.clone());
         let inner = Arc::new(Inner {
             timers,
             occurrences,
@@ -161,6 +167,7 @@ impl Executor {
             done,
             tracker: TaskTracker::new(),
             hosts,
+            cancels,
         });
         tokio::spawn(claim_loop(inner.clone(), jobs));
         tokio::spawn(outcome_loop(inner.clone(), outcomes, permits.clone()));
@@ -331,8 +338,15 @@ impl Inner {
             .await?;
         let mut claimed: HashMap<TaskKey, ClaimedOccurrence> =
             claimed.into_iter().map(|c| (c.key, c)).collect();
+        // The batch leaves backfilled occurrences under `skip` or `buffer_one` alone; a key
+        // it did not claim may be one (else it is taken or finished: rare, and cheap to ask).
+        let unclaimed: Vec<TaskKey> = keys
+            .iter()
+            .filter(|k| !claimed.contains_key(k))
+            .copied()
+            .collect();
         let mut waiting = Vec::new();
-        for key in exclusive {
+        for key in exclusive.into_iter().chain(unclaimed) {
             let Some(timer) = timers.get(&key.timer_id) else {
                 continue;
             };
@@ -377,7 +391,7 @@ impl Inner {
                 );
                 let _ = self.done.send(Done {
                     completes: completes(timer.map(Arc::as_ref), &outcome),
-                    window_offset_ms: 0,
+                    offset_ms: 0,
                     outcome,
                     bucket: occurrence.bucket,
                     permit: job.permit,
@@ -398,24 +412,49 @@ impl Inner {
                 span_id = tracing::field::Empty,
             );
             chime_runtime::record_ids(&span);
+            let watch = (timer.spec.overlap == OverlapPolicy::CancelOther)
+                .then(|| self.cancels.watch(job.key, occurrence.attempt));
             let fire = async move {
-                wait_until(inner.clock.as_ref(), occurrence.due).await;
-                if let Some(s) = slot.as_mut() {
-                    s.begin();
-                }
-                let attempt = inner
-                    .targets
-                    .deliver(&timer, occurrence, inner.clock.as_ref())
-                    .await;
+                let deliver = async {
+                    wait_until(inner.clock.as_ref(), occurrence.due).await;
+                    if let Some(s) = slot.as_mut() {
+                        s.begin();
+                    }
+                    inner
+                        .targets
+                        .deliver(&timer, occurrence, inner.clock.as_ref())
+                        .await
+                };
+                let outcome = match &watch {
+                    None => settle(&timer, deliver.await, inner.clock.now(), rand::random()),
+                    Some(w) => tokio::select! {
+                        attempt = deliver => settle(&timer, attempt, inner.clock.now(), rand::random()),
+                        () = w.cancelled() => {
+                            tracing::debug!("callback aborted: a newer occurrence cancelled it");
+                            // Its row is skipped already: this outcome is not recorded.
+                            Outcome::ended(
+                                job.key,
+                                occurrence.attempt,
+                                OccurrenceStatus::Skipped,
+                                None,
+                                Some("overlap: cancelled by a newer occurrence".into()),
+                            )
+                        }
+                    },
+                };
+                drop(watch);
                 // The host's next waiting key may go.
                 drop(slot);
-                let outcome = settle(&timer, attempt, inner.clock.now(), rand::random());
                 tracing::debug!(status = outcome.status.as_str(), "callback done");
                 let _ = inner.done.send(Done {
                     completes: completes(Some(&timer), &outcome),
-                    window_offset_ms: timer
-                        .due_of(job.key.run_at)
-                        .map_or(0, |d| d.as_millis() - job.key.run_at.as_millis()),
+                    offset_ms: if occurrence.backfill {
+                        occurrence.due.as_millis() - job.key.run_at.as_millis()
+                    } else {
+                        timer
+                            .due_of(job.key.run_at)
+                            .map_or(0, |d| d.as_millis() - job.key.run_at.as_millis())
+                    },
                     outcome,
                     bucket: occurrence.bucket,
                     permit: job.permit,
@@ -452,7 +491,7 @@ async fn outcome_loop(
             .filter(|d| d.completes)
             .map(|d| d.outcome.key.timer_id)
             .collect();
-        let offsets: Vec<i64> = batch.iter().map(|d| d.window_offset_ms).collect();
+        let offsets: Vec<i64> = batch.iter().map(|d| d.offset_ms).collect();
         let (outcomes, held): (Vec<Outcome>, Vec<(Bucket, OwnedSemaphorePermit)>) = batch
             .drain(..)
             .map(|d| (d.outcome, (d.bucket, d.permit)))

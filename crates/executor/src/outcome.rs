@@ -134,6 +134,7 @@ mod tests {
                 catch_up_window: None,
                 overlap: Default::default(),
                 window: None,
+                exclude_calendars: Vec::new(),
             },
             enabled: true,
             version: 1,
@@ -235,6 +236,7 @@ mod tests {
                 bucket: Bucket::from_stored(0),
                 attempt,
                 due: Timestamp::from_millis(0),
+                backfill: false,
             };
             skip_reason(Some(&t), &c, Timestamp::from_millis(now_ms))
         };
@@ -251,6 +253,7 @@ mod tests {
                     bucket: Bucket::from_stored(0),
                     attempt: 1,
                     due: Timestamp::from_millis(0),
+                    backfill: false,
                 },
                 Timestamp::from_millis(0)
             )

@@ -77,6 +77,7 @@ async fn timer(s: &Setup, name: &str, url: String, headers: &[(&str, &str)]) -> 
         catch_up_window: None,
         overlap: Default::default(),
         window: None,
+        exclude_calendars: Vec::new(),
     };
     s.db.store
         .create_timer(

@@ -52,6 +52,7 @@ fn claimed(t: &Timer) -> ClaimedOccurrence {
         bucket: t.bucket,
         attempt: 1,
         due: now,
+        backfill: false,
     }
 }
 

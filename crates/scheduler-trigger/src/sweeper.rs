@@ -173,8 +173,13 @@ impl Scheduler {
             let late = now.as_millis() - o.due_at().as_millis();
             match timer {
                 // Gone, disabled or changed timers are handed off too: the executor records
-                // why it skips them.
-                Some(t) if late > threshold && t.fires_version(o.timer_version) => {
+                // why it skips them. A backfill asked for its runs: no misfire policy drops
+                // them (the catch-up window still may).
+                Some(t)
+                    if late > threshold
+                        && o.backfill.is_none()
+                        && t.fires_version(o.timer_version) =>
+                {
                     misfired.entry(t.id).or_default().push(o);
                 }
                 _ => plan.hand_off.push(o.key),

@@ -40,6 +40,7 @@ impl TimeControl for chime_domain::ManualClock {
     }
 }
 
+pub mod calendars;
 pub mod credentials;
 pub mod lifecycle;
 pub mod materialize;
@@ -81,6 +82,7 @@ pub fn spec_with(app: &str, name: &str, schedule: &ScheduleInput, now: Timestamp
         catch_up_window: None,
         overlap: Default::default(),
         window: None,
+        exclude_calendars: Vec::new(),
     }
 }
 
@@ -1480,6 +1482,14 @@ macro_rules! storage_contract {
             buffer_one_keeps_one_occurrence_waiting_and_skips_the_rest,
             racing_exclusive_claims_of_one_timer_start_one,
             windowed_occurrences_are_due_at_their_place,
+            backfilled_occurrences_are_marked_and_added_once,
+            backfilled_occurrences_are_claimed_under_their_own_policy,
+            cancel_other_ends_the_earlier_occurrence_in_flight,
+        ]);
+    };
+    (calendars, $make:expr) => {
+        $crate::storage_contract!(@cases calendars, $make, store, [
+            calendars_are_put_by_name_and_read_per_app,
         ]);
     };
     (credentials, $make:expr) => {

@@ -6,6 +6,7 @@
 //! | [`OccurrenceStore`] | postgres, sqlite    |
 //! | [`Retention`]       | postgres, sqlite    |
 //! | [`Credentials`]     | postgres, sqlite    |
+//! | [`Calendars`]       | postgres, sqlite    |
 //! | [`HotIndex`]        | redis, memory       |
 //! | [`Leases`]          | redis, memory       |
 //!
@@ -16,11 +17,12 @@
 macro_rules! occurrence_cols {
     () => {
         "timer_id, run_at, timer_version, bucket, status, attempt, next_attempt_at, lease_until, \
-         fired_at, lateness_ms, http_status, output, error"
+         fired_at, lateness_ms, http_status, output, error, backfill"
     };
 }
 
 mod batch;
+mod calendars;
 #[cfg(feature = "testkit")]
 pub mod contract;
 mod credentials;
@@ -47,6 +49,7 @@ use chime_domain::{
 };
 
 pub(crate) use batch::{OutcomeColumns, dedup_new_occurrences, oldest_first};
+pub use calendars::Calendars;
 pub use credentials::Credentials;
 pub use error::{Cause, StoreError};
 pub use migrate::{SchemaStatus, postgres_migrator, sqlite_migrator};
@@ -361,19 +364,37 @@ pub trait OccurrenceStore: Send + Sync + 'static {
 
     /// Claims each claimable occurrence (pending, retrying, or running with an expired claim
     /// lease) for one attempt. Among racing claimers each occurrence is won by exactly one.
+    /// Backfilled occurrences under `skip` or `buffer_one` are left to
+    /// [`Self::claim_exclusive`].
     async fn claim(&self, keys: &[TaskKey], claim: Claim) -> StoreResult<Vec<ClaimedOccurrence>>;
 
     /// Claims `key` only while no other occurrence of its timer is in flight (a live claim)
     /// or waiting to retry. Otherwise `overlap: skip` marks it `skipped`; `buffer_one`
     /// leaves it pending to be offered again ([`Exclusive::Waiting`]) unless an earlier
     /// occurrence of the timer, due already, waits too, and then marks it `skipped`.
-    /// Claimers of one timer take turns, on every executor replica.
+    /// `cancel_other` claims it and marks the earlier ones in flight or retrying `skipped`
+    /// (their executors abort them, see [`Self::still_running`]); it is skipped itself
+    /// when a later occurrence is in flight or retrying.
+    /// Claimers of one timer take turns, on every executor replica. A backfilled occurrence
+    /// is claimed under its backfill's policy instead of `overlap`.
     async fn claim_exclusive(
         &self,
         key: TaskKey,
         claim: Claim,
         overlap: OverlapPolicy,
     ) -> StoreResult<Exclusive>;
+
+    /// Those of `claims` (occurrence and attempt) still running at that attempt: the rest
+    /// ended, or were cancelled or taken over since.
+    async fn still_running(&self, claims: &[(TaskKey, u32)]) -> StoreResult<Vec<TaskKey>>;
+
+    /// Adds a backfill's occurrences, each marked with the overlap policy it is claimed
+    /// under; fire times that have a row already are left alone. Returns the keys added.
+    async fn backfill(
+        &self,
+        batch: &[NewOccurrence],
+        overlap: OverlapPolicy,
+    ) -> StoreResult<Vec<TaskKey>>;
 
     /// Records attempt results; an outcome whose attempt is no longer the running one is
     /// ignored. Returns how many were recorded.

@@ -52,6 +52,16 @@ const POSTGRES: &[(i64, &str, &str)] = &[
         "pause notes",
         include_str!("../../../migrations/postgres/0008_pause_notes.sql"),
     ),
+    (
+        9,
+        "backfill",
+        include_str!("../../../migrations/postgres/0009_backfill.sql"),
+    ),
+    (
+        10,
+        "calendars",
+        include_str!("../../../migrations/postgres/0010_calendars.sql"),
+    ),
 ];
 
 const SQLITE: &[(i64, &str, &str)] = &[
@@ -94,6 +104,16 @@ const SQLITE: &[(i64, &str, &str)] = &[
         8,
         "pause notes",
         include_str!("../../../migrations/sqlite/0008_pause_notes.sql"),
+    ),
+    (
+        9,
+        "backfill",
+        include_str!("../../../migrations/sqlite/0009_backfill.sql"),
+    ),
+    (
+        10,
+        "calendars",
+        include_str!("../../../migrations/sqlite/0010_calendars.sql"),
     ),
 ];
 

@@ -8,7 +8,8 @@ use chime_domain::{BucketCount, Clock};
 use crate::postgres::{PgSettings, PgStore};
 use crate::sqlite::SqliteStore;
 use crate::{
-    Credentials, OccurrenceStore, Retention, SchemaStatus, StoreError, StoreResult, TimerStore,
+    Calendars, Credentials, OccurrenceStore, Retention, SchemaStatus, StoreError, StoreResult,
+    TimerStore,
 };
 
 /// What [`Database`] needs of a backend beyond the storage traits: its schema and its
@@ -54,6 +55,7 @@ pub struct Database {
     pub occurrences: Arc<dyn OccurrenceStore>,
     pub retention: Arc<dyn Retention>,
     pub credentials: Arc<dyn Credentials>,
+    pub calendars: Arc<dyn Calendars>,
     schema: Arc<dyn Schema>,
 }
 
@@ -84,13 +86,14 @@ impl Database {
     /// One store serving every trait.
     fn of<S>(store: Arc<S>) -> Self
     where
-        S: TimerStore + OccurrenceStore + Retention + Credentials + Schema,
+        S: TimerStore + OccurrenceStore + Retention + Credentials + Calendars + Schema,
     {
         Self {
             timers: store.clone(),
             occurrences: store.clone(),
             retention: store.clone(),
             credentials: store.clone(),
+            calendars: store.clone(),
             schema: store,
         }
     }

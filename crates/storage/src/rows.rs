@@ -117,6 +117,10 @@ where
             .transpose()?,
         output: row.opt_text("output")?,
         error: row.opt_text("error")?,
+        backfill: row
+            .opt_text("backfill")?
+            .map(|p| p.parse().map_err(StoreError::corrupt))
+            .transpose()?,
     })
 }
 
@@ -148,7 +152,19 @@ where
         bucket: Bucket::from_stored(non_negative(row.i32("bucket")?, "bucket")?),
         attempt: non_negative(row.i32("attempt")?, "attempt")?,
         due: Timestamp::from_millis(row.i64("due")?),
+        backfill: row.opt_text("backfill")?.is_some(),
     })
+}
+
+/// A row of `timer_id, run_at`.
+pub(crate) fn task_key<R: ChimeRow>(row: &R) -> StoreResult<TaskKey>
+where
+    for<'r> &'r str: ColumnIndex<R>,
+{
+    Ok(TaskKey::new(
+        timer_id(row.i64("timer_id")?)?,
+        Timestamp::from_millis(row.i64("run_at")?),
+    ))
 }
 
 /// A row of `timer_id, run_at, due`.

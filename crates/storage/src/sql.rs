@@ -145,8 +145,8 @@ pub(crate) const OVERLAPPING: &str = "SELECT run_at FROM occurrences \
 /// `buffer_one`: an occurrence of timer `$1` earlier than `$2` and due by `$3` (its nominal
 /// time) still waiting to be claimed, other than one in flight.
 pub(crate) const BUFFERED: &str = "SELECT run_at FROM occurrences \
-     WHERE timer_id = $1 AND run_at < $2 AND run_at <= $3 AND status = 'pending' \
-     ORDER BY run_at LIMIT 1";
+     WHERE timer_id = $1 AND run_at < $2 AND COALESCE(next_attempt_at, run_at) <= $3 \
+       AND status = 'pending' ORDER BY run_at LIMIT 1";
 
 /// The occurrence at (`$1`, `$2`) skipped with reason `$3`, if still claimable.
 pub(crate) const SKIP_ONE: &str = "UPDATE occurrences SET status = 'skipped', error = $3, \
@@ -159,7 +159,24 @@ pub(crate) const CLAIM_ONE: &str = "UPDATE occurrences SET status = 'running', \
      WHERE timer_id = $1 AND run_at = $2 \
        AND (status IN ('pending', 'retrying') OR (status = 'running' AND lease_until < $3)) \
      RETURNING timer_id, run_at, timer_version, bucket, attempt, \
-       COALESCE(next_attempt_at, run_at) AS due";
+       COALESCE(next_attempt_at, run_at) AS due, backfill";
+
+/// `cancel_other`: an occurrence of timer `$1` later than `$2` in flight (lease live at
+/// `$3`) or retrying.
+pub(crate) const NEWER_IN_FLIGHT: &str = "SELECT run_at FROM occurrences \
+     WHERE timer_id = $1 AND run_at > $2 \
+       AND ((status = 'running' AND lease_until >= $3) OR status = 'retrying') LIMIT 1";
+
+/// `cancel_other`: the occurrences of timer `$1` earlier than `$2` in flight (lease live at
+/// `$3`) or retrying, skipped with reason `$4`.
+pub(crate) const CANCEL_EARLIER: &str = "UPDATE occurrences SET status = 'skipped', error = $4, \
+       lease_until = NULL, next_attempt_at = NULL \
+     WHERE timer_id = $1 AND run_at < $2 \
+       AND ((status = 'running' AND lease_until >= $3) OR status = 'retrying')";
+
+/// The overlap policy the backfill that added (`$1`, `$2`) asked for, if one did.
+pub(crate) const BACKFILL_POLICY: &str =
+    "SELECT backfill FROM occurrences WHERE timer_id = $1 AND run_at = $2";
 
 /// Takes idempotency key `$2` of app `$1` for timer `$4`, unless it was taken before. On
 /// PostgreSQL a concurrent holder of the key is waited for, then seen.
@@ -200,15 +217,38 @@ macro_rules! claim_exclusive {
     ($tx:expr, $key:expr, $claim:expr, $overlap:expr) => {{
         let (key, claim): (chime_domain::TaskKey, chime_domain::Claim) = ($key, $claim);
         let (id, run_at) = (key.timer_id.get(), key.run_at.as_millis());
-        let busy: Option<i64> = sqlx::query_scalar($crate::sql::OVERLAPPING)
+        // A backfilled occurrence goes by its backfill's policy.
+        let own: Option<Option<String>> = sqlx::query_scalar($crate::sql::BACKFILL_POLICY)
             .bind(id)
             .bind(run_at)
-            .bind(claim.now.as_millis())
             .fetch_optional(&mut *$tx)
             .await?;
+        let overlap: chime_domain::OverlapPolicy = match own.flatten() {
+            Some(p) => p.parse().map_err($crate::StoreError::corrupt)?,
+            None => $overlap,
+        };
+        let cancels = overlap == chime_domain::OverlapPolicy::CancelOther;
+        let busy: Option<i64> = if overlap.is_allow_all() {
+            None
+        } else if cancels {
+            // Only a later occurrence in flight stops this one; earlier ones it cancels.
+            sqlx::query_scalar($crate::sql::NEWER_IN_FLIGHT)
+                .bind(id)
+                .bind(run_at)
+                .bind(claim.now.as_millis())
+                .fetch_optional(&mut *$tx)
+                .await?
+        } else {
+            sqlx::query_scalar($crate::sql::OVERLAPPING)
+                .bind(id)
+                .bind(run_at)
+                .bind(claim.now.as_millis())
+                .fetch_optional(&mut *$tx)
+                .await?
+        };
         // `buffer_one`: the first occurrence to find its timer busy waits; the rest skip.
         let buffered: Option<i64> = match busy {
-            Some(_) if $overlap == chime_domain::OverlapPolicy::BufferOne => {
+            Some(_) if overlap == chime_domain::OverlapPolicy::BufferOne => {
                 sqlx::query_scalar($crate::sql::BUFFERED)
                     .bind(id)
                     .bind(run_at)
@@ -220,7 +260,7 @@ macro_rules! claim_exclusive {
         };
         let waits = busy.is_some()
             && buffered.is_none()
-            && $overlap == chime_domain::OverlapPolicy::BufferOne;
+            && overlap == chime_domain::OverlapPolicy::BufferOne;
         if let (Some(other), true) = (busy, waits) {
             $crate::Exclusive::Waiting {
                 beside: chime_domain::Timestamp::from_millis(other),
@@ -228,6 +268,10 @@ macro_rules! claim_exclusive {
         } else if let Some(other) = busy {
             let other = chime_domain::Timestamp::from_millis(other);
             let reason = match buffered {
+                _ if cancels => format!(
+                    "overlap: skipped while the later occurrence at {} is in flight or retrying",
+                    other.to_rfc3339()
+                ),
                 Some(first) => format!(
                     "overlap: skipped while the occurrence at {} is in flight or retrying and \
                      the one at {} waits for it",
@@ -260,7 +304,21 @@ macro_rules! claim_exclusive {
                 .fetch_optional(&mut *$tx)
                 .await?
             {
-                Some(row) => $crate::Exclusive::Claimed($crate::rows::claimed(&row)?),
+                Some(row) => {
+                    if cancels {
+                        sqlx::query($crate::sql::CANCEL_EARLIER)
+                            .bind(id)
+                            .bind(run_at)
+                            .bind(claim.now.as_millis())
+                            .bind(format!(
+                                "overlap: cancelled by the occurrence at {}",
+                                key.run_at.to_rfc3339()
+                            ))
+                            .execute(&mut *$tx)
+                            .await?;
+                    }
+                    $crate::Exclusive::Claimed($crate::rows::claimed(&row)?)
+                }
                 None => $crate::Exclusive::NotClaimable,
             }
         }

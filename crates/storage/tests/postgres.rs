@@ -10,6 +10,7 @@ storage_contract!(materialize, support::pg());
 storage_contract!(retention, support::pg());
 storage_contract!(lifecycle, support::pg());
 storage_contract!(credentials, support::pg());
+storage_contract!(calendars, support::pg());
 
 mod migrations {
     use super::*;
@@ -20,7 +21,7 @@ mod migrations {
         assert_eq!(
             fx.store.schema_status().await.unwrap(),
             SchemaStatus::Behind {
-                missing: vec![1, 2, 3, 4, 5, 6, 7, 8]
+                missing: vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
             }
         );
         fx.store.migrate().await.unwrap();
@@ -53,7 +54,7 @@ mod migrations {
             .fetch_one(fx.store.pool())
             .await
             .unwrap();
-        assert_eq!(applied, 8);
+        assert_eq!(applied, 10);
         assert_eq!(
             fx.store.schema_status().await.unwrap(),
             SchemaStatus::Current

@@ -45,6 +45,9 @@ const ACCEPT_BACKLOG: u32 = 8192;
 #[derive(Clone, Default)]
 struct Shared {
     log: Log,
+    /// `/delay/{ms}` requests as they arrive: one the caller aborts before the delay ends
+    /// is here and not in `log` (the server drops its handler when the caller hangs up).
+    started: Log,
     healthy: Arc<std::sync::atomic::AtomicBool>,
     /// Keep only Chime's own headers and no body: a benchmark receiving hundreds of
     /// thousands of callbacks should not spend its CPU and memory on the rest.
@@ -118,6 +121,15 @@ impl Sink {
         self.state.log.lock().map(|l| l.clone()).unwrap_or_default()
     }
 
+    /// `/delay/{ms}` requests as they arrived, answered or not.
+    pub fn started(&self) -> Vec<Received> {
+        self.state
+            .started
+            .lock()
+            .map(|l| l.clone())
+            .unwrap_or_default()
+    }
+
     pub fn count(&self) -> usize {
         self.state.log.lock().map(|l| l.len()).unwrap_or_default()
     }
@@ -157,6 +169,18 @@ fn record(
     body: Bytes,
     at_ms: i64,
 ) {
+    record_in(&shared.log, shared, method, uri, headers, body, at_ms);
+}
+
+fn record_in(
+    log: &Log,
+    shared: &Shared,
+    method: Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+    body: Bytes,
+    at_ms: i64,
+) {
     let keep =
         |name: &str| !shared.lean || name == "idempotency-key" || name.starts_with("x-chime-");
     let received = Received {
@@ -179,7 +203,7 @@ fn record(
             String::from_utf8_lossy(&body).into_owned()
         },
     };
-    if let Ok(mut l) = shared.log.lock() {
+    if let Ok(mut l) = log.lock() {
         l.push(received);
     }
 }
@@ -216,6 +240,15 @@ async fn delay(
     body: Bytes,
 ) -> &'static str {
     let at = now_ms();
+    record_in(
+        &shared.started,
+        &shared,
+        method.clone(),
+        &uri,
+        &headers,
+        Bytes::new(),
+        at,
+    );
     tokio::time::sleep(Duration::from_millis(ms)).await;
     record(&shared, method, &uri, &headers, body, at);
     "ok"

@@ -93,10 +93,20 @@ pub(super) fn overlap_in(raw: i32) -> Result<Option<OverlapPolicy>, ApiError> {
         Ok(pb::OverlapPolicy::AllowAll) => Ok(Some(OverlapPolicy::AllowAll)),
         Ok(pb::OverlapPolicy::Skip) => Ok(Some(OverlapPolicy::Skip)),
         Ok(pb::OverlapPolicy::BufferOne) => Ok(Some(OverlapPolicy::BufferOne)),
+        Ok(pb::OverlapPolicy::CancelOther) => Ok(Some(OverlapPolicy::CancelOther)),
         Err(_) => Err(ApiError::invalid(
             "overlap",
             format!("unknown overlap policy {raw}"),
         )),
+    }
+}
+
+pub(super) fn overlap_out(p: OverlapPolicy) -> pb::OverlapPolicy {
+    match p {
+        OverlapPolicy::AllowAll => pb::OverlapPolicy::AllowAll,
+        OverlapPolicy::Skip => pb::OverlapPolicy::Skip,
+        OverlapPolicy::BufferOne => pb::OverlapPolicy::BufferOne,
+        OverlapPolicy::CancelOther => pb::OverlapPolicy::CancelOther,
     }
 }
 
@@ -182,6 +192,7 @@ pub(super) fn timer_input(
         catch_up_window: non_empty(spec.catch_up_window),
         overlap: overlap_in(spec.overlap)?,
         window: non_empty(spec.window),
+        exclude_calendars: (!spec.exclude_calendars.is_empty()).then_some(spec.exclude_calendars),
     })
 }
 
@@ -283,12 +294,14 @@ pub(super) fn timer_out(v: TimerView) -> pb::Timer {
                 .catch_up_window
                 .map(|w| w.to_string())
                 .unwrap_or_default(),
-            overlap: match t.spec.overlap {
-                OverlapPolicy::AllowAll => pb::OverlapPolicy::AllowAll,
-                OverlapPolicy::Skip => pb::OverlapPolicy::Skip,
-                OverlapPolicy::BufferOne => pb::OverlapPolicy::BufferOne,
-            } as i32,
+            overlap: overlap_out(t.spec.overlap) as i32,
             window: t.spec.window.map(|w| w.to_string()).unwrap_or_default(),
+            exclude_calendars: t
+                .spec
+                .exclude_calendars
+                .iter()
+                .map(ToString::to_string)
+                .collect(),
         }),
         enabled: t.enabled,
         version: t.version,
@@ -328,5 +341,18 @@ pub(super) fn run_out(o: Occurrence) -> pb::Run {
         http_status: o.http_status.map(u32::from),
         error: o.error.unwrap_or_default(),
         output: o.output.unwrap_or_default(),
+        backfill: o
+            .backfill
+            .map(|p| p.as_str().to_owned())
+            .unwrap_or_default(),
+    }
+}
+
+pub(super) fn calendar_out(c: chime_domain::Calendar) -> pb::Calendar {
+    pb::Calendar {
+        app: c.app.to_string(),
+        name: c.name.to_string(),
+        dates: c.dates.iter().map(ToString::to_string).collect(),
+        updated_at: Some(ts(c.updated_at)),
     }
 }

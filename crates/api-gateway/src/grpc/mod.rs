@@ -10,8 +10,8 @@ use tonic::{Request, Response, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 
 use crate::api::{
-    ApplyRequest, ListDeadLetters, ListRuns, ListTimers, PreviewRequest, RedriveTarget, TimerApi,
-    TimerPatch,
+    ApplyRequest, BackfillRequest, CalendarInput, ListDeadLetters, ListRuns, ListTimers,
+    PreviewRequest, RedriveTarget, TimerApi, TimerPatch,
 };
 use crate::context::RequestContext;
 use crate::error::ApiError;
@@ -133,6 +133,7 @@ impl GrpcTimerService for GrpcApi {
             catch_up_window: r.catch_up_window,
             overlap: overlap_in(r.overlap)?,
             window: r.window,
+            exclude_calendars: r.exclude_calendars.map(|c| c.names),
         };
         let view = self.0.update_timer(&ctx, id(r.id)?, patch).await?;
         Ok(Response::new(timer_out(view)))
@@ -224,6 +225,8 @@ impl GrpcTimerService for GrpcApi {
             max_runs: r.max_runs,
             count: (r.count != 0).then_some(r.count),
             from: r.from.as_ref().map(ts_to_rfc3339),
+            app: non_empty(r.app),
+            exclude_calendars: (!r.exclude_calendars.is_empty()).then_some(r.exclude_calendars),
         };
         Ok(Response::new(run_times_out(
             self.0.preview(&ctx, preview).await?,
@@ -239,6 +242,66 @@ impl GrpcTimerService for GrpcApi {
         Ok(Response::new(pb::TriggerTimerResponse {
             task_key: t.key.to_string(),
             run_at: Some(ts(t.key.run_at)),
+        }))
+    }
+
+    async fn put_calendar(
+        &self,
+        req: Request<pb::PutCalendarRequest>,
+    ) -> Result<Response<pb::PutCalendarResponse>, Status> {
+        let ctx = RequestContext::of(req.extensions());
+        let r = req.into_inner();
+        let put = self
+            .0
+            .put_calendar(&ctx, r.app, r.name, CalendarInput { dates: r.dates })
+            .await?;
+        Ok(Response::new(pb::PutCalendarResponse {
+            calendar: Some(calendar_out(put.calendar)),
+            created: put.created,
+            timers_updated: put.timers_updated,
+        }))
+    }
+
+    async fn get_calendar(
+        &self,
+        req: Request<pb::GetCalendarRequest>,
+    ) -> Result<Response<pb::Calendar>, Status> {
+        let ctx = RequestContext::of(req.extensions());
+        let r = req.into_inner();
+        let c = self.0.get_calendar(&ctx, r.app, r.name).await?;
+        Ok(Response::new(calendar_out(c)))
+    }
+
+    async fn list_calendars(
+        &self,
+        req: Request<pb::ListCalendarsRequest>,
+    ) -> Result<Response<pb::ListCalendarsResponse>, Status> {
+        let ctx = RequestContext::of(req.extensions());
+        let all = self.0.list_calendars(&ctx, req.into_inner().app).await?;
+        Ok(Response::new(pb::ListCalendarsResponse {
+            calendars: all.into_iter().map(calendar_out).collect(),
+        }))
+    }
+
+    async fn backfill_timer(
+        &self,
+        req: Request<pb::BackfillTimerRequest>,
+    ) -> Result<Response<pb::BackfillTimerResponse>, Status> {
+        let ctx = RequestContext::of(req.extensions());
+        let r = req.into_inner();
+        let ask = BackfillRequest {
+            from: r.from.as_ref().map(ts_to_rfc3339).unwrap_or_default(),
+            to: r.to.as_ref().map(ts_to_rfc3339).unwrap_or_default(),
+            overlap: overlap_in(r.overlap)?,
+            rate: (r.rate != 0).then_some(r.rate),
+        };
+        let done = self.0.backfill_timer(&ctx, id(r.id)?, ask).await?;
+        Ok(Response::new(pb::BackfillTimerResponse {
+            added: done.added,
+            existing: done.existing,
+            overlap: overlap_out(done.overlap) as i32,
+            first_start: done.first_due.map(ts),
+            last_start: done.last_due.map(ts),
         }))
     }
 

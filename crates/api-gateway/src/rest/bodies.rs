@@ -177,6 +177,9 @@ pub struct TimerBody {
     pub overlap: chime_domain::OverlapPolicy,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub window: Option<String>,
+    /// The app's calendars whose dates it does not fire on.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub exclude_calendars: Vec<String>,
     pub version: i64,
     pub created_at: String,
     pub updated_at: String,
@@ -263,6 +266,12 @@ impl From<TimerView> for TimerBody {
             catch_up_window: t.spec.catch_up_window.map(|w| w.to_string()),
             overlap: t.spec.overlap,
             window: t.spec.window.map(|w| w.to_string()),
+            exclude_calendars: t
+                .spec
+                .exclude_calendars
+                .iter()
+                .map(ToString::to_string)
+                .collect(),
             version: t.version,
             created_at: t.created_at.to_rfc3339(),
             updated_at: t.updated_at.to_rfc3339(),
@@ -321,6 +330,9 @@ pub struct RunBody {
     pub error: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub output: Option<String>,
+    /// Added by a backfill: the overlap policy it runs under. Absent for scheduled runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backfill: Option<String>,
 }
 
 impl From<Occurrence> for RunBody {
@@ -337,6 +349,7 @@ impl From<Occurrence> for RunBody {
             http_status: o.http_status,
             error: o.error,
             output: o.output,
+            backfill: o.backfill.map(|p| p.as_str().to_owned()),
         }
     }
 }
@@ -353,6 +366,35 @@ impl From<Page<Occurrence>> for RunList {
         Self {
             runs: page.items.into_iter().map(Into::into).collect(),
             next_page_token: page.next_page_token.map(|t| t.as_str().to_owned()),
+        }
+    }
+}
+
+/// What a backfill added.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct BackfillBody {
+    /// Run times added as runs.
+    pub added: u32,
+    /// Run times in the range that had a run already, left as they are.
+    pub existing: u32,
+    /// The overlap policy the added runs start under.
+    pub overlap: String,
+    /// When the first added run starts (RFC 3339).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_start: Option<String>,
+    /// When the last added run starts.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_start: Option<String>,
+}
+
+impl From<crate::api::Backfilled> for BackfillBody {
+    fn from(b: crate::api::Backfilled) -> Self {
+        Self {
+            added: b.added,
+            existing: b.existing,
+            overlap: b.overlap.as_str().to_owned(),
+            first_start: b.first_due.map(Timestamp::to_rfc3339),
+            last_start: b.last_due.map(Timestamp::to_rfc3339),
         }
     }
 }
@@ -392,4 +434,34 @@ pub struct ListRunsParams {
     /// 1 to 1000; default 100.
     pub page_size: Option<u32>,
     pub page_token: Option<String>,
+}
+
+/// An app's exclusion calendar.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CalendarBody {
+    pub app: String,
+    pub name: String,
+    /// Dates and ranges of dates, as given.
+    pub dates: Vec<String>,
+    pub updated_at: String,
+    /// On a put: timers naming it that were rewritten to its new dates.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timers_updated: Option<u32>,
+}
+
+impl From<chime_domain::Calendar> for CalendarBody {
+    fn from(c: chime_domain::Calendar) -> Self {
+        Self {
+            app: c.app.to_string(),
+            name: c.name.to_string(),
+            dates: c.dates.iter().map(ToString::to_string).collect(),
+            updated_at: c.updated_at.to_rfc3339(),
+            timers_updated: None,
+        }
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CalendarList {
+    pub calendars: Vec<CalendarBody>,
 }

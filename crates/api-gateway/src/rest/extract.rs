@@ -90,6 +90,8 @@ impl<S: Send + Sync, T: DeserializeOwned + Default> FromRequest<S> for OptionalJ
 /// object here must be a JSON object, and the only array a body may hold is a batch's
 /// top-level `requests`.
 fn reject_misplaced_arrays(root: &serde_json::Value) -> Result<(), ApiError> {
+    /// The fields that are lists of strings.
+    const LISTS: [&str; 3] = ["scopes", "dates", "exclude_calendars"];
     use serde_json::Value;
     fn walk(obj: &serde_json::Map<String, Value>, path: &str, root: bool) -> Result<(), ApiError> {
         for (key, child) in obj {
@@ -113,9 +115,10 @@ fn reject_misplaced_arrays(root: &serde_json::Value) -> Result<(), ApiError> {
                         }
                     }
                 }
-                // A token's scopes: a list of names.
+                // Lists of names or dates: a token's scopes, a calendar's dates, a timer's
+                // exclusion calendars.
                 Value::Array(items)
-                    if root && key == "scopes" && items.iter().all(Value::is_string) => {}
+                    if LISTS.contains(&key.as_str()) && items.iter().all(Value::is_string) => {}
                 Value::Array(_) => return Err(ApiError::invalid(here, "must not be an array")),
                 _ => {}
             }

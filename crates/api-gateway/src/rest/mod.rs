@@ -18,6 +18,7 @@ type Api = Arc<dyn TimerApi>;
 
 mod access;
 mod bodies;
+mod calendars;
 mod extract;
 mod problem;
 mod runs;
@@ -26,6 +27,7 @@ mod timers;
 pub use access::TokenList;
 use access::*;
 pub use bodies::*;
+use calendars::*;
 pub use extract::*;
 pub use problem::*;
 use runs::*;
@@ -93,6 +95,7 @@ enum IdErrors {
                        BatchCreated, RunList, Triggered, Redriven)),
     tags((name = "timers", description = "Timer management"),
          (name = "dead letters", description = "Runs whose attempts are exhausted, and their redrive"),
+         (name = "calendars", description = "An app's exclusion calendars: dates its timers may skip"),
          (name = "access", description = "An app's API tokens and callback signing secret (admin scope)"))
 )]
 pub struct ApiDoc;
@@ -130,10 +133,13 @@ pub fn routes(api: Api, access: Access) -> OpenApiRouter {
         .routes(routes!(preview_schedule))
         .routes(routes!(apply_timer))
         .routes(routes!(trigger_timer))
+        .routes(routes!(backfill_timer))
         .routes(routes!(list_runs))
         .routes(routes!(redrive_timer))
         .routes(routes!(list_dead_letters))
         .routes(routes!(redrive_run))
+        .routes(routes!(put_calendar, get_calendar))
+        .routes(routes!(list_calendars))
         .with_state(api);
     let access = OpenApiRouter::new()
         .routes(routes!(create_token, list_tokens))

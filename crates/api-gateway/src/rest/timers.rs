@@ -1,11 +1,12 @@
-//! Timer handlers: create, read, list, change, delete, enable, disable, trigger.
+//! Timer handlers: create, read, list, change, delete, enable, disable, trigger, backfill.
 
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
 
 use crate::api::{
-    ApplyRequest, ApplyResult, CreateRequest, ListTimers, PreviewRequest, TimerInput, TimerPatch,
+    ApplyRequest, ApplyResult, BackfillRequest, CreateRequest, ListTimers, PreviewRequest,
+    TimerInput, TimerPatch,
 };
 use crate::error::ApiError;
 
@@ -338,4 +339,28 @@ pub(super) async fn trigger_timer(
             run_at: t.key.run_at.to_rfc3339(),
         }),
     ))
+}
+
+/// Fire a timer's run times of a past range: each becomes a run marked as a backfill,
+/// started at `rate` per second from now. Run times that have a run already are left alone.
+#[utoipa::path(post, path = "/v1/timers/{id}/backfill", tag = "timers",
+    params(("id" = i64, Path, description = "Timer id")),
+    request_body(content = BackfillRequest, content_type = "application/json"),
+    responses(
+        (status = 202, description = "Runs added", body = BackfillBody),
+        (status = 400, description = "Invalid range, overlap or rate, or more than 1,000 run times in the range (BACKFILL_TOO_LARGE)", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such timer", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Timer disabled", body = Problem, content_type = "application/problem+json"),
+        BodyErrors,
+        AuthErrors,
+        ServerErrors,
+    ))]
+pub(super) async fn backfill_timer(
+    State(api): State<Api>,
+    Ctx(ctx): Ctx,
+    Path(id): Path<String>,
+    JsonBody(req): JsonBody<BackfillRequest>,
+) -> Result<(StatusCode, Json<BackfillBody>), ApiError> {
+    let done = api.backfill_timer(&ctx, timer_id(&id)?, req).await?;
+    Ok((StatusCode::ACCEPTED, Json(done.into())))
 }

@@ -111,7 +111,8 @@ async fn start_with(
         Arc::new(SystemClock),
     )
     // The tests call back loopback addresses; the policy itself is tested in callbacks.rs.
-    .with_networks(chime_domain::NetworkPolicy::open());
+    .with_networks(chime_domain::NetworkPolicy::open())
+    .with_calendars(db.store());
     if let Some(q) = quotas {
         service = service.with_quotas(q);
     }

@@ -48,6 +48,7 @@ pub(super) async fn materialize(args: &Args) -> anyhow::Result<Outcome> {
                             catch_up_window: None,
                             overlap: Default::default(),
                             window: None,
+                            exclude_calendars: Vec::new(),
                         },
                         enabled: true,
                     },

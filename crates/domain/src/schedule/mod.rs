@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use crate::duration::{format_duration, parse_duration};
 use crate::error::ValidationError;
-use crate::{EXHAUSTED, Timestamp, limits};
+use crate::{EXHAUSTED, Exclusions, Timestamp, limits};
 
 use cron::CronIter;
 pub use cron::{CronExpr, DstNote, TimeZone};
@@ -89,6 +89,9 @@ pub struct Schedule {
     start_at: Option<Timestamp>,
     end_at: Option<Timestamp>,
     limit: Option<RunLimit>,
+    /// Dates it does not fire on: its timer's exclusion calendars, resolved when the timer
+    /// was written (a calendar change rewrites the timers naming it).
+    excluded: Exclusions,
 }
 
 /// `max_runs`: the schedule ends after this many fire times, counted from the instant the
@@ -121,7 +124,19 @@ impl Schedule {
             start_at,
             end_at,
             limit: None,
+            excluded: Exclusions::default(),
         })
+    }
+
+    /// This schedule not firing on `excluded` dates (in its zone). Set it before
+    /// [`Self::limited`], so `max_runs` counts only the runs that fire.
+    pub fn with_exclusions(mut self, excluded: Exclusions) -> Self {
+        self.excluded = excluded;
+        self
+    }
+
+    pub fn exclusions(&self) -> &Exclusions {
+        &self.excluded
     }
 
     /// This schedule ending after its next `max_runs` fire times at or after `from`.
@@ -222,6 +237,27 @@ impl Schedule {
         from: Timestamp,
         to: Timestamp,
     ) -> impl Iterator<Item = Timestamp> + '_ {
+        let mut inner = self.walk(from, to);
+        let zone = self.time_zone();
+        // An excluded date restarts the walk after its range, so a long range costs one
+        // step, not every fire time inside it.
+        std::iter::from_fn(move || {
+            loop {
+                let at = inner.next()?;
+                match self.excluded.resume_after(at, zone) {
+                    None => return Some(at),
+                    Some(resume) if resume >= to => {
+                        inner = Box::new(std::iter::empty());
+                        return None;
+                    }
+                    Some(resume) => inner = self.walk(resume, to),
+                }
+            }
+        })
+    }
+
+    /// [`Self::occurrences_between`] before exclusions.
+    fn walk(&self, from: Timestamp, to: Timestamp) -> Box<dyn Iterator<Item = Timestamp> + '_> {
         let lo = match self.start_at {
             Some(s) if s > from => s,
             _ => from,
@@ -234,7 +270,7 @@ impl Schedule {
         if let Some(limit) = self.limit {
             hi = hi.min(limit.last.map_or(lo, |l| l.add_millis(1)));
         }
-        let inner: Box<dyn Iterator<Item = Timestamp> + '_> = if lo >= hi {
+        if lo >= hi {
             Box::new(std::iter::empty())
         } else {
             match &self.kind {
@@ -255,8 +291,7 @@ impl Schedule {
                     dst,
                 } => Box::new(DstIter::new(expr, *time_zone, *dst, lo, hi)),
             }
-        };
-        inner
+        }
     }
 
     /// Whether two schedules say the same, whatever instant each was anchored at: an `every`
@@ -280,6 +315,7 @@ impl Schedule {
         };
         kind && self.start_at == other.start_at
             && self.end_at == other.end_at
+            && self.excluded == other.excluded
             && self.limit.map(|l| l.max_runs) == other.limit.map(|l| l.max_runs)
     }
 

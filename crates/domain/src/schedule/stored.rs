@@ -5,7 +5,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::{CronExpr, DstPolicy, Interval, RunLimit, Schedule, ScheduleKind, TimeZone};
-use crate::Timestamp;
+use crate::{DateRange, Exclusions, Timestamp};
 
 /// Storage form of a schedule. Deserializing re-validates, so a row edited by hand cannot
 /// smuggle an invalid schedule past the newtypes.
@@ -38,6 +38,9 @@ struct StoredSchedule {
     /// timers); recomputed, never trusted, when read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     finish_ms: Option<i64>,
+    /// Excluded dates and ranges (`2026-12-25`, `2026-12-24/2026-12-31`), merged.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    excluded: Vec<String>,
 }
 
 impl Serialize for Schedule {
@@ -54,6 +57,12 @@ impl Serialize for Schedule {
             max_runs: self.limit.map(|l| l.max_runs),
             last_run_ms: self.limit.and_then(|l| l.last).map(Timestamp::as_millis),
             finish_ms: self.finishes_at().map(Timestamp::as_millis),
+            excluded: self
+                .excluded
+                .ranges()
+                .iter()
+                .map(ToString::to_string)
+                .collect(),
         };
         match &self.kind {
             ScheduleKind::Cron {
@@ -107,6 +116,12 @@ impl<'de> Deserialize<'de> for Schedule {
                 ));
             }
         };
+        let excluded = raw
+            .excluded
+            .iter()
+            .map(|r| DateRange::parse(r))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(D::Error::custom)?;
         let limit = raw.max_runs.map(|max_runs| RunLimit {
             max_runs,
             last: raw.last_run_ms.map(Timestamp::from_millis),
@@ -117,6 +132,7 @@ impl<'de> Deserialize<'de> for Schedule {
             raw.end_at_ms.map(Timestamp::from_millis),
         )
         .map_err(D::Error::custom)?
+        .with_exclusions(Exclusions::new(excluded))
         .with_limit(limit))
     }
 }

@@ -22,6 +22,7 @@ macro_rules! timer_cols {
     };
 }
 
+mod calendars;
 mod create;
 mod credentials;
 mod occurrences;

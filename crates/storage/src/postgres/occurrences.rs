@@ -42,13 +42,14 @@ impl OccurrenceStore for PgStore {
                  WHERE o.timer_id = k.timer_id AND o.run_at = k.run_at \
                    AND (o.status IN ('pending', 'retrying') \
                         OR (o.status = 'running' AND o.lease_until < $3)) \
+                   AND (o.backfill IS NULL OR o.backfill = 'allow_all') \
                  FOR UPDATE SKIP LOCKED) c) \
              UPDATE occurrences o SET status = 'running', attempt = o.attempt + 1, \
                lease_until = $4 \
              WHERE o.run_at = ANY($2::bigint[]) AND o.ctid = ANY(ARRAY(SELECT tid FROM cand)) \
                AND (o.tableoid, o.ctid) IN (SELECT toid, tid FROM cand) \
              RETURNING o.timer_id, o.run_at, o.timer_version, o.bucket, o.attempt, \
-               COALESCE(o.next_attempt_at, o.run_at) AS due",
+               COALESCE(o.next_attempt_at, o.run_at) AS due, o.backfill",
         )
         .bind(ids)
         .bind(run_ats)
@@ -76,6 +77,65 @@ impl OccurrenceStore for PgStore {
         let done = crate::sql::claim_exclusive!(tx, key, claim, overlap);
         tx.commit().await?;
         Ok(done)
+    }
+
+    async fn still_running(&self, claims: &[(TaskKey, u32)]) -> StoreResult<Vec<TaskKey>> {
+        if claims.is_empty() {
+            return Ok(Vec::new());
+        }
+        let keys: Vec<TaskKey> = claims.iter().map(|(k, _)| *k).collect();
+        let (ids, run_ats) = split_keys(&keys);
+        let attempts: Vec<i32> = claims
+            .iter()
+            .map(|(_, a)| i32::try_from(*a).unwrap_or(i32::MAX))
+            .collect();
+        let rows = sqlx::query(
+            "SELECT o.timer_id, o.run_at FROM occurrences o \
+             JOIN UNNEST($1::bigint[], $2::bigint[], $3::integer[]) AS k(timer_id, run_at, attempt) \
+               ON o.timer_id = k.timer_id AND o.run_at = k.run_at \
+             WHERE o.status = 'running' AND o.attempt = k.attempt",
+        )
+        .bind(ids)
+        .bind(run_ats)
+        .bind(attempts)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(rows::task_key).collect()
+    }
+
+    async fn backfill(
+        &self,
+        batch: &[NewOccurrence],
+        overlap: OverlapPolicy,
+    ) -> StoreResult<Vec<TaskKey>> {
+        let batch = crate::dedup_new_occurrences(batch);
+        if batch.is_empty() {
+            return Ok(Vec::new());
+        }
+        let keys: Vec<TaskKey> = batch.iter().map(|o| o.key).collect();
+        let (ids, run_ats) = split_keys(&keys);
+        let versions: Vec<i64> = batch.iter().map(|o| o.timer_version).collect();
+        let buckets: Vec<i32> = batch.iter().map(|o| o.bucket.get() as i32).collect();
+        let dues: Vec<Option<i64>> = batch
+            .iter()
+            .map(|o| o.due.map(Timestamp::as_millis))
+            .collect();
+        let rows = sqlx::query(
+            "INSERT INTO occurrences (timer_id, run_at, timer_version, bucket, next_attempt_at, \
+               backfill) \
+             SELECT n.*, $6 FROM UNNEST($1::bigint[], $2::bigint[], $3::bigint[], \
+               $4::integer[], $5::bigint[]) AS n \
+             ON CONFLICT (timer_id, run_at) DO NOTHING RETURNING timer_id, run_at",
+        )
+        .bind(ids)
+        .bind(run_ats)
+        .bind(versions)
+        .bind(buckets)
+        .bind(dues)
+        .bind(overlap.as_str())
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(rows::task_key).collect()
     }
 
     async fn record_outcomes(&self, outcomes: &[Outcome]) -> StoreResult<u64> {

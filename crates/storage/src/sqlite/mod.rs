@@ -25,6 +25,7 @@ macro_rules! timer_cols {
     };
 }
 
+mod calendars;
 mod credentials;
 mod occurrences;
 mod retention;

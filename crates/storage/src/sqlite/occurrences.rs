@@ -27,8 +27,9 @@ impl OccurrenceStore for SqliteStore {
              WHERE (timer_id, run_at) IN (SELECT value ->> 0, value ->> 1 FROM json_each(?1)) \
                AND (status IN ('pending', 'retrying') \
                     OR (status = 'running' AND lease_until < ?2)) \
+               AND (backfill IS NULL OR backfill = 'allow_all') \
              RETURNING timer_id, run_at, timer_version, bucket, attempt, \
-               COALESCE(next_attempt_at, run_at) AS due",
+               COALESCE(next_attempt_at, run_at) AS due, backfill",
         )
         .bind(keys_json(keys))
         .bind(claim.now.as_millis())
@@ -49,6 +50,63 @@ impl OccurrenceStore for SqliteStore {
         let done = crate::sql::claim_exclusive!(tx, key, claim, overlap);
         tx.commit().await?;
         Ok(done)
+    }
+
+    async fn still_running(&self, claims: &[(TaskKey, u32)]) -> StoreResult<Vec<TaskKey>> {
+        if claims.is_empty() {
+            return Ok(Vec::new());
+        }
+        let rows: Vec<_> = claims
+            .iter()
+            .map(|(k, a)| json!([k.timer_id.get(), k.run_at.as_millis(), a]))
+            .collect();
+        let found = sqlx::query(
+            "SELECT o.timer_id, o.run_at FROM occurrences o \
+             JOIN (SELECT value ->> 0 AS timer_id, value ->> 1 AS run_at, value ->> 2 AS attempt \
+                   FROM json_each(?1)) k \
+               ON o.timer_id = k.timer_id AND o.run_at = k.run_at \
+             WHERE o.status = 'running' AND o.attempt = k.attempt",
+        )
+        .bind(serde_json::Value::Array(rows).to_string())
+        .fetch_all(&self.reader)
+        .await?;
+        found.iter().map(rows::task_key).collect()
+    }
+
+    async fn backfill(
+        &self,
+        batch: &[NewOccurrence],
+        overlap: OverlapPolicy,
+    ) -> StoreResult<Vec<TaskKey>> {
+        let batch = crate::dedup_new_occurrences(batch);
+        if batch.is_empty() {
+            return Ok(Vec::new());
+        }
+        let rows: Vec<_> = batch
+            .iter()
+            .map(|o| {
+                json!([
+                    o.key.timer_id.get(),
+                    o.key.run_at.as_millis(),
+                    o.timer_version,
+                    o.bucket.get(),
+                    o.due.map(Timestamp::as_millis)
+                ])
+            })
+            .collect();
+        // `WHERE true` lets SQLite parse ON CONFLICT after a SELECT.
+        let added = sqlx::query(
+            "INSERT INTO occurrences (timer_id, run_at, timer_version, bucket, next_attempt_at, \
+               backfill) \
+             SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4, ?2 \
+             FROM json_each(?1) WHERE true \
+             ON CONFLICT (timer_id, run_at) DO NOTHING RETURNING timer_id, run_at",
+        )
+        .bind(serde_json::Value::Array(rows).to_string())
+        .bind(overlap.as_str())
+        .fetch_all(&self.writer)
+        .await?;
+        added.iter().map(rows::task_key).collect()
     }
 
     async fn record_outcomes(&self, outcomes: &[Outcome]) -> StoreResult<u64> {
