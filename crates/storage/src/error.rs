@@ -96,7 +96,10 @@ impl From<sqlx::Error> for StoreError {
                 let transient = matches!(
                     code.as_str(),
                     "40001" | "40P01" | "57P01" | "57P02" | "57P03" | "53300"
-                ) || code.parse::<i32>().is_ok_and(|c| matches!(c & 0xff, 5 | 6));
+                ) || code.parse::<i32>().is_ok_and(|c| matches!(c & 0xff, 5 | 6))
+                    // A row routed to the default partition while the janitor attached the
+                    // day it belongs to: the same write goes to that day when tried again.
+                    || (code == "23514" && db.message().contains("partition constraint"));
                 if transient {
                     Self::Unavailable(Cause::new(err))
                 } else {

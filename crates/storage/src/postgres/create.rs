@@ -64,7 +64,12 @@ async fn create_writer(pool: PgPool, queue: Arc<Mutex<mpsc::Receiver<PendingCrea
         let result = {
             let rows: Vec<(&Written, Timestamp)> =
                 group.iter().map(|p| (&p.written, p.watermark)).collect();
-            insert_timers(&pool, &rows).await
+            // Atomic, so safe to repeat: once more on a transient failure (a day partition
+            // attached under the statement, a deadlock), which the next try does not meet.
+            match insert_timers(&pool, &rows).await {
+                Err(e) if e.is_retryable() => insert_timers(&pool, &rows).await,
+                done => done,
+            }
         };
         for pending in group {
             let timer = &pending.written.timer;
