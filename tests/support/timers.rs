@@ -129,8 +129,7 @@ pub fn deliveries(sink: &Sink) -> HashMap<String, Vec<Received>> {
 pub async fn wait_delivered(sink: &Sink, expected: &HashSet<String>, within: Duration) {
     let deadline = tokio::time::Instant::now() + within;
     loop {
-        let got = deliveries(sink);
-        let lost = expected.iter().filter(|k| !got.contains_key(*k)).count();
+        let lost = sink.missing(expected);
         if lost == 0 {
             return;
         }

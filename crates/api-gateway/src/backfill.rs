@@ -111,14 +111,7 @@ impl TimerService {
         req: BackfillRequest,
     ) -> ApiResult<Backfilled> {
         ctx.require(Scope::Write)?;
-        let timer = self.visible_timer(ctx, id).await?;
-        if !timer.enabled {
-            return Err(ApiError::new(
-                ErrorCode::FailedPrecondition,
-                "TIMER_DISABLED",
-                format!("timer {id} is disabled; enable it before a backfill"),
-            ));
-        }
+        let timer = self.enabled_timer(ctx, id, "a backfill").await?;
         let now = self.clock.now();
         let range = Range::parse(&req, &timer, now)?;
         let rows = range.plan(&timer, now)?;

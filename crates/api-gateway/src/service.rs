@@ -134,6 +134,24 @@ impl TimerService {
         }
     }
 
+    /// [`Self::visible_timer`] if it is enabled: 409 `TIMER_DISABLED` before `doing`.
+    pub(crate) async fn enabled_timer(
+        &self,
+        ctx: &RequestContext,
+        id: TimerId,
+        doing: &str,
+    ) -> ApiResult<Timer> {
+        let timer = self.visible_timer(ctx, id).await?;
+        if !timer.enabled {
+            return Err(ApiError::new(
+                ErrorCode::FailedPrecondition,
+                "TIMER_DISABLED",
+                format!("timer {id} is disabled; enable it before {doing}"),
+            ));
+        }
+        Ok(timer)
+    }
+
     /// [`Self::visible_timer`] for operations that need not read the timer when every app
     /// is in scope.
     async fn check_visible(&self, ctx: &RequestContext, id: TimerId) -> ApiResult<()> {
@@ -413,14 +431,7 @@ impl TimerApi for TimerService {
 
     async fn trigger_timer(&self, ctx: &RequestContext, id: TimerId) -> ApiResult<Triggered> {
         ctx.require(Scope::Write)?;
-        let timer = self.visible_timer(ctx, id).await?;
-        if !timer.enabled {
-            return Err(ApiError::new(
-                ErrorCode::FailedPrecondition,
-                "TIMER_DISABLED",
-                format!("timer {id} is disabled; enable it before triggering"),
-            ));
-        }
+        let timer = self.enabled_timer(ctx, id, "triggering").await?;
         // Another occurrence may hold this exact millisecond; take the next free one.
         let mut at = self.clock.now();
         for _ in 0..10 {

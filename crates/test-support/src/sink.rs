@@ -130,6 +130,22 @@ impl Sink {
             .unwrap_or_default()
     }
 
+    /// How many of `expected` (idempotency keys) have not arrived: counted under the lock,
+    /// so a test polling a large log does not copy it each time.
+    pub fn missing(&self, expected: &std::collections::HashSet<String>) -> usize {
+        let Ok(log) = self.state.log.lock() else {
+            return expected.len();
+        };
+        let got: std::collections::HashSet<&str> = log
+            .iter()
+            .filter_map(|r| r.header("idempotency-key"))
+            .collect();
+        expected
+            .iter()
+            .filter(|k| !got.contains(k.as_str()))
+            .count()
+    }
+
     pub fn count(&self) -> usize {
         self.state.log.lock().map(|l| l.len()).unwrap_or_default()
     }

@@ -112,14 +112,7 @@ impl OccurrenceStore for PgStore {
         if batch.is_empty() {
             return Ok(Vec::new());
         }
-        let keys: Vec<TaskKey> = batch.iter().map(|o| o.key).collect();
-        let (ids, run_ats) = split_keys(&keys);
-        let versions: Vec<i64> = batch.iter().map(|o| o.timer_version).collect();
-        let buckets: Vec<i32> = batch.iter().map(|o| o.bucket.get() as i32).collect();
-        let dues: Vec<Option<i64>> = batch
-            .iter()
-            .map(|o| o.due.map(Timestamp::as_millis))
-            .collect();
+        let (ids, run_ats, versions, buckets, dues) = new_columns(&batch);
         let rows = sqlx::query(
             "INSERT INTO occurrences (timer_id, run_at, timer_version, bucket, next_attempt_at, \
                backfill) \
@@ -257,20 +250,7 @@ where
     if batch.is_empty() {
         return Ok(0);
     }
-    let (mut ids, mut run_ats, mut versions, mut buckets, mut dues) = (
-        Vec::with_capacity(batch.len()),
-        Vec::with_capacity(batch.len()),
-        Vec::with_capacity(batch.len()),
-        Vec::with_capacity(batch.len()),
-        Vec::with_capacity(batch.len()),
-    );
-    for o in &batch {
-        ids.push(o.key.timer_id.get());
-        run_ats.push(o.key.run_at.as_millis());
-        versions.push(o.timer_version);
-        buckets.push(o.bucket.get() as i32);
-        dues.push(o.due.map(Timestamp::as_millis));
-    }
+    let (ids, run_ats, versions, buckets, dues) = new_columns(&batch);
     // Not `ON CONFLICT DO UPDATE … WHERE`: that locks every conflicting row, even those
     // it leaves alone, so a step re-writing its horizon held the rows executors were
     // claiming (claims skipped them, late to the sweeper) and deadlocked with outcome
@@ -300,6 +280,22 @@ where
     .fetch_one(db)
     .await?;
     Ok(u64::try_from(written).unwrap_or(0))
+}
+
+/// New occurrences as the parallel columns the inserts `UNNEST`: timer ids, run times,
+/// versions, buckets, due instants.
+type NewColumns = (Vec<i64>, Vec<i64>, Vec<i64>, Vec<i32>, Vec<Option<i64>>);
+
+fn new_columns(batch: &[NewOccurrence]) -> NewColumns {
+    let mut cols: NewColumns = Default::default();
+    for o in batch {
+        cols.0.push(o.key.timer_id.get());
+        cols.1.push(o.key.run_at.as_millis());
+        cols.2.push(o.timer_version);
+        cols.3.push(o.bucket.get() as i32);
+        cols.4.push(o.due.map(Timestamp::as_millis));
+    }
+    cols
 }
 
 /// Advisory lock class of `claim_exclusive` ("CHME").

@@ -82,18 +82,6 @@ impl OccurrenceStore for SqliteStore {
         if batch.is_empty() {
             return Ok(Vec::new());
         }
-        let rows: Vec<_> = batch
-            .iter()
-            .map(|o| {
-                json!([
-                    o.key.timer_id.get(),
-                    o.key.run_at.as_millis(),
-                    o.timer_version,
-                    o.bucket.get(),
-                    o.due.map(Timestamp::as_millis)
-                ])
-            })
-            .collect();
         // `WHERE true` lets SQLite parse ON CONFLICT after a SELECT.
         let added = sqlx::query(
             "INSERT INTO occurrences (timer_id, run_at, timer_version, bucket, next_attempt_at, \
@@ -102,7 +90,7 @@ impl OccurrenceStore for SqliteStore {
              FROM json_each(?1) WHERE true \
              ON CONFLICT (timer_id, run_at) DO NOTHING RETURNING timer_id, run_at",
         )
-        .bind(serde_json::Value::Array(rows).to_string())
+        .bind(new_rows_json(&batch))
         .bind(overlap.as_str())
         .fetch_all(&self.writer)
         .await?;
@@ -236,6 +224,26 @@ where
     if batch.is_empty() {
         return Ok(0);
     }
+    // `WHERE true` lets SQLite parse ON CONFLICT after a SELECT.
+    let done = sqlx::query(
+        "INSERT INTO occurrences (timer_id, run_at, timer_version, bucket, next_attempt_at) \
+         SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4 \
+         FROM json_each(?1) WHERE true \
+         ON CONFLICT (timer_id, run_at) DO UPDATE \
+           SET timer_version = excluded.timer_version, bucket = excluded.bucket, \
+             next_attempt_at = excluded.next_attempt_at \
+           WHERE occurrences.status = 'pending' \
+             AND occurrences.timer_version < excluded.timer_version",
+    )
+    .bind(new_rows_json(&batch))
+    .execute(db)
+    .await?;
+    Ok(done.rows_affected())
+}
+
+/// New occurrences as the JSON array of `[timer_id, run_at, version, bucket, due]` rows the
+/// inserts read through `json_each`.
+fn new_rows_json(batch: &[NewOccurrence]) -> String {
     let rows: Vec<_> = batch
         .iter()
         .map(|o| {
@@ -248,19 +256,5 @@ where
             ])
         })
         .collect();
-    // `WHERE true` lets SQLite parse ON CONFLICT after a SELECT.
-    let done = sqlx::query(
-        "INSERT INTO occurrences (timer_id, run_at, timer_version, bucket, next_attempt_at) \
-         SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4 \
-         FROM json_each(?1) WHERE true \
-         ON CONFLICT (timer_id, run_at) DO UPDATE \
-           SET timer_version = excluded.timer_version, bucket = excluded.bucket, \
-             next_attempt_at = excluded.next_attempt_at \
-           WHERE occurrences.status = 'pending' \
-             AND occurrences.timer_version < excluded.timer_version",
-    )
-    .bind(serde_json::Value::Array(rows).to_string())
-    .execute(db)
-    .await?;
-    Ok(done.rows_affected())
+    serde_json::Value::Array(rows).to_string()
 }
