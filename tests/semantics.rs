@@ -6,41 +6,14 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::collections::HashSet;
-use std::future::Future;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use chime_e2e::timers::{client, create, get_json, grpc, ms, now};
+use chime_e2e::timers::{client, create, get_json, grpc, keys, ms, now, on, until};
 use chime_storage::testkit;
 use chime_test_support::sink::{Received, Sink};
 use serde_json::{Value, json};
 
 const APP: &str = "semantics";
-
-/// Polls `cond` until it holds, or fails with `what` after `within`.
-async fn until<F, Fut>(what: &str, within: Duration, mut cond: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = Instant::now() + within;
-    while !cond().await {
-        assert!(Instant::now() < deadline, "timed out: {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-fn on(sink: &Sink, path: &str) -> Vec<Received> {
-    sink.received()
-        .into_iter()
-        .filter(|r| r.path == path)
-        .collect()
-}
-
-fn keys(got: &[Received]) -> HashSet<String> {
-    got.iter()
-        .map(|r| r.header("idempotency-key").unwrap().to_owned())
-        .collect()
-}
 
 async fn status_of(url: String) -> u16 {
     client().get(url).send().await.unwrap().status().as_u16()

@@ -169,3 +169,31 @@ pub fn due_over(from_ms: i64, span_ms: i64, n: usize) -> Vec<i64> {
         .map(|i| from_ms + span_ms * i as i64 / n as i64)
         .collect()
 }
+
+/// Polls `cond` until it holds, or fails with `what` after `within`.
+pub async fn until<F, Fut>(what: &str, within: Duration, mut cond: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = std::time::Instant::now() + within;
+    while !cond().await {
+        assert!(std::time::Instant::now() < deadline, "timed out: {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// What the sink received on `path`.
+pub fn on(sink: &Sink, path: &str) -> Vec<Received> {
+    sink.received()
+        .into_iter()
+        .filter(|r| r.path == path)
+        .collect()
+}
+
+/// The idempotency keys of `got`.
+pub fn keys(got: &[Received]) -> HashSet<String> {
+    got.iter()
+        .map(|r| r.header("idempotency-key").unwrap().to_owned())
+        .collect()
+}

@@ -2,6 +2,7 @@
 //! of a running Chime (`chime timers …`).
 
 mod apply;
+mod args;
 mod calendars;
 mod client;
 mod dev;
