@@ -49,21 +49,8 @@ enum Command {
     },
     /// Manage timers on a running Chime.
     Timers {
-        /// Chime's gRPC address.
-        #[arg(
-            long,
-            global = true,
-            env = "CHIME_SERVER",
-            default_value = "http://127.0.0.1:50051"
-        )]
-        server: String,
-        /// Bearer token (an app token, or the bootstrap admin token); not needed by
-        /// `chime dev`.
-        #[arg(long, global = true, env = "CHIME_TOKEN", hide_env_values = true)]
-        token: Option<String>,
-        /// table for people, json for scripts.
-        #[arg(long, global = true, value_enum, default_value = "table")]
-        output: Output,
+        #[command(flatten)]
+        client: ClientArgs,
         #[command(subcommand)]
         command: Box<TimersCommand>,
     },
@@ -133,15 +120,10 @@ async fn main() -> ExitCode {
                 }
             }
         }
-        Command::Timers {
-            server,
-            token,
-            output,
-            command,
-        } => finish(
+        Command::Timers { client: c, command } => finish(
             async {
-                let mut c = client::connect(&server, token.as_deref()).await?;
-                client::run(&mut c, *command, output).await
+                let mut client = client::connect(&c.server, c.token.as_deref()).await?;
+                client::run(&mut client, *command, c.output).await
             }
             .await,
         ),
