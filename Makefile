@@ -8,7 +8,7 @@ TEST_SERVICES := scripts/with-test-services.sh
 # measure firing lateness and need the binaries built.
 ifeq ($(shell command -v cargo-nextest 2>/dev/null),)
 TEST_CMD := $(CARGO) test --workspace --all-targets --exclude chime-e2e
-E2E_CMD := $(CARGO) test --workspace --test pipeline --test faults --test durability --test observability --test security --test semantics
+E2E_CMD := $(CARGO) test --workspace --test pipeline --test faults --test durability --test observability --test security --test semantics --test overlap --test workers --test brokers
 else
 TEST_CMD := $(CARGO) nextest run --workspace --all-targets --exclude chime-e2e
 # --workspace keeps the feature set of the build above (nothing recompiles); --no-capture
@@ -16,7 +16,7 @@ TEST_CMD := $(CARGO) nextest run --workspace --all-targets --exclude chime-e2e
 E2E_CMD := $(CARGO) nextest run --workspace --all-targets -E 'package(chime-e2e)' --no-capture
 endif
 
-.PHONY: help run test lint fmt bench bench-smoke bench-storage api-fuzz e2e quickstart-check k8s-check
+.PHONY: help run test lint fmt bench bench-smoke bench-peers peers-packages bench-storage api-fuzz e2e console-test quickstart-check k8s-check
 
 help: ## List the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  %-10s %s\n", $$1, $$2}'
@@ -28,6 +28,7 @@ test: ## Run every test, against real PostgreSQL and Redis (started here if none
 	$(CARGO) build --workspace --bins
 	$(TEST_SERVICES) $(TEST_CMD)
 	$(TEST_SERVICES) $(E2E_CMD)
+	scripts/console-test.sh
 	scripts/quickstart-check.sh
 
 lint: ## rustfmt check, clippy with warnings denied, and k8s-check
@@ -38,18 +39,36 @@ lint: ## rustfmt check, clippy with warnings denied, and k8s-check
 fmt: ## Format the code
 	$(CARGO) fmt --all
 
-bench: ## Pipeline benchmark on release binaries: burst, steady, sparse, materialize, api (BENCH_ARGS); writes target/bench/pipeline.json
+bench: ## Pipeline benchmark on release binaries: burst, steady (10 min), every-second, sparse, materialize, api, purge, workers, population (10M timers) (BENCH_ARGS); writes target/bench/pipeline.json
 	$(CARGO) build --release --workspace --bins
 	$(TEST_SERVICES) target/release/chime-bench pipeline $(BENCH_ARGS)
 
 # Small sizes on the debug binaries `make test` built: checks that every scenario completes
 # and delivers everything, not the targets.
 SMOKE_SIZES := --burst 2000 --rate 300 --duration 10 --sparse-rate 50 --sparse-duration 5 \
-	--materialize 50000 --api-requests 500 --api-concurrency 8 \
-	--purge-rows 20000 --purge-rate 50 --purge-duration 5
-bench-smoke: ## The pipeline benchmark at small sizes (CI): everything delivered, no targets
+	--fast-rate 200 --fast-duration 5 --materialize 50000 --api-requests 500 --api-concurrency 8 \
+	--purge-rows 20000 --purge-rate 50 --purge-duration 5 --population 20000 --population-window 10
+bench-smoke: peers-packages ## The pipeline benchmark at small sizes (CI), peers included: everything delivered, no targets
 	$(CARGO) build --workspace --bins
-	$(TEST_SERVICES) target/debug/chime-bench pipeline --smoke $(SMOKE_SIZES) --out target/bench/pipeline-smoke.json
+	$(TEST_SERVICES) target/debug/chime-bench pipeline --smoke $(SMOKE_SIZES) \
+		--peers bullmq,graphile-worker --out target/bench/pipeline-smoke.json
+
+bench-peers: peers-packages ## Burst, steady and sparse on Chime, BullMQ (same Redis) and Graphile Worker (same PostgreSQL), one table of Chime's ratios; writes target/bench/peers.json
+	$(CARGO) build --release --workspace --bins
+	$(TEST_SERVICES) target/release/chime-bench pipeline --scenarios burst,steady,sparse \
+		--duration 60 --peers bullmq,graphile-worker --out target/bench/peers.json $(BENCH_ARGS)
+
+# The peers' npm packages, pinned by crates/bench/peers/package-lock.json.
+peers-packages:
+	@command -v node >/dev/null || { echo "bench-peers needs Node.js and npm (Debian: nodejs, npm)" >&2; exit 1; }
+	@if [ ! -f crates/bench/peers/node_modules/.package-lock.json ] || \
+	    [ crates/bench/peers/package-lock.json -nt crates/bench/peers/node_modules/.package-lock.json ]; then \
+	  cd crates/bench/peers && npm ci --no-audit --no-fund --loglevel=error; fi
+
+bench-stores: ## The three setups side by side (PostgreSQL + Redis, PostgreSQL alone, MariaDB + Redis): pipeline burst/steady/sparse/api and storage; writes target/bench/stores.json and stores-storage.json
+	$(CARGO) build --release --workspace --bins
+	$(TEST_SERVICES) target/release/chime-bench pipeline --setups postgres+redis,postgres,mariadb+redis --scenarios burst,steady,sparse,api --duration 60 --out target/bench/stores.json $(BENCH_ARGS)
+	$(TEST_SERVICES) target/release/chime-bench storage --databases postgres,mariadb --out target/bench/stores-storage.json
 
 bench-storage: ## Storage throughput on its own (PostgreSQL inserts and claims, Redis adds); writes target/bench/storage.json
 	$(CARGO) build --release -p chime-bench
@@ -61,6 +80,9 @@ api-fuzz: ## Fuzz the REST API from its OpenAPI document (schemathesis from PyPI
 e2e: ## Only the end-to-end tests: the real binaries as processes (logs under target/e2e/)
 	$(CARGO) build --workspace --bins
 	$(TEST_SERVICES) $(E2E_CMD)
+
+console-test: ## Browser tests of the web console in headless Chromium (installed if missing); screenshots in target/console-screenshots/
+	scripts/console-test.sh
 
 quickstart-check: ## The README quickstart, scripted: `make run` + its command must give echo callbacks in 5 s
 	scripts/quickstart-check.sh

@@ -1,16 +1,24 @@
 #!/usr/bin/env bash
-# Runs a command with CHIME_TEST_DATABASE_URL and CHIME_TEST_REDIS_URL pointing at a reachable
-# PostgreSQL and Redis: the ones given (or the local defaults) when they answer, otherwise
-# throwaway servers started here from the machine's packages and removed on exit.
+# Runs a command with CHIME_TEST_DATABASE_URL, CHIME_TEST_REDIS_URL, CHIME_TEST_MYSQL_URL,
+# CHIME_TEST_NATS_URL and CHIME_TEST_AMQP_URL pointing at a reachable PostgreSQL, Redis,
+# MySQL/MariaDB, NATS (JetStream) and RabbitMQ: the ones given (or the local defaults) when
+# they answer, otherwise throwaway servers started here from the machine's packages and
+# removed on exit.
 #
 #   scripts/with-test-services.sh cargo nextest run --workspace
 set -euo pipefail
 
 db_url=${CHIME_TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/test}
 redis_url=${CHIME_TEST_REDIS_URL:-redis://127.0.0.1:6379}
+mysql_url=${CHIME_TEST_MYSQL_URL:-mysql://root@127.0.0.1:3306/test}
+nats_url=${CHIME_TEST_NATS_URL:-nats://127.0.0.1:4222}
+amqp_url=${CHIME_TEST_AMQP_URL:-amqp://guest:guest@127.0.0.1:5672/%2f}
+nats_pid=""
+rabbit_pid=""
 scratch=""
 pg_dir=""
 redis_port=""
+mariadb_pid=""
 
 say() { echo "with-test-services: $*" >&2; }
 
@@ -22,6 +30,15 @@ cleanup() {
     if [[ -n $redis_port ]]; then
         redis-cli -p "$redis_port" shutdown nosave >/dev/null 2>&1 || true
     fi
+    if [[ -n $mariadb_pid ]]; then
+        kill "$mariadb_pid" 2>/dev/null || true
+        wait "$mariadb_pid" 2>/dev/null || true
+    fi
+    # One process each (nats-server; the Erlang VM rabbitmq-server execs into): killed by pid.
+    for pid in $nats_pid $rabbit_pid; do
+        kill "$pid" 2>/dev/null || true
+        wait "$pid" 2>/dev/null || true
+    done
     [[ -n $scratch ]] && rm -rf "$scratch"
     exit "$rc"
 }
@@ -110,8 +127,91 @@ start_redis() {
     redis_url="redis://127.0.0.1:$redis_port"
 }
 
+# A given CHIME_TEST_MYSQL_URL is used as it is; the local default is probed.
+mysql_reachable() {
+    [[ -n ${CHIME_TEST_MYSQL_URL:-} ]] && return 0
+    command -v mariadb >/dev/null 2>&1 || return 1
+    mariadb -h 127.0.0.1 -P 3306 -u root -e 'CREATE DATABASE IF NOT EXISTS test' >/dev/null 2>&1
+}
+
+start_mariadb() {
+    local mariadbd install port dir
+    mariadbd=$(command -v mariadbd 2>/dev/null || ls /usr/sbin/mariadbd 2>/dev/null || true)
+    install=$(command -v mariadb-install-db 2>/dev/null || true)
+    if [[ -z $mariadbd || -z $install ]]; then
+        say "error: MySQL/MariaDB is not reachable at $mysql_url and mariadb-server is not installed: apt-get install mariadb-server"
+        exit 1
+    fi
+    ensure_scratch
+    dir=$scratch/mariadb
+    mkdir -p "$dir"
+    port=$(free_port)
+    say "MariaDB not reachable at $mysql_url; starting a throwaway one on port $port"
+    "$install" --no-defaults --datadir="$dir/data" --user="$(id -un)" \
+        --auth-root-authentication-method=normal >"$scratch/mariadb-install.log" 2>&1 ||
+        { cat "$scratch/mariadb-install.log" >&2; exit 1; }
+    "$mariadbd" --no-defaults --datadir="$dir/data" --user="$(id -un)" --port="$port" \
+        --bind-address=127.0.0.1 --socket="$dir/mariadb.sock" --skip-grant-tables \
+        --innodb-flush-log-at-trx-commit=0 >"$dir/server.log" 2>&1 &
+    mariadb_pid=$!
+    for _ in $(seq 100); do
+        mariadb -h 127.0.0.1 -P "$port" -u root -e 'CREATE DATABASE IF NOT EXISTS test' \
+            >/dev/null 2>&1 && break
+        sleep 0.2
+    done
+    mysql_url="mysql://root@127.0.0.1:$port/test"
+}
+
+# host:port of a URL, for a TCP probe.
+answers() {
+    local hostport=${1#*://}
+    hostport=${hostport#*@}
+    hostport=${hostport%%/*}
+    (exec 3<>"/dev/tcp/${hostport%:*}/${hostport##*:}") 2>/dev/null
+}
+
+start_nats() {
+    command -v nats-server >/dev/null 2>&1 ||
+        { say "error: NATS does not answer at $nats_url and nats-server is not installed: apt-get install nats-server"; exit 1; }
+    [[ -n $scratch ]] || scratch=$(mktemp -d)
+    local port
+    port=$(free_port)
+    say "starting a throwaway nats-server -js on :$port"
+    nats-server -a 127.0.0.1 -p "$port" -js -sd "$scratch/nats" >"$scratch/nats.log" 2>&1 &
+    nats_pid=$!
+    nats_url="nats://127.0.0.1:$port"
+    for _ in $(seq 100); do answers "$nats_url" && return; sleep 0.1; done
+    say "error: the throwaway nats-server did not start"; exit 1
+}
+
+start_rabbitmq() {
+    [[ -x /usr/lib/rabbitmq/bin/rabbitmq-server ]] ||
+        { say "error: RabbitMQ does not answer at $amqp_url and rabbitmq-server is not installed: apt-get install rabbitmq-server"; exit 1; }
+    [[ -n $scratch ]] || scratch=$(mktemp -d)
+    local port dir=$scratch/rabbitmq
+    port=$(free_port)
+    mkdir -p "$dir"
+    echo "[]." >"$dir/enabled_plugins"
+    echo "listeners.tcp.local = 127.0.0.1:$port" >"$dir/rabbitmq.conf"
+    : >"$dir/env.conf"
+    say "starting a throwaway RabbitMQ on :$port"
+    HOME=$dir RUNNING_UNDER_SYSTEMD=true RABBITMQ_CONF_ENV_FILE=$dir/env.conf \
+        RABBITMQ_CONFIG_FILE=$dir/rabbitmq.conf RABBITMQ_ENABLED_PLUGINS_FILE=$dir/enabled_plugins \
+        RABBITMQ_NODENAME="chime_test_$port@localhost" RABBITMQ_NODE_PORT=$port \
+        RABBITMQ_DIST_PORT=$(free_port) ERL_EPMD_ADDRESS=127.0.0.1 \
+        RABBITMQ_MNESIA_BASE=$dir/mnesia RABBITMQ_LOG_BASE=$dir/log RABBITMQ_PID_FILE=$dir/pid \
+        /usr/lib/rabbitmq/bin/rabbitmq-server </dev/null >"$dir/server.log" 2>&1 &
+    rabbit_pid=$!
+    amqp_url="amqp://guest:guest@127.0.0.1:$port/%2f"
+    for _ in $(seq 600); do answers "$amqp_url" && return; sleep 0.1; done
+    say "error: the throwaway RabbitMQ did not start"; exit 1
+}
+
 postgres_reachable "$db_url" || start_postgres
 redis_reachable "$redis_url" || start_redis
+mysql_reachable || start_mariadb
+answers "$nats_url" || start_nats
+answers "$amqp_url" || start_rabbitmq
 postgres_reachable "$db_url" || { say "error: PostgreSQL at $db_url does not answer"; exit 1; }
 redis_reachable "$redis_url" || { say "error: Redis at $redis_url does not answer"; exit 1; }
 
@@ -126,4 +226,7 @@ fi
 
 export CHIME_TEST_DATABASE_URL=$db_url
 export CHIME_TEST_REDIS_URL=$redis_url
+export CHIME_TEST_MYSQL_URL=$mysql_url
+export CHIME_TEST_NATS_URL=$nats_url
+export CHIME_TEST_AMQP_URL=$amqp_url
 "$@"

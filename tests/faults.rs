@@ -1,5 +1,5 @@
 //! Fault injection: real processes over real PostgreSQL and Redis, a loopback sink, and one
-//! failure per test. "Lost" is always the expected set minus what the sink received; never
+//! failure per test; those that apply also on PostgreSQL alone (no Redis) and on MariaDB. "Lost" is always the expected set minus what the sink received; never
 //! what Chime's database says.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -7,8 +7,12 @@
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
-use chime_e2e::cluster::{Cluster, Spec};
-use chime_e2e::servers::{PrivatePostgres, PrivateRedis, PrivateRedisCluster};
+use chime_e2e::faults::{
+    Shared, cluster, mariadb, percentile, pg_only, shards_held, shared, until_shared, wait_until,
+};
+use chime_e2e::servers::{
+    PrivateDatabase, PrivateMariadb, PrivatePostgres, PrivateRedis, PrivateRedisCluster,
+};
 use chime_e2e::timers::{
     client, create, deliveries, due_over, duplicates, get_json, ms, now, one_shots, wait_delivered,
 };
@@ -16,94 +20,25 @@ use chime_storage::testkit;
 use chime_test_support::sink::{Received, Sink};
 use serde_json::{Value, json};
 
-/// The machine's PostgreSQL (a fresh schema) and Redis (a fresh prefix).
-struct Shared {
-    db: testkit::PgFixture,
-    redis: testkit::RedisFixture,
-}
-
-async fn shared() -> Shared {
-    Shared {
-        db: testkit::pg_unmigrated().await,
-        redis: testkit::redis().await,
-    }
-}
-
-impl Shared {
-    async fn cluster(
-        &self,
-        test: &'static str,
-        schedulers: usize,
-        executors: usize,
-        env: Vec<(&'static str, String)>,
-    ) -> Cluster {
-        cluster(
-            test,
-            self.db.url(),
-            testkit::redis_url(),
-            self.redis.backend.prefix(),
-            schedulers,
-            executors,
-            env,
-        )
-        .await
-    }
-}
-
-async fn cluster(
-    test: &'static str,
-    database_url: String,
-    redis_url: String,
-    prefix: &str,
-    schedulers: usize,
-    executors: usize,
-    env: Vec<(&'static str, String)>,
-) -> Cluster {
-    Cluster::start(Spec {
-        test,
-        database_url,
-        redis_url,
-        redis_prefix: prefix.to_owned(),
-        schedulers,
-        executors,
-        env,
-    })
-    .await
-}
-
-/// Each scheduler's `chime_scheduler_shards_held`.
-async fn shards_held(c: &Cluster) -> Vec<f64> {
-    let mut held = Vec::new();
-    for s in &c.schedulers {
-        held.push(s.counter("chime_scheduler_shards_held").await);
-    }
-    held
-}
-
-/// Waits until every scheduler holds at least a fifth of the shards held; how long it took.
-async fn until_shared(c: &Cluster, within: Duration) -> Duration {
-    let started = tokio::time::Instant::now();
-    loop {
-        let held = shards_held(c).await;
-        let total: f64 = held.iter().sum();
-        if total > 0.0 && held.iter().all(|h| *h >= 0.2 * total) {
-            return started.elapsed();
-        }
-        assert!(started.elapsed() < within, "shards not shared: {held:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-fn percentile(sorted: &[i64], p: f64) -> i64 {
-    let i = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1;
-    sorted[i]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_schedulers_share_the_shards_and_survive_a_kill_9() {
+    kill_a_scheduler(shared().await, "kill-scheduler").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn three_schedulers_share_the_shards_and_survive_a_kill_9() {
-    let s = shared().await;
+async fn on_postgres_alone_three_schedulers_survive_a_kill_9() {
+    kill_a_scheduler(pg_only().await, "kill-scheduler-pg-only").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_mariadb_three_schedulers_survive_a_kill_9() {
+    kill_a_scheduler(mariadb().await, "kill-scheduler-mariadb").await;
+}
+
+/// `test` names the run (its log folder).
+async fn kill_a_scheduler(s: Shared, test: &'static str) {
     let sink = Sink::start().await.unwrap();
-    let mut c = s.cluster("kill-scheduler", 3, 2, Vec::new()).await;
+    let mut c = s.cluster(test, 3, 2, Vec::new()).await;
     until_shared(&c, Duration::from_secs(15)).await;
     let held = shards_held(&c).await;
     // Who owns what, as the admin port shows it: every bucket has one of the three. (A
@@ -200,9 +135,23 @@ async fn on_a_redis_cluster_a_master_killed_mid_run_loses_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_an_executor_mid_run() {
-    let s = shared().await;
+    kill_an_executor(shared().await, "kill-executor").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_postgres_alone_kill_9_an_executor_mid_run() {
+    kill_an_executor(pg_only().await, "kill-executor-pg-only").await;
+}
+
+/// `test` names the run (its log folder).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_mariadb_kill_9_an_executor_mid_run() {
+    kill_an_executor(mariadb().await, "kill-executor-mariadb").await;
+}
+
+async fn kill_an_executor(s: Shared, test: &'static str) {
     let sink = Sink::start().await.unwrap();
-    let mut c = s.cluster("kill-executor", 1, 2, Vec::new()).await;
+    let mut c = s.cluster(test, 1, 2, Vec::new()).await;
     // Slow callbacks keep work in flight at the executor when it dies.
     let start = now() + 4_000;
     let expected = one_shots(
@@ -253,19 +202,32 @@ async fn flushall_on_redis_mid_run() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_restarted_mid_run() {
-    let pg = PrivatePostgres::start();
-    let s = shared().await;
+    restart_postgres(shared().await, "pg-restart").await;
+}
+
+/// Without Redis the hot index and leases go down with PostgreSQL: it is stopped with `-m
+/// immediate` (a crash), so its restart empties their UNLOGGED tables, and the schedulers read
+/// the shards from the occurrences until the migrator writes them again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_postgres_alone_postgres_restarted_mid_run() {
+    restart_postgres(pg_only().await, "pg-restart-pg-only").await;
+}
+
+/// MariaDB killed (`kill -9`) mid-run and started again: InnoDB recovers every commit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_mariadb_the_database_restarted_mid_run() {
+    restart_database(mariadb().await, PrivateMariadb::start(), "mariadb-restart").await;
+}
+
+async fn restart_postgres(s: Shared, test: &'static str) {
+    restart_database(s, PrivatePostgres::start(), test).await;
+}
+
+/// `test` names the run (its log folder); the deployment runs on `pg`, not on `s.db`.
+async fn restart_database(s: Shared, mut pg: impl PrivateDatabase, test: &'static str) {
     let sink = Sink::start().await.unwrap();
-    let mut c = cluster(
-        "pg-restart",
-        pg.url(),
-        testkit::redis_url(),
-        s.redis.backend.prefix(),
-        1,
-        2,
-        Vec::new(),
-    )
-    .await;
+    let (redis_url, prefix) = s.redis();
+    let mut c = cluster(test, pg.url(), redis_url, prefix, 1, 2, Vec::new()).await;
     let start = now() + 4_000;
     let expected = one_shots(&c.rest, &sink.url("/hook"), &due_over(start, 12_000, 600)).await;
     tokio::time::sleep(Duration::from_millis((start + 4_000 - now()) as u64)).await;
@@ -281,7 +243,7 @@ async fn postgres_restarted_mid_run() {
         .unwrap();
     assert_eq!(r.status(), 200);
     eprintln!(
-        "PostgreSQL restart: 0 lost, {} duplicates",
+        "{test}: database restarted, 0 lost, {} duplicates",
         duplicates(&sink)
     );
     c.stop().await;
@@ -289,18 +251,27 @@ async fn postgres_restarted_mid_run() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_the_migrator_mid_step_then_restart() {
-    let s = shared().await;
+    kill_the_migrator(shared().await, "kill-migrator").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_postgres_alone_kill_9_the_migrator_mid_step_then_restart() {
+    kill_the_migrator(pg_only().await, "kill-migrator-pg-only").await;
+}
+
+/// `test` names the run (its log folder).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_mariadb_kill_9_the_migrator_mid_step_then_restart() {
+    kill_the_migrator(mariadb().await, "kill-migrator-mariadb").await;
+}
+
+async fn kill_the_migrator(s: Shared, test: &'static str) {
     let sink = Sink::start().await.unwrap();
     // A 20 s lead: the rows written with the timers run out before the test ends, so the
     // last ticks exist only if the migrator, killed five times, still extended them. (A
     // killed replica's bucket leases lapse after 3 s before its successor can work.)
     let mut c = s
-        .cluster(
-            "kill-migrator",
-            1,
-            1,
-            vec![("CHIME_MIGRATOR__LEAD", "20s".into())],
-        )
+        .cluster(test, 1, 1, vec![("CHIME_MIGRATOR__LEAD", "20s".into())])
         .await;
     let c2 = client();
     let mut ids = Vec::new();
@@ -566,20 +537,4 @@ async fn misfire_policies_after_three_minutes_without_schedulers() {
     assert!(of("skip").len() <= 1, "{:?}", of("skip"));
     assert_eq!(older("skip"), 0);
     c.stop().await;
-}
-
-/// Waits until `done` holds, polling every 200 ms; fails naming `what` after `within`.
-async fn wait_until<F, Fut>(what: &str, within: Duration, mut done: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + within;
-    while !done().await {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
 }

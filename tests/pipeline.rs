@@ -1,8 +1,8 @@
 //! The whole firing pipeline, judged from a loopback sink's own record, in both modes:
 //! distributed (one gateway, one migrator, two schedulers and two executors as separate
 //! processes over real PostgreSQL and Redis) and `chime dev` (one process, SQLite in memory,
-//! in-memory hot index). The scenario and its assertions are the same; only the distributed
-//! run has a second executor to stop mid-run.
+//! in-memory hot index), and distributed on PostgreSQL alone (no Redis). The scenario and its
+//! assertions are the same; only the distributed runs have a second executor to stop mid-run.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -52,12 +52,19 @@ async fn start_dev() -> Cluster {
     }
 }
 
-async fn start_cluster(db: &testkit::PgFixture, prefix: &str) -> Cluster {
+/// The distributed services; on PostgreSQL alone when `redis_prefix` is `None`.
+async fn start_cluster(
+    test: &'static str,
+    database_url: String,
+    redis_prefix: Option<&str>,
+) -> Cluster {
     let c = chime_e2e::cluster::Cluster::start(chime_e2e::cluster::Spec {
-        test: "pipeline",
-        database_url: db.url(),
-        redis_url: testkit::redis_url(),
-        redis_prefix: prefix.to_owned(),
+        test,
+        database_url,
+        redis_url: redis_prefix
+            .map(|_| testkit::redis_url())
+            .unwrap_or_default(),
+        redis_prefix: redis_prefix.unwrap_or_default().to_owned(),
         schedulers: 2,
         executors: 2,
         env: Vec::new(),
@@ -173,7 +180,24 @@ fn percentile(sorted: &[i64], p: f64) -> i64 {
 async fn timers_fire_once_on_time_across_processes() {
     let db = testkit::pg_unmigrated().await;
     let redis = testkit::redis().await;
-    let cluster = start_cluster(&db, redis.backend.prefix()).await;
+    let cluster = start_cluster("pipeline", db.url(), Some(redis.backend.prefix())).await;
+    scenario(Mode::Distributed, cluster).await;
+}
+
+/// The same with MariaDB (`CHIME_TEST_MYSQL_URL`) as the store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timers_fire_once_on_time_on_mariadb() {
+    let db = testkit::mysql().await;
+    let redis = testkit::redis().await;
+    let cluster = start_cluster("pipeline-mariadb", db.url(), Some(redis.backend.prefix())).await;
+    scenario(Mode::Distributed, cluster).await;
+}
+
+/// The same with no Redis: hot index, leases and membership in PostgreSQL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timers_fire_once_on_time_on_postgres_alone() {
+    let db = testkit::pg_unmigrated().await;
+    let cluster = start_cluster("pipeline-pg-only", db.url(), None).await;
     scenario(Mode::Distributed, cluster).await;
 }
 

@@ -4,10 +4,15 @@
 // Setup failures end the test with a message, by design.
 #![allow(clippy::expect_used, clippy::panic, clippy::unwrap_used)]
 
+pub mod brokers;
+pub mod faults;
 pub mod servers;
 pub mod timers;
+pub mod workers;
 
-pub use chime_test_support::deploy::{Service, bin, bin_dir, cluster, free_port, log_dir};
+pub use chime_test_support::deploy::{
+    Service, bin, bin_dir, cluster, free_port, free_port_pair, log_dir,
+};
 
 /// A deployment on the machine's PostgreSQL (`db`'s schema) and Redis (`redis`'s prefix).
 pub async fn start_on(

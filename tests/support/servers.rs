@@ -5,13 +5,44 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use crate::free_port;
+use crate::{free_port, free_port_pair};
 
 fn wait_for_port(port: u16, what: &str) {
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
         assert!(std::time::Instant::now() < deadline, "{what} did not start");
         std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A database server a test owns, to crash and start again.
+pub trait PrivateDatabase {
+    fn url(&self) -> String;
+    fn stop(&mut self);
+    fn start_again(&mut self);
+}
+
+impl PrivateDatabase for PrivatePostgres {
+    fn url(&self) -> String {
+        PrivatePostgres::url(self)
+    }
+    fn stop(&mut self) {
+        PrivatePostgres::stop(self);
+    }
+    fn start_again(&mut self) {
+        PrivatePostgres::start_again(self);
+    }
+}
+
+impl PrivateDatabase for PrivateMariadb {
+    fn url(&self) -> String {
+        PrivateMariadb::url(self)
+    }
+    fn stop(&mut self) {
+        PrivateMariadb::stop(self);
+    }
+    fn start_again(&mut self) {
+        PrivateMariadb::start_again(self);
     }
 }
 
@@ -92,11 +123,8 @@ impl PrivateRedisCluster {
         std::fs::create_dir_all(&dir).expect("cluster directory");
         let mut nodes = Vec::new();
         while nodes.len() < 6 {
-            let port = free_port();
             // The cluster bus listens on port + 10000.
-            if port > 55_535 || std::net::TcpListener::bind(("127.0.0.1", port + 10_000)).is_err() {
-                continue;
-            }
+            let port = free_port_pair(10_000);
             let child = Command::new("redis-server")
                 .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
                 .args(["--cluster-enabled", "yes", "--cluster-node-timeout", "2000"])
@@ -319,4 +347,107 @@ impl Drop for PrivatePostgres {
         let _ = self.pg_ctl(&["-m", "immediate", "stop"]);
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// A `mariadbd` of its own (from the machine's `mariadb-server`), for the tests that crash
+/// and restart the database. Durable commits (`innodb_flush_log_at_trx_commit=1`): what
+/// Chime was told is committed must survive the crash.
+pub struct PrivateMariadb {
+    dir: PathBuf,
+    child: Option<Child>,
+    pub port: u16,
+}
+
+fn mariadbd() -> PathBuf {
+    ["/usr/sbin/mariadbd", "/usr/bin/mariadbd"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists())
+        .expect("mariadbd (apt-get install mariadb-server)")
+}
+
+impl PrivateMariadb {
+    pub fn start() -> Self {
+        let dir = std::env::temp_dir().join(chime_storage::testkit::unique("chime-mariadb"));
+        std::fs::create_dir_all(&dir).expect("scratch dir");
+        let user = whoami();
+        let init = Command::new("mariadb-install-db")
+            .arg("--no-defaults")
+            .arg(format!("--datadir={}", dir.join("data").display()))
+            .arg(format!("--user={user}"))
+            .arg("--auth-root-authentication-method=normal")
+            .output()
+            .expect("mariadb-install-db (apt-get install mariadb-server)");
+        assert!(
+            init.status.success(),
+            "{}",
+            String::from_utf8_lossy(&init.stderr)
+        );
+        let mut db = Self {
+            dir,
+            child: None,
+            port: free_port(),
+        };
+        db.start_again();
+        let created = Command::new("mariadb")
+            .args(["-h", "127.0.0.1", "-P", &db.port.to_string(), "-u", "root"])
+            .args(["-e", "CREATE DATABASE chime"])
+            .output()
+            .expect("mariadb client");
+        assert!(
+            created.status.success(),
+            "{}",
+            String::from_utf8_lossy(&created.stderr)
+        );
+        db
+    }
+
+    pub fn url(&self) -> String {
+        format!("mysql://root@127.0.0.1:{}/chime", self.port)
+    }
+
+    /// Starts the server (again), on the same port and data (InnoDB recovers what it logged).
+    pub fn start_again(&mut self) {
+        let log = std::fs::File::create(self.dir.join("server.log")).expect("server log");
+        let child = Command::new(mariadbd())
+            .arg("--no-defaults")
+            .arg(format!("--datadir={}", self.dir.join("data").display()))
+            .arg(format!(
+                "--socket={}",
+                self.dir.join("mariadb.sock").display()
+            ))
+            .arg(format!("--user={}", whoami()))
+            .arg(format!("--port={}", self.port))
+            .args(["--bind-address=127.0.0.1", "--skip-grant-tables"])
+            .args(["--max-connections=300", "--innodb-buffer-pool-size=128M"])
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("mariadbd");
+        self.child = Some(child);
+        wait_for_port(self.port, "mariadbd");
+    }
+
+    /// Kills the server (a crash): every connection drops at once.
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for PrivateMariadb {
+    fn drop(&mut self) {
+        self.stop();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn whoami() -> String {
+    Command::new("id")
+        .arg("-un")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .unwrap_or_else(|_| "root".into())
 }

@@ -55,6 +55,12 @@ pub async fn one_shots(rest: &str, url: &str, at: &[i64]) -> HashSet<String> {
 
 /// [`one_shots`] named `{prefix}-{i}`, so one test can create several sets.
 pub async fn one_shots_named(rest: &str, url: &str, prefix: &str, at: &[i64]) -> HashSet<String> {
+    one_shots_to(rest, json!({ "callback": { "url": url } }), prefix, at).await
+}
+
+/// [`one_shots_named`] with the fields of `extra` (at least `callback`: a URL, a worker
+/// group, a broker; perhaps `retry`).
+pub async fn one_shots_to(rest: &str, extra: Value, prefix: &str, at: &[i64]) -> HashSet<String> {
     let c = client();
     let batches: Vec<Vec<(usize, i64)>> = at
         .iter()
@@ -66,13 +72,16 @@ pub async fn one_shots_named(rest: &str, url: &str, prefix: &str, at: &[i64]) ->
         .collect();
     let created: Vec<Vec<String>> = futures::stream::iter(batches)
         .map(|batch| {
-            let (c, rest) = (c.clone(), rest.to_owned());
+            let (c, rest, extra) = (c.clone(), rest.to_owned(), extra.clone());
             let requests: Vec<Value> = batch
                 .iter()
                 .map(|(i, due)| {
-                    json!({ "timer": { "app": "faults", "name": format!("{prefix}-{i}"),
-                        "schedule": { "at": Timestamp::from_millis(*due).to_rfc3339() },
-                        "callback": { "url": url } } })
+                    let mut timer = json!({ "app": "faults", "name": format!("{prefix}-{i}"),
+                        "schedule": { "at": Timestamp::from_millis(*due).to_rfc3339() } });
+                    for (k, v) in extra.as_object().expect("an object") {
+                        timer[k] = v.clone();
+                    }
+                    json!({ "timer": timer })
                 })
                 .collect();
             async move {

@@ -7,7 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chime_domain::{
     ApiToken, AppName, Clock, MAX_TOKEN_NAME_CHARS, Scope, Scopes, SigningSecret, TokenId,
-    ValidationError, parse_duration,
+    ValidationError, parse_duration, plain_text,
 };
 use chime_storage::Credentials;
 use serde::{Deserialize, Serialize};
@@ -171,7 +171,11 @@ fn parse_input(
                 format!("must be 1 to {MAX_TOKEN_NAME_CHARS} characters"),
             ));
         }
-        other => other,
+        Some(n) => {
+            plain_text("name", &n, MAX_TOKEN_NAME_CHARS)?;
+            Some(n)
+        }
+        None => None,
     };
     let scopes = match input.scopes {
         None => Scopes::DEFAULT,

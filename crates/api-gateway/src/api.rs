@@ -399,6 +399,12 @@ pub trait TimerApi: Send + Sync + 'static {
         ctx: &RequestContext,
         app: String,
     ) -> ApiResult<Vec<chime_domain::Calendar>>;
+    /// Attempts, failures, dead letters and lateness per minute, from the executors' tallies.
+    async fn activity(
+        &self,
+        ctx: &RequestContext,
+        query: crate::activity::ActivityQuery,
+    ) -> ApiResult<crate::activity::ActivityReport>;
     /// Whether the service can serve (its database answers).
     async fn ready(&self) -> ApiResult<()>;
 }

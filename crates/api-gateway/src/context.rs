@@ -155,12 +155,14 @@ impl RequestContext {
     }
 }
 
-/// Paths any caller may reach: probes, metrics, the API's description, and gRPC health and
-/// reflection.
+/// Paths any caller may reach: probes, metrics, the API's description, the console's static
+/// files (the page asks for a token and sends it to the API), and gRPC health and reflection.
 fn is_open(path: &str) -> bool {
     matches!(path, "/healthz" | "/readyz" | "/metrics" | "/openapi.json")
         || path == "/docs"
         || path.starts_with("/docs/")
+        || path == "/console"
+        || path.starts_with("/console/")
         || path.starts_with("/grpc.health.v1.Health/")
         || path.starts_with("/grpc.reflection.")
 }
@@ -258,10 +260,9 @@ where
                     Some(auth) => {
                         let header = req.headers().get(http::header::AUTHORIZATION);
                         match auth.authenticate(header).await {
-                            Ok(principal) => {
-                                ctx.caller = principal.caller;
-                                ctx.scope = principal.scope;
-                                ctx.scopes = principal.scopes;
+                            Ok(verified) => {
+                                (ctx.caller, ctx.scope, ctx.scopes) =
+                                    crate::auth::principal(verified);
                                 None
                             }
                             Err(Ok(refused)) => {
@@ -274,9 +275,9 @@ where
                                     reason = refused.as_str(),
                                     "request not authenticated"
                                 );
-                                Some(refused.into_error())
+                                Some(crate::auth::refusal(refused))
                             }
-                            Err(Err(store)) => Some(store),
+                            Err(Err(store)) => Some(store.into()),
                         }
                     }
                 };

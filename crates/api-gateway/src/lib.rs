@@ -2,12 +2,14 @@
 //! [`TimerApi`]. The `chime-gateway` binary wires it to the configured stores.
 
 pub mod access;
+pub mod activity;
 pub mod api;
 mod apply;
 pub mod auth;
 mod backfill;
 mod calendars;
 mod catalog;
+pub mod console;
 pub mod context;
 pub mod error;
 pub mod grpc;
@@ -15,6 +17,7 @@ pub mod index;
 mod preview;
 pub mod quota;
 pub mod rest;
+mod runs;
 pub mod service;
 mod spec;
 pub mod view;
@@ -76,6 +79,9 @@ impl AuthSettings {
 }
 
 /// The services the gateway serves, and who may call them.
+/// Adds gRPC services to the gateway's routes.
+pub type ExtraRoutes = Arc<dyn Fn(tonic::service::Routes) -> tonic::service::Routes + Send + Sync>;
+
 #[derive(Clone)]
 pub struct Gateway {
     pub timers: Arc<dyn TimerApi>,
@@ -83,6 +89,8 @@ pub struct Gateway {
     pub auth: Option<Arc<Authenticator>>,
     /// REST and gRPC over TLS when set.
     pub tls: Option<chime_runtime::Tls>,
+    /// Adds more gRPC services on the same port (`chime dev` serves workers there).
+    pub grpc_routes: Option<ExtraRoutes>,
 }
 
 impl Gateway {
@@ -111,10 +119,17 @@ impl Gateway {
             access,
             auth,
             tls: None,
+            grpc_routes: None,
         }
     }
 
     /// Serves REST and gRPC over TLS with this certificate (plain TCP with `None`).
+    /// Serves what `add` adds beside the timer API on the gRPC port.
+    pub fn with_grpc_routes(mut self, add: ExtraRoutes) -> Self {
+        self.grpc_routes = Some(add);
+        self
+    }
+
     pub fn with_tls(mut self, tls: Option<chime_runtime::Tls>) -> Self {
         self.tls = tls;
         self
@@ -124,7 +139,7 @@ impl Gateway {
         ContextLayer::authenticating(self.auth.clone())
     }
 
-    /// The full HTTP app: REST API, OpenAPI, docs, health and metrics.
+    /// The full HTTP app: REST API, OpenAPI, docs, the web console, health and metrics.
     pub fn http_app(&self) -> Router {
         self.http_app_with(Router::new())
     }
@@ -133,6 +148,7 @@ impl Gateway {
     pub fn http_app_with(&self, extra: Router) -> Router {
         rest::with_fallbacks(
             rest::router(self.timers.clone(), self.access.clone())
+                .merge(console::router(self.auth.is_some()))
                 .merge(admin_routes(self.timers.clone()))
                 .merge(extra),
         )
@@ -175,7 +191,10 @@ impl Gateway {
         }
         let grpc_server = builder
             .layer(self.context_layer())
-            .add_routes(introspection)
+            .add_routes(match &self.grpc_routes {
+                Some(add) => add(introspection),
+                None => introspection,
+            })
             .add_service(
                 // The same request limit as REST; beyond it, RESOURCE_EXHAUSTED.
                 TimerServiceServer::new(grpc::GrpcApi(api.clone()))

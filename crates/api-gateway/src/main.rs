@@ -53,8 +53,10 @@ async fn main() -> anyhow::Result<()> {
             clock.clone(),
         )
         .with_networks(config.network_policy()?)
+        .with_brokers(config.brokers()?)
         .with_quotas(quotas(&config))
-        .with_calendars(stores.database.calendars.clone()),
+        .with_calendars(stores.database.calendars.clone())
+        .with_activity(stores.database.activity.clone()),
     );
     let gateway = Gateway::new(
         api,

@@ -6,13 +6,14 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use chime_domain::{
-    AppName, Clock, Horizon, Labels, NetworkPolicy, NewOccurrence, NewTimer, Occurrence,
-    OccurrenceStatus, Page, PageSize, PauseNote, Scope, TaskKey, Timer, TimerId, TimerSpec,
-    TimerState, Timestamp,
+    AppName, Clock, Horizon, Labels, NetworkPolicy, NewOccurrence, NewTimer, Occurrence, Page,
+    PageSize, PauseNote, Scope, TaskKey, Timer, TimerId, TimerSpec, TimerState, Timestamp,
+    ValidationError, plain_text,
 };
+use chime_domain::{BrokerUrl, Target};
 use chime_storage::{
-    Calendars, CreateTimer, DeadFilter, HotIndex, IdempotencyKey, OccurrenceStore, PageRequest,
-    Redrive, RunFilter, StoreError, TimerFilter, TimerStore, Written,
+    Calendars, CreateTimer, HotIndex, IdempotencyKey, OccurrenceStore, PageRequest, StoreError,
+    TimerFilter, TimerStore, Written,
 };
 
 use crate::api::{
@@ -39,10 +40,13 @@ pub struct TimerService {
     pub(crate) horizon: Horizon,
     pub(crate) clock: Arc<dyn Clock>,
     networks: NetworkPolicy,
+    brokers: Arc<Vec<BrokerUrl>>,
     /// Limits on each app's creates; none unless set.
     quotas: Option<Quotas>,
     /// Where exclusion calendars are kept; without one, timers cannot name any.
     pub(crate) calendars: Option<Arc<dyn Calendars>>,
+    /// The executors' activity tallies, for the overview.
+    pub(crate) activity: Option<Arc<dyn chime_storage::Activity>>,
 }
 
 impl TimerService {
@@ -63,8 +67,10 @@ impl TimerService {
             horizon,
             clock,
             networks: NetworkPolicy::default(),
+            brokers: Arc::default(),
             quotas: None,
             calendars: None,
+            activity: None,
         }
     }
 
@@ -91,11 +97,36 @@ impl TimerService {
         self
     }
 
-    /// A callback whose address is an IP the policy blocks: 400 naming the rule.
+    /// The NATS and AMQP servers timers may publish to; none unless given.
+    pub fn with_brokers(mut self, brokers: Vec<BrokerUrl>) -> Self {
+        self.brokers = Arc::new(brokers);
+        self
+    }
+
+    /// A callback whose address is an IP the policy blocks, or a broker not allowed: 400
+    /// naming the rule.
     pub(crate) fn check_callback(&self, spec: &TimerSpec) -> ApiResult<()> {
-        self.networks
-            .check_url(spec.callback.url.as_url())
-            .map_err(|blocked| ApiError::invalid("callback.url", blocked.to_string()))
+        match &spec.callback.target {
+            Target::Http(url) => self
+                .networks
+                .check_url(url.as_url())
+                .map_err(|blocked| ApiError::invalid("callback.url", blocked.to_string())),
+            Target::Worker(_) => Ok(()),
+            target @ (Target::Nats(_) | Target::Amqp(_)) => {
+                let field = format!("callback.{}.url", target.kind().as_str());
+                match target.broker() {
+                    Some(url) if self.brokers.contains(url) => Ok(()),
+                    Some(url) => Err(ApiError::invalid(
+                        field,
+                        format!(
+                            "{} is not a broker this deployment allows (CHIME_BROKERS lists them)",
+                            url.redacted()
+                        ),
+                    )),
+                    None => Ok(()),
+                }
+            }
+        }
     }
 
     pub(crate) fn view(&self, timer: chime_domain::Timer) -> TimerView {
@@ -154,7 +185,7 @@ impl TimerService {
 
     /// [`Self::visible_timer`] for operations that need not read the timer when every app
     /// is in scope.
-    async fn check_visible(&self, ctx: &RequestContext, id: TimerId) -> ApiResult<()> {
+    pub(crate) async fn check_visible(&self, ctx: &RequestContext, id: TimerId) -> ApiResult<()> {
         if ctx.scope != AppScope::All {
             self.visible_timer(ctx, id).await?;
         }
@@ -178,13 +209,13 @@ impl TimerService {
         let spec = parse_spec(&req.timer, now, excluding)?;
         ctx.scope.check(&spec.app)?;
         self.check_callback(&spec)?;
+        if let Some(key) = &req.idempotency_key {
+            plain_text("idempotency_key", key, MAX_IDEMPOTENCY_KEY)?;
+        }
         let idempotency = match &req.idempotency_key {
             None => None,
-            Some(key) if key.is_empty() || key.len() > MAX_IDEMPOTENCY_KEY => {
-                return Err(ApiError::invalid(
-                    "idempotency_key",
-                    "must be 1 to 256 characters",
-                ));
+            Some(key) if key.is_empty() => {
+                return Err(ApiError::invalid("idempotency_key", "must not be empty"));
             }
             Some(key) => Some(IdempotencyKey {
                 key: key.clone(),
@@ -291,7 +322,7 @@ impl TimerApi for TimerService {
             enabled: query.enabled,
             bucket: None,
             state: state.map(|s| (s, self.clock.now())),
-            name_prefix: query.name_prefix.filter(|p| !p.is_empty()),
+            name_prefix: name_prefix(query.name_prefix)?,
             labels: match query.label.as_deref() {
                 Some(sel) => Labels::parse_selector(sel)?,
                 None => Vec::new(),
@@ -482,6 +513,14 @@ impl TimerApi for TimerService {
         self.list(ctx, app).await
     }
 
+    async fn activity(
+        &self,
+        ctx: &RequestContext,
+        query: crate::activity::ActivityQuery,
+    ) -> ApiResult<crate::activity::ActivityReport> {
+        self.activity_report(ctx, query).await
+    }
+
     async fn backfill_timer(
         &self,
         ctx: &RequestContext,
@@ -496,23 +535,7 @@ impl TimerApi for TimerService {
         ctx: &RequestContext,
         query: ListRuns,
     ) -> ApiResult<Page<Occurrence>> {
-        ctx.require(Scope::Read)?;
-        // A deleted, unknown or out-of-scope timer has no runs to show.
-        self.visible_timer(ctx, query.timer_id).await?;
-        let filter = RunFilter {
-            timer_id: query.timer_id,
-            status: query
-                .status
-                .filter(|s| !s.is_empty())
-                .map(|s| s.parse::<OccurrenceStatus>())
-                .transpose()?,
-            due_by: (!query.upcoming).then(|| self.clock.now()),
-        };
-        let page = PageRequest {
-            size: PageSize::new(query.page_size)?,
-            token: query.page_token,
-        };
-        Ok(self.occurrences.list_runs(&filter, &page).await?)
+        self.runs(ctx, query).await
     }
 
     async fn list_dead_letters(
@@ -520,55 +543,11 @@ impl TimerApi for TimerService {
         ctx: &RequestContext,
         query: ListDeadLetters,
     ) -> ApiResult<Page<Occurrence>> {
-        ctx.require(Scope::Read)?;
-        let app = listed_app(ctx, query.app)?;
-        if let Some(id) = query.timer_id {
-            self.check_visible(ctx, id).await?;
-        }
-        let filter = DeadFilter {
-            app,
-            timer_id: query.timer_id,
-        };
-        let page = PageRequest {
-            size: PageSize::new(query.page_size)?,
-            token: query.page_token,
-        };
-        Ok(self.occurrences.list_dead(&filter, &page).await?)
+        self.dead_letters(ctx, query).await
     }
 
     async fn redrive(&self, ctx: &RequestContext, what: RedriveTarget) -> ApiResult<u64> {
-        ctx.require(Scope::Write)?;
-        let now = self.clock.now();
-        match what {
-            RedriveTarget::Run(raw) => {
-                let key: TaskKey = raw.parse()?;
-                let run = match self.check_visible(ctx, key.timer_id).await {
-                    Ok(()) => self.occurrences.get_occurrence(key).await?,
-                    Err(e) if e.code == ErrorCode::NotFound => None,
-                    Err(e) => return Err(e),
-                };
-                let Some(run) = run else {
-                    return Err(ApiError::new(
-                        ErrorCode::NotFound,
-                        "NOT_FOUND",
-                        format!("run {key} not found"),
-                    ));
-                };
-                if run.status != OccurrenceStatus::Dead {
-                    return Err(ApiError::new(
-                        ErrorCode::FailedPrecondition,
-                        "NOT_DEAD",
-                        format!("run {key} is {}, not dead", run.status),
-                    ));
-                }
-                Ok(self.occurrences.redrive(Redrive::One(key), now).await?)
-            }
-            RedriveTarget::Timer(id) => {
-                // Unknown, deleted or out-of-scope timers answer 404.
-                self.visible_timer(ctx, id).await?;
-                Ok(self.occurrences.redrive(Redrive::Timer(id), now).await?)
-            }
-        }
+        self.requeue_dead(ctx, what).await
     }
 
     async fn ready(&self) -> ApiResult<()> {
@@ -585,7 +564,10 @@ impl TimerApi for TimerService {
 
 /// The app a listing is limited to: the one asked for (empty means none), within the
 /// caller's scope.
-fn listed_app(ctx: &RequestContext, asked: Option<String>) -> ApiResult<Option<AppName>> {
+pub(crate) fn listed_app(
+    ctx: &RequestContext,
+    asked: Option<String>,
+) -> ApiResult<Option<AppName>> {
     let asked = asked
         .filter(|a| !a.is_empty())
         .map(AppName::parse)
@@ -597,4 +579,12 @@ fn listed_app(ctx: &RequestContext, asked: Option<String>) -> ApiResult<Option<A
 fn fingerprint(input: &TimerInput) -> String {
     let canonical = serde_json::to_vec(input).unwrap_or_default();
     format!("{:032x}", xxhash_rust::xxh3::xxh3_128(&canonical))
+}
+
+/// A listing's name prefix as given: one no name can start with is the caller's mistake.
+fn name_prefix(prefix: Option<String>) -> Result<Option<String>, ValidationError> {
+    if let Some(p) = &prefix {
+        plain_text("name_prefix", p, chime_domain::limits::MAX_NAME_CHARS)?;
+    }
+    Ok(prefix.filter(|p| !p.is_empty()))
 }

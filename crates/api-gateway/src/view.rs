@@ -30,7 +30,10 @@ pub enum ScheduleShown {
 }
 
 pub struct CallbackShown {
-    pub url: String,
+    pub url: Option<String>,
+    pub worker: Option<chime_domain::WorkerInput>,
+    pub nats: Option<chime_domain::NatsInput>,
+    pub amqp: Option<chime_domain::AmqpInput>,
     pub method: String,
     pub headers: Vec<(String, String)>,
     pub body: Option<String>,
@@ -77,8 +80,19 @@ impl TimerView {
 
     pub fn callback_shown(&self) -> CallbackShown {
         let cb = &self.timer.spec.callback;
+        use chime_domain::Target;
+        let (mut url, mut worker, mut nats, mut amqp) = (None, None, None, None);
+        match &cb.target {
+            Target::Http(u) => url = Some(u.to_string()),
+            Target::Worker(w) => worker = Some(w.into()),
+            Target::Nats(n) => nats = Some(n.into()),
+            Target::Amqp(a) => amqp = Some(a.into()),
+        }
         CallbackShown {
-            url: cb.url.to_string(),
+            url,
+            worker,
+            nats,
+            amqp,
             method: cb.method.as_str().to_owned(),
             headers: cb
                 .headers

@@ -8,14 +8,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use chime_storage::testkit;
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use chime_test_support::ports::free_port;
 
 const TOKEN: &str = "binary-test-admin-token";
 

@@ -745,3 +745,89 @@ async fn every_answer_carries_a_request_id() {
         assert!(!got.is_empty() && got != "has space", "{got}");
     }
 }
+
+/// PostgreSQL refuses NUL in text: free text with control characters must be refused by the
+/// API as the caller's mistake, never reach the database as a 500 or (as the fuzzer found) a 503.
+#[tokio::test]
+async fn control_characters_in_free_text_are_a_bad_request_not_a_storage_failure() {
+    let gw = support::start().await;
+    let listed = gw
+        .send(Method::GET, "/v1/timers?name_prefix=%00%1Ax", None)
+        .await;
+    assert_problem(&listed, 400, "INVALID_ARGUMENT", Some("name_prefix"));
+
+    let batch = json!({"requests": [{
+        "timer": timer_json("billing", "keyed"),
+        "idempotency_key": "k\u{0}",
+    }]});
+    let created = gw
+        .send(Method::POST, "/v1/timers:batchCreate", Some(batch))
+        .await;
+    assert_eq!(created.0, 400, "{}", created.2);
+    assert!(
+        created.2["field"]
+            .as_str()
+            .unwrap()
+            .ends_with("idempotency_key"),
+        "{}",
+        created.2
+    );
+
+    let token = json!({"name": "t\u{0}", "scopes": ["read"]});
+    let minted = gw
+        .send(Method::POST, "/v1/apps/billing/tokens", Some(token))
+        .await;
+    assert_problem(&minted, 400, "INVALID_ARGUMENT", Some("name"));
+
+    // A plain prefix still lists.
+    let fine = gw
+        .send(Method::GET, "/v1/timers?name_prefix=nightly", None)
+        .await;
+    assert_eq!(fine.0, 200, "{}", fine.2);
+}
+
+/// A callback names one target: a URL, a worker group, or a broker the deployment allows.
+#[tokio::test]
+async fn callbacks_name_one_target_and_only_allowed_brokers() {
+    let gw = support::start().await;
+    let with_callback = |name: &str, callback: Value| {
+        let mut body = timer_json("billing", name);
+        body["callback"] = callback;
+        body
+    };
+    let worker = with_callback(
+        "to-workers",
+        json!({"worker": {"group": "invoices"}, "body": "{}"}),
+    );
+    let created = gw.send(Method::POST, "/v1/timers", Some(worker)).await;
+    assert_eq!(created.0, 201, "{}", created.2);
+    assert_eq!(created.2["callback"]["worker"]["group"], "invoices");
+    assert!(created.2["callback"].get("url").is_none(), "{}", created.2);
+
+    let nats = with_callback(
+        "to-nats",
+        json!({"nats": {"url": support::ALLOWED_BROKER, "subject": "chime.fired"}}),
+    );
+    let created = gw.send(Method::POST, "/v1/timers", Some(nats)).await;
+    assert_eq!(created.0, 201, "{}", created.2);
+    assert_eq!(created.2["callback"]["nats"]["subject"], "chime.fired");
+
+    let elsewhere = with_callback(
+        "to-elsewhere",
+        json!({"amqp": {"url": "amqp://u:secret@broker.example:5672/%2f", "routing_key": "q"}}),
+    );
+    let refused = gw.send(Method::POST, "/v1/timers", Some(elsewhere)).await;
+    assert_problem(&refused, 400, "INVALID_ARGUMENT", Some("callback.amqp.url"));
+    let detail = refused.2["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("CHIME_BROKERS") && !detail.contains("secret"),
+        "{detail}"
+    );
+
+    let two = with_callback(
+        "two",
+        json!({"url": "http://127.0.0.1:9/x", "worker": {"group": "g"}}),
+    );
+    let refused = gw.send(Method::POST, "/v1/timers", Some(two)).await;
+    assert_problem(&refused, 400, "INVALID_ARGUMENT", Some("callback"));
+}

@@ -207,6 +207,7 @@ fn rest_case(route: &str, n: usize, fx: &Fixture) -> Option<(Target, String, Opt
         "GET /v1/timers/{id}/runs" => (Target::ById, format!("/v1/timers/{id}/runs"), None),
         "POST /v1/timers/{id}/redrive" => (Target::ById, format!("/v1/timers/{id}/redrive"), None),
         "GET /v1/dead-letters" => (Target::InApp, format!("/v1/dead-letters?app={APP}"), None),
+        "GET /v1/activity" => (Target::InApp, format!("/v1/activity?app={APP}"), None),
         "POST /v1/dead-letters/{task_key}/redrive" => (
             Target::ById,
             format!("/v1/dead-letters/{}/redrive", fx.dead),
@@ -522,6 +523,13 @@ async fn call_grpc(
             })
             .await
             .map(drop),
+        "GetActivity" => c
+            .get_activity(pb::GetActivityRequest {
+                app: APP.into(),
+                ..Default::default()
+            })
+            .await
+            .map(drop),
         "RedriveRun" => c
             .redrive_run(pb::RedriveRunRequest {
                 task_key: fx.dead.to_string(),
@@ -623,6 +631,7 @@ async fn every_grpc_method_is_scoped_to_its_app() {
                 | "BatchCreateTimers"
                 | "ListTimers"
                 | "ListDeadLetters"
+                | "GetActivity"
                 | "ApplyTimer"
                 | "PreviewSchedule"
                 | "PutCalendar"

@@ -82,6 +82,21 @@ impl Lateness {
     }
 }
 
+/// A burst's drain rate: `delivered` over the time from `due_ms` to the last arrival.
+pub fn drain_per_second(deliveries: &[Delivery], due_ms: i64, delivered: usize) -> f64 {
+    let last = deliveries.iter().map(|d| d.at_ms).max().unwrap_or(due_ms);
+    delivered as f64 / ((last - due_ms).max(1) as f64 / 1000.0)
+}
+
+/// CPU seconds of every process but the bench's own (driver and sink), from a
+/// [`CpuSample::per_thousand`] table.
+pub fn total_but_sink(cpu: &BTreeMap<String, f64>) -> f64 {
+    cpu.iter()
+        .filter(|(label, _)| label.as_str() != "chime-bench")
+        .map(|(_, s)| s)
+        .sum()
+}
+
 /// Lateness per window of `window_ms` by scheduled time, from `start_ms`.
 pub fn windows(deliveries: &[Delivery], start_ms: i64, window_ms: i64) -> Vec<(i64, Lateness)> {
     let mut by_window: BTreeMap<i64, Vec<&Delivery>> = BTreeMap::new();
@@ -119,7 +134,7 @@ fn ticks(pid: u32) -> Option<u64> {
 }
 
 /// Pids whose command name is `comm`, e.g. every `postgres` backend.
-fn pids_named(comm: &str) -> Vec<u32> {
+pub fn pids_named(comm: &str) -> Vec<u32> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
@@ -132,7 +147,7 @@ fn pids_named(comm: &str) -> Vec<u32> {
 
 impl CpuSample {
     /// The given processes, this one (driver and sink) as `chime-bench`, and every
-    /// `postgres` and `redis-server` process summed.
+    /// `postgres` and `redis-server` process summed (and `mariadbd`, when one runs).
     pub fn take(processes: &[(String, u32)]) -> Self {
         let hz = ticks_per_second();
         let mut out = BTreeMap::new();
@@ -146,6 +161,10 @@ impl CpuSample {
         add("chime-bench", &[std::process::id()]);
         add("postgres", &pids_named("postgres"));
         add("redis-server", &pids_named("redis-server"));
+        let mariadb = pids_named("mariadbd");
+        if !mariadb.is_empty() {
+            add("mariadbd", &mariadb);
+        }
         Self(out)
     }
 
@@ -158,6 +177,65 @@ impl CpuSample {
             .map(|(label, t)| {
                 let used = t - self.0.get(label).copied().unwrap_or(0.0);
                 (label.clone(), (used.max(0.0) / k * 1000.0).round() / 1000.0)
+            })
+            .collect()
+    }
+}
+
+/// Resident memory (VmRSS) of a process, in KiB.
+fn rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Resident memory of each process over a run, sampled at a fixed period.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct RssTrace {
+    pub period_ms: u64,
+    /// Per process label: MiB at each sample.
+    pub mib: BTreeMap<String, Vec<f64>>,
+}
+
+/// How one process's memory went: the highest during warm-up and after it.
+#[derive(Debug, Clone, Serialize)]
+pub struct RssGrowth {
+    pub process: String,
+    pub warm_mib: f64,
+    pub after_mib: f64,
+    pub last_mib: f64,
+    /// Whether it stayed within its warm-up high (plus 10 % and 4 MiB of allocator slack).
+    pub flat: bool,
+}
+
+impl RssTrace {
+    pub fn sample(&mut self, processes: &[(String, u32)]) {
+        for (label, pid) in processes {
+            if let Some(kib) = rss_kib(*pid) {
+                self.mib
+                    .entry(label.clone())
+                    .or_default()
+                    .push(kib as f64 / 1024.0);
+            }
+        }
+    }
+
+    /// Each process's high during the first `warm_samples` samples against its high after.
+    pub fn growth(&self, warm_samples: usize) -> Vec<RssGrowth> {
+        let high = |v: &[f64]| v.iter().copied().fold(0.0, f64::max);
+        self.mib
+            .iter()
+            .filter(|(_, v)| v.len() > warm_samples)
+            .map(|(process, v)| {
+                let (warm, after) = v.split_at(warm_samples.max(1));
+                let (warm_mib, after_mib) = (high(warm), high(after));
+                RssGrowth {
+                    process: process.clone(),
+                    warm_mib,
+                    after_mib,
+                    last_mib: v.last().copied().unwrap_or(0.0),
+                    flat: after_mib <= warm_mib * 1.1 + 4.0,
+                }
             })
             .collect()
     }
@@ -209,6 +287,19 @@ mod tests {
     }
 
     #[test]
+    fn drain_and_cpu_totals() {
+        let ds = [d("a", 0, 1_000), d("b", 0, 2_000)];
+        assert_eq!(drain_per_second(&ds, 0, 2), 1.0);
+        assert_eq!(drain_per_second(&[], 0, 0), 0.0);
+        let cpu = BTreeMap::from([
+            ("chime-bench".to_owned(), 1.0),
+            ("postgres".to_owned(), 0.25),
+            ("executor-0".to_owned(), 0.5),
+        ]);
+        assert_eq!(total_but_sink(&cpu), 0.75);
+    }
+
+    #[test]
     fn windows_split_by_scheduled_time() {
         let ds = [
             d("a", 1_000, 1_002),
@@ -219,6 +310,22 @@ mod tests {
         assert_eq!(w.len(), 2);
         assert_eq!((w[0].0, w[0].1.count, w[0].1.max_ms), (0, 1, 2));
         assert_eq!((w[1].0, w[1].1.count, w[1].1.max_ms), (10, 2, 30));
+    }
+
+    #[test]
+    fn memory_growth_compares_the_high_after_warm_up_with_the_high_during_it() {
+        let mut t = RssTrace::default();
+        t.mib
+            .insert("flat".into(), vec![10.0, 100.0, 98.0, 104.0, 99.0]);
+        t.mib
+            .insert("leaky".into(), vec![10.0, 100.0, 120.0, 140.0, 160.0]);
+        t.mib.insert("short".into(), vec![10.0]);
+        let g = t.growth(2);
+        assert_eq!(g.len(), 2);
+        assert!(g[0].flat && g[0].process == "flat" && g[0].warm_mib == 100.0);
+        assert!(!g[1].flat && g[1].after_mib == 160.0 && g[1].last_mib == 160.0);
+        t.sample(&[("me".into(), std::process::id())]);
+        assert!(t.mib["me"][0] > 0.0);
     }
 
     #[test]

@@ -193,7 +193,10 @@ fn request(app: &str, d: Declared, dry_run: bool) -> Result<pb::ApplyTimerReques
             start_at: at("start_at", &d.start_at)?,
             end_at: at("end_at", &d.end_at)?,
             callback: Some(pb::Callback {
-                url: d.callback.url,
+                url: d.callback.url.unwrap_or_default(),
+                worker: d.callback.worker.map(Into::into),
+                nats: d.callback.nats.map(Into::into),
+                amqp: d.callback.amqp.map(Into::into),
                 method: d.callback.method.unwrap_or_default(),
                 headers: d.callback.headers.into_iter().collect(),
                 body: d.callback.body,

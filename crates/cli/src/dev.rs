@@ -11,9 +11,15 @@ use axum::Router;
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::any;
 use chime_api_gateway::{AuthSettings, Gateway, TimerService};
+use chime_domain::TargetKind;
 use chime_domain::{Clock, SystemClock, TaskKey, Timestamp};
-use chime_executor::{CallbackSettings, Executor, ExecutorSettings, HttpTarget, Signer, Targets};
+use chime_executor::workers::stream::WorkerGrpc;
+use chime_executor::{
+    AmqpTarget, CallbackSettings, Executor, ExecutorSettings, HttpTarget, NatsTarget, Signer,
+    Targets, WorkerTarget, Workers,
+};
 use chime_migrator::{Janitor, Materializer, Migrator, MigratorSettings, RetentionSettings};
+use chime_proto::v1::worker_service_server::WorkerServiceServer;
 use chime_runtime::Config;
 use chime_scheduler::{Handoff, Scheduler, SchedulerSettings};
 use chime_storage::{HotPath, Stores};
@@ -108,10 +114,19 @@ pub async fn run(config: Config, args: DevArgs) -> anyhow::Result<()> {
         clock.clone(),
         RetentionSettings::from_config(&config),
     );
-    let executor = Executor::start(
+    let signer = Arc::new(Signer::new(
+        db.credentials.clone(),
+        clock.clone(),
+        config.auth.cache_ttl.get(),
+    ));
+    // Registered workers connect to the gRPC port (`chime worker`, default --server).
+    let workers = Workers::new();
+    let brokers = Arc::new(config.brokers()?);
+    let executor = Executor::start_with(
         db.timers.clone(),
         db.occurrences.clone(),
         Some(index.clone()),
+        Some(db.activity.clone()),
         clock.clone(),
         Targets::new(
             HttpTarget::new(CallbackSettings {
@@ -119,11 +134,19 @@ pub async fn run(config: Config, args: DevArgs) -> anyhow::Result<()> {
                 networks: config.network_policy()?.with_loopback(),
                 ..CallbackSettings::from_config(&config)
             })?
-            .with_signer(Arc::new(Signer::new(
-                db.credentials.clone(),
-                clock.clone(),
-                config.auth.cache_ttl.get(),
-            ))),
+            .with_signer(signer.clone()),
+        )
+        .with(
+            TargetKind::Worker,
+            Arc::new(WorkerTarget::new(workers.clone()).with_signer(signer.clone())),
+        )
+        .with(
+            TargetKind::Nats,
+            Arc::new(NatsTarget::new(brokers.clone()).with_signer(signer.clone())),
+        )
+        .with(
+            TargetKind::Amqp,
+            Arc::new(AmqpTarget::new(brokers).with_signer(signer)),
         ),
         ExecutorSettings::from_config(&config),
     );
@@ -145,7 +168,9 @@ pub async fn run(config: Config, args: DevArgs) -> anyhow::Result<()> {
             clock.clone(),
         )
         .with_networks(config.network_policy()?.with_loopback())
-        .with_calendars(db.calendars.clone()),
+        .with_brokers(config.brokers()?)
+        .with_calendars(db.calendars.clone())
+        .with_activity(db.activity.clone()),
     );
     let gateway = Gateway::new(
         api,
@@ -157,6 +182,12 @@ pub async fn run(config: Config, args: DevArgs) -> anyhow::Result<()> {
             signing_grace: config.auth.signing_grace.get(),
         },
     );
+    let worker_service = WorkerGrpc::new(workers, gateway.auth.clone());
+    let stop_workers = worker_service.stop_token();
+    let worker_service = Arc::new(worker_service);
+    let gateway = gateway.with_grpc_routes(Arc::new(move |routes| {
+        routes.add_service(WorkerServiceServer::from_arc(worker_service.clone()))
+    }));
     let http = chime_runtime::bind(config.gateway.http_addr, "REST").await?;
     let grpc = chime_runtime::bind(config.gateway.grpc_addr, "gRPC").await?;
     let admin = chime_runtime::admin::bind_admin(config.admin_addr).await?;
@@ -194,6 +225,8 @@ pub async fn run(config: Config, args: DevArgs) -> anyhow::Result<()> {
         if left > 0 {
             tracing::warn!(left, "grace period over with callbacks unfinished");
         }
+        // Worker streams stay open until ended: the gRPC server waits for them.
+        stop_workers.cancel();
         servers_stop.cancel();
     };
     let (served, ()) = tokio::join!(gateway, work);

@@ -7,6 +7,7 @@ mod calendars;
 mod client;
 mod dev;
 mod output;
+mod worker;
 
 use std::process::ExitCode;
 
@@ -62,6 +63,19 @@ enum Command {
     Apply {
         #[command(flatten)]
         args: apply::ApplyArgs,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// A registered worker: runs CMD for each delivery of the group's timers, the body on
+    /// stdin and the metadata in CHIME_IDEMPOTENCY_KEY, CHIME_TIMER_ID, CHIME_TIMER_NAME,
+    /// CHIME_APP, CHIME_SCHEDULED_AT, CHIME_ATTEMPT, CHIME_DELIVERY_ID; exit status 0 acks.
+    /// --server is an executor's gRPC address (or `chime dev`'s).
+    ///
+    /// Example: chime worker --server http://chime-executor:50061 --app billing --group invoices -- ./invoice.sh
+    #[command(verbatim_doc_comment)]
+    Worker {
+        #[command(flatten)]
+        args: worker::WorkerArgs,
         #[command(flatten)]
         client: ClientArgs,
     },
@@ -134,6 +148,13 @@ async fn main() -> ExitCode {
             }
             .await,
         ),
+        Command::Worker { args, client: c } => match worker::run(args, c.server, c.token).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::FAILURE
+            }
+        },
         Command::Apply { args, client: c } => finish(
             async {
                 let mut client = client::connect(&c.server, c.token.as_deref()).await?;

@@ -45,7 +45,13 @@ fn timer_json(t: &pb::Timer) -> Value {
         "start_at": ts(&spec.start_at),
         "end_at": ts(&spec.end_at),
         "callback": {
-            "url": cb.url, "method": cb.method, "headers": cb.headers,
+            "url": (!cb.url.is_empty()).then_some(&cb.url),
+            "worker": cb.worker.as_ref().map(|w| json!({"group": w.group})),
+            "nats": cb.nats.as_ref().map(|n| json!({"url": n.url, "subject": n.subject})),
+            "amqp": cb.amqp.as_ref().map(|a| json!({
+                "url": a.url, "exchange": a.exchange, "routing_key": a.routing_key,
+            })),
+            "method": cb.method, "headers": cb.headers,
             "body": cb.body, "timeout": cb.timeout,
         },
         "retry": {
@@ -144,11 +150,7 @@ pub fn timer(t: &pb::Timer, out: Output) -> String {
             v["name"].as_str().unwrap_or("")
         ),
         format!("schedule:  {}", v["schedule"].as_str().unwrap_or("")),
-        format!(
-            "callback:  {} {}",
-            v["callback"]["method"].as_str().unwrap_or(""),
-            v["callback"]["url"].as_str().unwrap_or("")
-        ),
+        format!("callback:  {}", target_text(&v["callback"])),
         format!("state:     {}", state_text(t.state)),
         format!("version:   {}", t.version),
     ];
@@ -285,5 +287,19 @@ pub fn done(text: &str, v: Value, out: Output) -> String {
     match out {
         Output::Table => text.to_owned(),
         Output::Json => pretty(&v),
+    }
+}
+
+/// A callback's target in words: `POST http://…`, `worker group g`, `nats … subject s`.
+fn target_text(cb: &Value) -> String {
+    let s = |v: &Value| v.as_str().unwrap_or("").to_owned();
+    if let Some(w) = cb.get("worker").filter(|w| !w.is_null()) {
+        format!("worker group {}", s(&w["group"]))
+    } else if let Some(n) = cb.get("nats").filter(|n| !n.is_null()) {
+        format!("nats {} subject {}", s(&n["url"]), s(&n["subject"]))
+    } else if let Some(a) = cb.get("amqp").filter(|a| !a.is_null()) {
+        format!("amqp {} routing key {}", s(&a["url"]), s(&a["routing_key"]))
+    } else {
+        format!("{} {}", s(&cb["method"]), s(&cb["url"]))
     }
 }

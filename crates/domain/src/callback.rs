@@ -9,6 +9,7 @@ use url::Url;
 use crate::duration::{format_duration, parse_duration};
 use crate::error::ValidationError;
 use crate::limits;
+use crate::target::{AmqpInput, NatsInput, Target, TargetKind, WorkerInput, one_target};
 
 /// An absolute `http` or `https` URL with a host, at most 2048 bytes, no credentials.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -267,42 +268,45 @@ impl From<CallbackTimeout> for String {
     }
 }
 
-/// The kinds of place an occurrence can be delivered to. Each has one delivery target in the
-/// executor (`crates/executor/src/targets/`); a new kind (a registered worker, a NATS subject,
-/// an AMQP exchange) is a variant here, the fields naming it in [`Callback`], and a target there.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum TargetKind {
-    /// An HTTP request to `url`.
-    Http,
-}
-
-impl TargetKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Http => "http",
-        }
-    }
-}
-
-/// Where and how a timer's occurrence is delivered.
+/// Where and how a timer's occurrence is delivered: one target (`url`, `worker`, `nats` or
+/// `amqp`), and what every kind carries (the body, headers, the timeout of one attempt; the
+/// method only matters to HTTP).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(
+    try_from = "crate::target::CallbackRepr",
+    into = "crate::target::CallbackRepr"
+)]
 pub struct Callback {
-    pub url: CallbackUrl,
-    #[serde(default)]
+    pub target: Target,
     pub method: HttpMethod,
-    #[serde(default, skip_serializing_if = "CallbackHeaders::is_empty")]
     pub headers: CallbackHeaders,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub body: Option<CallbackBody>,
-    #[serde(default)]
     pub timeout: CallbackTimeout,
 }
 
 impl Callback {
+    /// An HTTP callback to `url` with every other field at its default.
+    pub fn http(url: CallbackUrl) -> Self {
+        Self {
+            target: Target::Http(url),
+            method: HttpMethod::default(),
+            headers: CallbackHeaders::default(),
+            body: None,
+            timeout: CallbackTimeout::default(),
+        }
+    }
+
     /// Which kind of target delivers this callback.
     pub fn target_kind(&self) -> TargetKind {
-        TargetKind::Http
+        self.target.kind()
+    }
+
+    /// The URL of an HTTP callback.
+    pub fn url(&self) -> Option<&CallbackUrl> {
+        match &self.target {
+            Target::Http(u) => Some(u),
+            _ => None,
+        }
     }
 }
 
@@ -312,7 +316,18 @@ impl Callback {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CallbackInput {
-    pub url: String,
+    /// An HTTP callback to this URL; or one of `worker`, `nats`, `amqp` instead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// Deliver to a registered worker of the timer's app in this group.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker: Option<WorkerInput>,
+    /// Publish to a NATS JetStream subject (the server must be listed in `CHIME_BROKERS`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nats: Option<NatsInput>,
+    /// Publish to an AMQP exchange (the server must be listed in `CHIME_BROKERS`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub amqp: Option<AmqpInput>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub method: Option<String>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -326,8 +341,31 @@ pub struct CallbackInput {
 impl CallbackInput {
     pub fn parse(self) -> Result<Callback, ValidationError> {
         let under = |e: ValidationError| e.within("callback");
+        let target = one_target(
+            self.url
+                .as_deref()
+                .map(CallbackUrl::parse)
+                .transpose()
+                .map_err(under)?,
+            self.worker
+                .as_ref()
+                .map(WorkerInput::parse)
+                .transpose()
+                .map_err(under)?,
+            self.nats
+                .as_ref()
+                .map(NatsInput::parse)
+                .transpose()
+                .map_err(under)?,
+            self.amqp
+                .as_ref()
+                .map(AmqpInput::parse)
+                .transpose()
+                .map_err(under)?,
+        )
+        .map_err(under)?;
         Ok(Callback {
-            url: CallbackUrl::parse(&self.url).map_err(under)?,
+            target,
             method: self
                 .method
                 .as_deref()
@@ -358,7 +396,7 @@ mod tests {
 
     fn input(url: &str) -> CallbackInput {
         CallbackInput {
-            url: url.into(),
+            url: Some(url.into()),
             ..Default::default()
         }
     }
@@ -366,11 +404,12 @@ mod tests {
     #[test]
     fn accepts_a_full_callback() {
         let cb = CallbackInput {
-            url: "https://billing.internal:8443/run?x=1".into(),
+            url: Some("https://billing.internal:8443/run?x=1".into()),
             method: Some("put".into()),
             headers: BTreeMap::from([("X-Job".into(), "invoice".into())]),
             body: Some("{}".into()),
             timeout: Some("2s".into()),
+            ..Default::default()
         }
         .parse()
         .unwrap();
@@ -448,6 +487,35 @@ mod tests {
                 "{t}"
             );
         }
+    }
+
+    #[test]
+    fn exactly_one_target_is_named() {
+        let none = CallbackInput::default().parse().unwrap_err();
+        assert_eq!(none.field, "callback.url");
+        let two = CallbackInput {
+            worker: Some(WorkerInput { group: "g".into() }),
+            ..input("http://h/")
+        };
+        assert_eq!(two.parse().unwrap_err().message, crate::target::ONE_TARGET);
+        let worker = CallbackInput {
+            worker: Some(WorkerInput {
+                group: "invoices".into(),
+            }),
+            body: Some("{}".into()),
+            ..Default::default()
+        }
+        .parse()
+        .unwrap();
+        assert_eq!(worker.target_kind(), TargetKind::Worker);
+        // The stored form round-trips and names the target by its field.
+        let json = serde_json::to_string(&worker).unwrap();
+        assert!(
+            json.starts_with(r#"{"worker":{"group":"invoices"}"#),
+            "{json}"
+        );
+        assert_eq!(serde_json::from_str::<Callback>(&json).unwrap(), worker);
+        assert!(serde_json::from_str::<Callback>(r#"{"timeout":"5s"}"#).is_err());
     }
 
     #[test]

@@ -112,8 +112,15 @@ impl Clock for SystemClock {
     }
 
     fn sleep_until(&self, at: Timestamp) -> Sleep {
-        let ms = at.as_millis().saturating_sub(self.now().as_millis()).max(0);
-        Box::pin(tokio::time::sleep(Duration::from_millis(ms.unsigned_abs())))
+        // From the current microsecond: truncating now to its millisecond woke sleepers up
+        // to a millisecond late, and sleepers of the same instant at different moments.
+        let now_us = Utc::now().timestamp_micros();
+        let us = at
+            .as_millis()
+            .saturating_mul(1_000)
+            .saturating_sub(now_us)
+            .max(0);
+        Box::pin(tokio::time::sleep(Duration::from_micros(us.unsigned_abs())))
     }
 
     // Keeps sub-millisecond precision, which a round trip through Timestamp would lose.

@@ -28,6 +28,24 @@ impl ValidationError {
     }
 }
 
+/// Free text a caller names things with (a name, a reason, a key, a prefix): at most `max_chars`
+/// characters and no control characters, which no name holds and PostgreSQL refuses (NUL).
+pub fn plain_text(field: &str, text: &str, max_chars: usize) -> Result<(), ValidationError> {
+    if text.chars().count() > max_chars {
+        return Err(ValidationError::new(
+            field,
+            format!("must be at most {max_chars} characters"),
+        ));
+    }
+    if text.chars().any(char::is_control) {
+        return Err(ValidationError::new(
+            field,
+            "must not contain control characters",
+        ));
+    }
+    Ok(())
+}
+
 impl fmt::Display for ValidationError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.field.is_empty() {

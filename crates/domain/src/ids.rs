@@ -115,12 +115,7 @@ impl TimerName {
         if s.is_empty() {
             return err("must not be empty");
         }
-        if s.chars().count() > limits::MAX_NAME_CHARS {
-            return err("must be at most 128 characters");
-        }
-        if s.chars().any(char::is_control) {
-            return err("must not contain control characters");
-        }
+        crate::plain_text("name", &s, limits::MAX_NAME_CHARS)?;
         if s.trim() != s {
             return err("must not start or end with white space");
         }

@@ -2,6 +2,7 @@
 //! and every type that crosses a boundary (REST, gRPC, storage) can only hold valid values.
 
 mod access;
+mod activity;
 mod calendar;
 mod callback;
 mod clock;
@@ -15,19 +16,21 @@ mod ownership;
 mod page;
 mod policy;
 mod schedule;
+mod target;
 mod timer;
 
 pub use access::{
     ApiToken, MAX_TOKEN_NAME_CHARS, Scope, Scopes, SigningSecret, TokenId, webhook_signature,
 };
+pub use activity::{Counts, LATENESS_BOUNDS_MS, LATENESS_BUCKETS, Tally, minute_of};
 pub use calendar::{Calendar, CalendarName, DateRange, Exclusions, parse_dates};
 pub use callback::{
     Callback, CallbackBody, CallbackHeaders, CallbackInput, CallbackTimeout, CallbackUrl,
-    HttpMethod, TargetKind,
+    HttpMethod,
 };
 pub use clock::{Clock, ManualClock, Sleep, SystemClock, Ticker, Timestamp, TimestampError};
 pub use duration::{DurationError, format_duration, parse_duration};
-pub use error::ValidationError;
+pub use error::{ValidationError, plain_text};
 pub use horizon::{EXHAUSTED, Horizon, Plan};
 pub use ids::{AppName, Bucket, BucketCount, ShardKey, TaskKey, TimerId, TimerName};
 pub use network::{Blocked, Cidr, CidrError, NetworkPolicy};
@@ -40,6 +43,10 @@ pub use policy::{DeliveryMode, MaxAge, MisfirePolicy, RetryPolicy, RetryPolicyIn
 pub use schedule::{
     CronExpr, DstNote, DstPolicy, GapPolicy, Interval, RepeatPolicy, RunLimit, Schedule,
     ScheduleInput, ScheduleKind, TimeZone,
+};
+pub use target::{
+    AmqpInput, AmqpTarget, BrokerUrl, NatsInput, NatsTarget, Target, TargetKind, WorkerInput,
+    WorkerTarget, worker_group,
 };
 pub use timer::{
     Labels, NewTimer, OnComplete, OverlapPolicy, PauseNote, Timer, TimerSpec, TimerState,

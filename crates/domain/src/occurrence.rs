@@ -175,6 +175,10 @@ pub struct ClaimedOccurrence {
     /// Added by a backfill: its run time lies in the past on purpose, so lateness is
     /// measured from its due instant.
     pub backfill: bool,
+    /// The timer's version when the claim was made; `None` when it is deleted. Every change
+    /// to a timer bumps its version, so an executor holding the timer at this version needs
+    /// not read it again.
+    pub timer_now: Option<i64>,
 }
 
 /// The result of one attempt. Recorded only if the occurrence is still `running` at that

@@ -254,18 +254,7 @@ impl PauseNote {
     /// A reason as given: trimmed, at most 500 characters, no control characters.
     pub fn reason(raw: &str) -> Result<String, ValidationError> {
         let reason = raw.trim();
-        if reason.chars().count() > limits::MAX_PAUSE_REASON_CHARS {
-            return Err(ValidationError::new(
-                "reason",
-                format!("at most {} characters", limits::MAX_PAUSE_REASON_CHARS),
-            ));
-        }
-        if reason.chars().any(char::is_control) {
-            return Err(ValidationError::new(
-                "reason",
-                "must not contain control characters",
-            ));
-        }
+        crate::plain_text("reason", reason, limits::MAX_PAUSE_REASON_CHARS)?;
         Ok(reason.to_owned())
     }
 }

@@ -16,6 +16,16 @@ pub const METRICS: &[MetricSpec] = &[
         "Task keys handed back to the hot index for later: no room to wait for their host, or no slot when their turn came.",
     ),
     (
+        "chime_executor_workers_connected",
+        Gauge,
+        "Registered workers (WorkerService/Connect streams) connected to this executor.",
+    ),
+    (
+        "chime_executor_worker_forwards_total",
+        Counter,
+        "Worker deliveries this executor handed to another executor's worker (none of the group connected here).",
+    ),
+    (
         "chime_executor_accepted_total",
         Counter,
         "Task keys accepted from schedulers.",

@@ -250,8 +250,15 @@ impl Hosts {
 }
 
 /// The host a timer's callbacks go to: what the cap counts by.
+/// Workers count by app and group, brokers by their server.
 pub(crate) fn host_of(timer: &chime_domain::Timer) -> String {
-    let url = timer.spec.callback.url.as_url();
+    use chime_domain::Target;
+    let url = match &timer.spec.callback.target {
+        Target::Http(u) => u.as_url(),
+        Target::Nats(n) => n.url.as_url(),
+        Target::Amqp(a) => a.url.as_url(),
+        Target::Worker(w) => return format!("worker:{}/{}", timer.spec.app, w.group),
+    };
     format!(
         "{}:{}",
         url.host_str().unwrap_or_default(),

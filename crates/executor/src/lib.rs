@@ -13,12 +13,16 @@
 //! `max_in_flight` bounds memory and work, "full" is exact, and draining on shutdown is
 //! waiting for every permit to come back.
 
+mod activity;
 mod cancel;
 mod catalog;
 pub mod grpc;
 mod hosts;
 mod outcome;
+mod record;
 pub mod targets;
+mod timers;
+pub mod workers;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -27,10 +31,11 @@ use std::time::Duration;
 
 use chime_domain::{
     Bucket, Claim, ClaimedOccurrence, Clock, OccurrenceStatus, Outcome, OverlapPolicy, TaskKey,
-    Timer, TimerId,
+    Timer,
 };
-use chime_storage::{Exclusive, HotEntry, HotIndex, OccurrenceStore, StoreResult, TimerStore};
+use chime_storage::{Activity, Exclusive, HotIndex, OccurrenceStore, StoreResult, TimerStore};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
+use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
@@ -38,9 +43,10 @@ pub use catalog::METRICS;
 pub use outcome::settle;
 use outcome::{completes, skip_reason};
 pub use targets::{
-    Attempt, CallbackSettings, DeliveryTarget, HostLookup, HttpTarget, Signer, SystemLookup,
-    Targets,
+    AmqpTarget, Attempt, CallbackSettings, DeliveryTarget, HostLookup, HttpTarget, NatsTarget,
+    Signer, SystemLookup, Targets, WorkerTarget,
 };
+pub use workers::Workers;
 
 #[derive(Debug, Clone)]
 pub struct ExecutorSettings {
@@ -53,7 +59,21 @@ pub struct ExecutorSettings {
     pub lease_margin: Duration,
     /// Callbacks to one host (`host:port`) running at once; more wait their turn unclaimed.
     pub max_per_host: usize,
+    /// How long keys handed off well ahead of their due time wait for more to join their
+    /// claim. At a steady rate hand-offs come every millisecond or two with a few keys
+    /// each, and a claim round's fixed cost (two statements) was most of the database's
+    /// work per firing. Only keys due later than this plus [`CLAIM_MARGIN`] wait.
+    pub claim_linger: Duration,
+    /// How long a batch of outcomes waits for more before it is written (the same fixed
+    /// cost per statement). Their keys' slots stay taken meanwhile.
+    pub outcome_linger: Duration,
+    /// Timers kept between claims ([`timers::TimerCache`]); 0 keeps none.
+    pub timer_cache: usize,
 }
+
+/// What a claim must leave before the earliest key of its batch is due: its round trip and
+/// the callback's start.
+pub const CLAIM_MARGIN: Duration = Duration::from_millis(40);
 
 impl Default for ExecutorSettings {
     fn default() -> Self {
@@ -62,6 +82,9 @@ impl Default for ExecutorSettings {
             batch: 512,
             lease_margin: Duration::from_secs(5),
             max_per_host: 256,
+            claim_linger: Duration::from_millis(20),
+            outcome_linger: Duration::from_millis(10),
+            timer_cache: 16_384,
         }
     }
 }
@@ -73,6 +96,9 @@ impl ExecutorSettings {
             max_in_flight: config.executor.max_in_flight,
             lease_margin: config.executor.claim_lease_margin.get(),
             max_per_host: config.executor.max_per_host,
+            claim_linger: config.executor.claim_linger.get(),
+            outcome_linger: config.executor.outcome_linger.get(),
+            timer_cache: config.executor.timer_cache,
             ..Self::default()
         }
     }
@@ -103,6 +129,8 @@ struct Done {
     outcome: Outcome,
     /// The timer's last occurrence ended and the timer deletes itself when done.
     completes: bool,
+    /// Whose attempt it was, for the activity tallies (`None`: nothing was attempted).
+    app: Option<chime_domain::AppName>,
     /// How far its due instant lies after its run time by design (the timer's flexible
     /// window, a backfill's pace): not lateness.
     offset_ms: i64,
@@ -125,6 +153,10 @@ struct Inner {
     hosts: Arc<hosts::Hosts>,
     /// In-flight `cancel_other` callbacks, aborted when a newer occurrence cancels them.
     cancels: Arc<cancel::Cancels>,
+    /// Per app and minute tallies for the console's overview, when kept.
+    activity: Option<Arc<activity::ActivityLog>>,
+    /// Timers kept between claims.
+    cache: timers::TimerCache,
 }
 
 pub struct Executor {
@@ -132,6 +164,8 @@ pub struct Executor {
     permits: Arc<Semaphore>,
     queue: mpsc::UnboundedSender<Job>,
     stopping: AtomicBool,
+    /// Stops the activity tallies' writer.
+    stop_activity: CancellationToken,
 }
 
 impl Executor {
@@ -144,6 +178,26 @@ impl Executor {
         targets: Targets,
         settings: ExecutorSettings,
     ) -> Arc<Self> {
+        Self::start_with(timers, occurrences, index, None, clock, targets, settings)
+    }
+
+    /// [`Executor::start`], also keeping activity tallies in `activity` (services and
+    /// `chime dev` do; component tests need not).
+    pub fn start_with(
+        timers: Arc<dyn TimerStore>,
+        occurrences: Arc<dyn OccurrenceStore>,
+        index: Option<Arc<dyn HotIndex>>,
+        activity: Option<Arc<dyn Activity>>,
+        clock: Arc<dyn Clock>,
+        targets: Targets,
+        settings: ExecutorSettings,
+    ) -> Arc<Self> {
+        let stop_activity = CancellationToken::new();
+        let activity = activity.map(|store| {
+            let log = activity::ActivityLog::new(store, clock.clone());
+            tokio::spawn(log.clone().run(stop_activity.clone()));
+            log
+        });
         let (queue, jobs) = mpsc::unbounded_channel();
         let (done, outcomes) = mpsc::unbounded_channel();
         let permits = Arc::new(Semaphore::new(settings.max_in_flight));
@@ -157,6 +211,7 @@ impl Executor {
             clock.clone(),
         );
         let cancels = cancel::Cancels::start(occurrences.clone());
+        let settings_cache = settings.timer_cache;
         let inner = Arc::new(Inner {
             timers,
             occurrences,
@@ -168,14 +223,21 @@ impl Executor {
             tracker: TaskTracker::new(),
             hosts,
             cancels,
+            activity,
+            cache: timers::TimerCache::new(settings_cache),
         });
         tokio::spawn(claim_loop(inner.clone(), jobs));
-        tokio::spawn(outcome_loop(inner.clone(), outcomes, permits.clone()));
+        tokio::spawn(record::outcome_loop(
+            inner.clone(),
+            outcomes,
+            permits.clone(),
+        ));
         Arc::new(Self {
             inner,
             permits,
             queue,
             stopping: AtomicBool::new(false),
+            stop_activity,
         })
     }
 
@@ -228,10 +290,15 @@ impl Executor {
     pub async fn drain(&self, grace: Duration) -> usize {
         self.stopping.store(true, Ordering::Release);
         let all = u32::try_from(self.inner.settings.max_in_flight).unwrap_or(u32::MAX);
-        match tokio::time::timeout(grace, self.permits.acquire_many(all)).await {
+        let left = match tokio::time::timeout(grace, self.permits.acquire_many(all)).await {
             Ok(_) => 0,
             Err(_) => self.in_flight(),
+        };
+        self.stop_activity.cancel();
+        if let Some(log) = &self.inner.activity {
+            log.flush().await;
         }
+        left
     }
 }
 
@@ -240,6 +307,7 @@ impl Executor {
 async fn claim_loop(inner: Arc<Inner>, mut jobs: mpsc::UnboundedReceiver<Job>) {
     let mut batch = Vec::with_capacity(inner.settings.batch);
     while jobs.recv_many(&mut batch, inner.settings.batch).await > 0 {
+        gather(&inner, &mut jobs, &mut batch).await;
         let mut pending = std::mem::take(&mut batch);
         let mut backoff = Backoff::new();
         let claimed = loop {
@@ -251,6 +319,37 @@ async fn claim_loop(inner: Arc<Inner>, mut jobs: mpsc::UnboundedReceiver<Job>) {
         if let Err(e) = claimed {
             // Left pending in the database: the sweeper hands them out again.
             tracing::error!(error = %e, keys = pending.len(), "claim failed; dropping batch");
+        }
+    }
+}
+
+/// Lets `batch` wait for more keys while its earliest is due later than the linger plus
+/// [`CLAIM_MARGIN`]; a key due sooner arriving meanwhile ends the wait. A burst, a retry or
+/// a late hand-off is claimed at once.
+async fn gather(inner: &Inner, jobs: &mut mpsc::UnboundedReceiver<Job>, batch: &mut Vec<Job>) {
+    let linger = inner.settings.claim_linger;
+    let now = inner.clock.now();
+    let Some(earliest) = batch.iter().map(|j| j.key.run_at).min() else {
+        return;
+    };
+    if linger.is_zero() {
+        return;
+    }
+    let wait = |earliest: chime_domain::Timestamp| {
+        let ahead = earliest.as_millis() - now.as_millis();
+        let spare = ahead - CLAIM_MARGIN.as_millis() as i64;
+        Duration::from_millis(spare.clamp(0, linger.as_millis() as i64) as u64)
+    };
+    let start = tokio::time::Instant::now();
+    let mut until = start + wait(earliest);
+    while batch.len() < inner.settings.batch {
+        match tokio::time::timeout_at(until, jobs.recv()).await {
+            Ok(Some(job)) => {
+                // A key due sooner shortens the wait to what it can spare.
+                until = until.min(start + wait(job.key.run_at));
+                batch.push(job);
+            }
+            Ok(None) | Err(_) => break,
         }
     }
 }
@@ -278,13 +377,20 @@ impl Inner {
         let mut ids: Vec<_> = jobs.iter().map(|j| j.key.timer_id).collect();
         ids.sort_unstable();
         ids.dedup();
-        let timers: HashMap<_, Arc<Timer>> = self
-            .timers
-            .get_timers(&ids)
-            .await?
-            .into_iter()
-            .map(|t| (t.id, Arc::new(t)))
-            .collect();
+        let (mut timers, missing) = self.cache.lookup(&ids);
+        if !missing.is_empty() {
+            let read: Vec<Arc<Timer>> = self
+                .timers
+                .get_timers(&missing)
+                .await?
+                .into_iter()
+                .map(Arc::new)
+                .collect();
+            let now = self.clock.now();
+            self.cache
+                .keep(read.iter().filter(|t| timers::fires_soon(t, now)));
+            timers.extend(read.into_iter().map(|t| (t.id, t)));
+        }
         let longest = timers
             .values()
             .map(|t| t.spec.callback.timeout.get())
@@ -372,7 +478,11 @@ impl Inner {
             }
         }
         self.hosts.offer_later(waiting);
+        let unreadable = self.refresh_changed(&mut timers, &claimed).await;
         for job in jobs.drain(..) {
+            if unreadable.contains(&job.key.timer_id) {
+                continue;
+            }
             // `remove`: a key offered twice (two hand-offs of it in one batch) fires once.
             let Some(occurrence) = claimed.remove(&job.key) else {
                 // Taken by another executor, finished already, or gone: nothing to do.
@@ -391,6 +501,7 @@ impl Inner {
                 );
                 let _ = self.done.send(Done {
                     completes: completes(timer.map(Arc::as_ref), &outcome),
+                    app: None,
                     offset_ms: 0,
                     outcome,
                     bucket: occurrence.bucket,
@@ -448,6 +559,7 @@ impl Inner {
                 tracing::debug!(status = outcome.status.as_str(), "callback done");
                 let _ = inner.done.send(Done {
                     completes: completes(Some(&timer), &outcome),
+                    app: Some(timer.spec.app.clone()),
                     offset_ms: if occurrence.backfill {
                         occurrence.due.as_millis() - job.key.run_at.as_millis()
                     } else {
@@ -466,6 +578,47 @@ impl Inner {
     }
 }
 
+impl Inner {
+    /// Reads again the timers whose version the claims say changed since they were cached
+    /// (or that are gone), so no occurrence fires with an outdated timer. Returns those it
+    /// could not read now (the database went away): their claimed runs are left to the
+    /// sweeper once their lease runs out.
+    async fn refresh_changed(
+        &self,
+        timers: &mut HashMap<chime_domain::TimerId, Arc<Timer>>,
+        claimed: &HashMap<TaskKey, ClaimedOccurrence>,
+    ) -> Vec<chime_domain::TimerId> {
+        let mut changed: Vec<_> = claimed
+            .values()
+            .filter(|c| timers.get(&c.key.timer_id).map(|t| t.version) != c.timer_now)
+            .map(|c| c.key.timer_id)
+            .collect();
+        if changed.is_empty() {
+            return changed;
+        }
+        changed.sort_unstable();
+        changed.dedup();
+        self.cache.forget(&changed);
+        for id in &changed {
+            timers.remove(id);
+        }
+        match self.timers.get_timers(&changed).await {
+            Ok(read) => {
+                let read: Vec<Arc<Timer>> = read.into_iter().map(Arc::new).collect();
+                let now = self.clock.now();
+                self.cache
+                    .keep(read.iter().filter(|t| timers::fires_soon(t, now)));
+                timers.extend(read.into_iter().map(|t| (t.id, t)));
+                Vec::new()
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, timers = changed.len(), "cannot read changed timers; their claimed runs wait for the sweeper");
+                changed
+            }
+        }
+    }
+}
+
 /// The most a claimed key waits for its due time. Schedulers hand keys off only a little
 /// ahead; this bounds what a clock far off could hold a permit for.
 const MAX_EARLY: Duration = Duration::from_secs(5);
@@ -475,76 +628,4 @@ const MAX_EARLY: Duration = Duration::from_secs(5);
 async fn wait_until(clock: &dyn Clock, due: chime_domain::Timestamp) {
     let latest = clock.now().saturating_add(MAX_EARLY);
     clock.sleep_until(due.min(latest)).await;
-}
-
-/// Writes outcomes a batch at a time; each key's permit is freed once its outcome is stored.
-async fn outcome_loop(
-    inner: Arc<Inner>,
-    mut done: mpsc::UnboundedReceiver<Done>,
-    permits: Arc<Semaphore>,
-) {
-    let mut batch = Vec::with_capacity(inner.settings.batch);
-    while done.recv_many(&mut batch, inner.settings.batch).await > 0 {
-        // The permits are dropped at the end of this iteration, once the outcomes are stored.
-        let finished: Vec<TimerId> = batch
-            .iter()
-            .filter(|d| d.completes)
-            .map(|d| d.outcome.key.timer_id)
-            .collect();
-        let offsets: Vec<i64> = batch.iter().map(|d| d.offset_ms).collect();
-        let (outcomes, held): (Vec<Outcome>, Vec<(Bucket, OwnedSemaphorePermit)>) = batch
-            .drain(..)
-            .map(|d| (d.outcome, (d.bucket, d.permit)))
-            .unzip();
-        let mut backoff = Backoff::new();
-        let recorded = loop {
-            match inner.occurrences.record_outcomes(&outcomes).await {
-                Err(e) if e.is_retryable() => backoff.pause("recording outcomes", &e).await,
-                done => break done,
-            }
-        };
-        if let Err(e) = recorded {
-            tracing::error!(error = %e, outcomes = outcomes.len(), "cannot record outcomes; dropping them");
-        }
-        // Retries go back to the hot index, due at their next attempt. If that fails the
-        // sweeper finds them in the database once due.
-        if let Some(index) = &inner.index {
-            let retries: Vec<HotEntry> = outcomes
-                .iter()
-                .zip(&held)
-                .filter(|(o, _)| o.status == OccurrenceStatus::Retrying)
-                .filter_map(|(o, (bucket, _))| {
-                    Some(HotEntry::new(o.key, o.next_attempt_at?, *bucket))
-                })
-                .collect();
-            if let Err(e) = index.add(&retries).await {
-                tracing::warn!(error = %e, retries = retries.len(), "cannot index retries; the sweeper will find them");
-            }
-        }
-        // Timers done with `on_complete: delete` go once their last outcome is stored. If
-        // this fails the timer stays, in state `done` (docs/api.md).
-        if !finished.is_empty() {
-            match inner
-                .timers
-                .remove_finished(&finished, inner.clock.now())
-                .await
-            {
-                Ok(removed) if !removed.is_empty() => {
-                    tracing::info!(timers = ?removed, "removed timers done with on_complete delete");
-                }
-                Ok(_) => {}
-                Err(e) => tracing::warn!(error = %e, "cannot remove finished timers"),
-            }
-        }
-        for (o, offset) in outcomes.iter().zip(offsets) {
-            metrics::counter!("chime_executor_outcomes_total", "status" => o.status.as_str())
-                .increment(1);
-            if let Some(late) = o.lateness_ms().map(|l| l - offset) {
-                metrics::histogram!("chime_executor_lateness_seconds").record(late as f64 / 1000.0);
-            }
-        }
-        drop(held);
-        let in_flight = inner.settings.max_in_flight - permits.available_permits();
-        metrics::gauge!("chime_executor_in_flight").set(in_flight as f64);
-    }
 }

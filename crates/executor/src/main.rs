@@ -3,16 +3,27 @@
 use std::sync::Arc;
 
 use anyhow::Context;
-use chime_domain::{Clock, SystemClock};
-use chime_executor::{CallbackSettings, Executor, ExecutorSettings, HttpTarget, Signer, Targets};
-use chime_runtime::CommonArgs;
+use chime_domain::{Clock, SystemClock, TargetKind};
+use chime_executor::workers::peers::Peers;
+use chime_executor::workers::stream::WorkerGrpc;
+use chime_executor::{
+    AmqpTarget, CallbackSettings, Executor, ExecutorSettings, HttpTarget, NatsTarget, Signer,
+    Targets, WorkerTarget, Workers,
+};
+use chime_runtime::auth::Authenticator;
+use chime_runtime::fleet::{Endpoints, Fleet};
+use chime_runtime::{AuthMode, CommonArgs};
 use clap::Parser;
+use std::time::Duration;
 
 /// Chime executor: accepts due occurrences over gRPC (CHIME_EXECUTOR_ADDR, default :50061),
 /// claims each in CHIME_DATABASE_URL, performs its HTTP callback and records the outcome. At
 /// most CHIME_EXECUTOR__MAX_IN_FLIGHT (default 1024) at once; beyond that it answers "full"
 /// and schedulers try another replica. On SIGTERM it stops taking work and finishes what it
 /// accepted within CHIME_SHUTDOWN_GRACE.
+/// The longest a forwarded worker delivery may take: the longest callback timeout, and some.
+const MAX_FORWARD_WAIT: Duration = Duration::from_secs(310);
+
 #[derive(Parser)]
 #[command(name = "chime-executor", version)]
 struct Cli {
@@ -35,23 +46,65 @@ async fn main() -> anyhow::Result<()> {
     .await?;
     let db = stores.database.clone();
     // Every callback is signed with its app's secret (Standard Webhooks).
-    let signer = Signer::new(
+    let signer = Arc::new(Signer::new(
         db.credentials.clone(),
         clock.clone(),
         config.auth.cache_ttl.get(),
-    );
+    ));
+    // Registered workers connect here (WorkerService) with their app's token; a group with
+    // no worker here is asked of the other executors (CHIME_EXECUTOR_ENDPOINTS, if set).
+    let workers = Workers::new();
+    // NATS and AMQP publishes go only to the brokers listed in CHIME_BROKERS.
+    let brokers = Arc::new(config.brokers()?);
+    let tls = chime_runtime::Tls::load(&config.tls)?;
+    let mut worker_target = WorkerTarget::new(workers.clone()).with_signer(signer.clone());
+    let shutdown = chime_runtime::shutdown_token();
+    if !config.scheduler.executor_endpoints.is_empty() {
+        let endpoints = Endpoints::parse(&config.scheduler.executor_endpoints)?;
+        let fleet = Fleet::new(
+            endpoints,
+            tls.as_ref().map(|t| t.grpc_client()),
+            MAX_FORWARD_WAIT,
+        )
+        .await;
+        fleet.keep_resolving(Duration::from_secs(5), shutdown.clone());
+        worker_target = worker_target.with_peers(Peers::new(fleet));
+    }
     let targets = Targets::new(
-        HttpTarget::new(CallbackSettings::from_config(&config))?.with_signer(Arc::new(signer)),
+        HttpTarget::new(CallbackSettings::from_config(&config))?.with_signer(signer.clone()),
+    )
+    .with(TargetKind::Worker, Arc::new(worker_target))
+    .with(
+        TargetKind::Nats,
+        Arc::new(NatsTarget::new(brokers.clone()).with_signer(signer.clone())),
+    )
+    .with(
+        TargetKind::Amqp,
+        Arc::new(AmqpTarget::new(brokers).with_signer(signer.clone())),
     );
+    let auth = (config.auth.mode == AuthMode::Required).then(|| {
+        // Without the bootstrap token here, only app tokens are accepted.
+        let bootstrap = config.auth.bootstrap_token.clone().unwrap_or_else(|| {
+            let random: [u8; 32] = rand::random();
+            random.iter().map(|b| format!("{b:02x}")).collect()
+        });
+        Arc::new(Authenticator::new(
+            &bootstrap,
+            db.credentials.clone(),
+            clock.clone(),
+            config.auth.cache_ttl.get(),
+        ))
+    });
     // Retries are scheduled in the hot index; without Redis the sweeper finds them when due.
     if stores.hot_index.is_none() {
         tracing::warn!("no CHIME_REDIS_URL: retries wait for the scheduler's sweeper");
     }
     let index = stores.hot_index.clone();
-    let executor = Executor::start(
+    let executor = Executor::start_with(
         db.timers.clone(),
         db.occurrences.clone(),
         index,
+        Some(db.activity.clone()),
         clock,
         targets,
         ExecutorSettings::from_config(&config),
@@ -65,14 +118,15 @@ async fn main() -> anyhow::Result<()> {
     .await
     .context("binding the admin address")?;
     tracing::info!(grpc = %config.executor.addr, max_in_flight = config.executor.max_in_flight, "starting");
-    let served = chime_executor::grpc::serve(
+    let served = chime_executor::grpc::serve_with_workers(
         executor,
+        Some(WorkerGrpc::new(workers, auth).with_signer(signer)),
         grpc,
         admin,
         Arc::new(chime_runtime::DatabaseReadiness(db.clone())),
-        chime_runtime::shutdown_token(),
+        shutdown,
         config.shutdown_grace.get(),
-        chime_runtime::Tls::load(&config.tls)?,
+        tls,
     )
     .await;
     stores.close().await;

@@ -115,7 +115,7 @@ mod tests {
                 .resolve(now, None, None)
                 .unwrap(),
                 callback: CallbackInput {
-                    url: "http://x/".into(),
+                    url: Some("http://x/".into()),
                     ..Default::default()
                 }
                 .parse()
@@ -237,6 +237,7 @@ mod tests {
                 attempt,
                 due: Timestamp::from_millis(0),
                 backfill: false,
+                timer_now: Some(1),
             };
             skip_reason(Some(&t), &c, Timestamp::from_millis(now_ms))
         };
@@ -254,6 +255,7 @@ mod tests {
                     attempt: 1,
                     due: Timestamp::from_millis(0),
                     backfill: false,
+                    timer_now: Some(1),
                 },
                 Timestamp::from_millis(0)
             )

@@ -15,8 +15,13 @@ use chime_executor::{
     Targets,
 };
 use chime_storage::testkit::{self, PgFixture};
-use chime_storage::{OccurrenceStore, TimerStore};
+use chime_storage::{Activity, OccurrenceStore, TimerStore};
 use chime_test_support::sink::Sink;
+
+mod support {
+    pub mod counting;
+}
+use support::counting::Counting;
 
 struct Setup {
     db: PgFixture,
@@ -58,7 +63,7 @@ async fn timer(s: &Setup, name: &str, url: String, headers: &[(&str, &str)]) -> 
         .resolve(now, None, None)
         .unwrap(),
         callback: CallbackInput {
-            url,
+            url: Some(url),
             method: Some("PUT".into()),
             headers: headers
                 .iter()
@@ -66,6 +71,7 @@ async fn timer(s: &Setup, name: &str, url: String, headers: &[(&str, &str)]) -> 
                 .collect(),
             body: Some("{\"kind\":\"test\"}".into()),
             timeout: Some("2s".into()),
+            ..Default::default()
         }
         .parse()
         .unwrap(),
@@ -211,6 +217,54 @@ async fn a_key_offered_ahead_is_claimed_at_once_and_fired_at_its_due_time() {
 }
 
 #[tokio::test]
+async fn keys_handed_off_ahead_one_at_a_time_share_claims_and_outcome_writes() {
+    let s = setup().await;
+    let t = timer(&s, "linger", s.sink.url("/linger"), &[]).await;
+    // 60 keys due 1 ms apart, half a second ahead, offered one at a time as a steady rate's
+    // hand-offs come: without waiting for each other, each would be a claim and an outcome
+    // statement of its own.
+    let first = SystemClock.now().add_millis(500);
+    let keys: Vec<TaskKey> = (0..60)
+        .map(|i| TaskKey::new(t.id, first.add_millis(i)))
+        .collect();
+    let rows: Vec<NewOccurrence> = keys
+        .iter()
+        .map(|key| NewOccurrence {
+            key: *key,
+            timer_version: t.version,
+            bucket: t.bucket,
+            due: None,
+        })
+        .collect();
+    s.db.store.insert_occurrences(&rows).await.unwrap();
+    let counting = Counting::new(s.db.store());
+    let mut config = chime_runtime::Config::default();
+    config.callbacks.allow_networks = vec!["127.0.0.0/8".into()];
+    let exec = Executor::start(
+        s.db.store(),
+        counting.clone(),
+        None,
+        Arc::new(SystemClock),
+        Targets::new(HttpTarget::new(CallbackSettings::from_config(&config)).unwrap()),
+        ExecutorSettings::from_config(&config),
+    );
+    for key in &keys {
+        assert_eq!(exec.offer(&[*key]).unwrap().accepted, 1);
+        // Pacing the offers, as hand-offs arrive; nothing waits on it.
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    for key in &keys {
+        assert_eq!(finished(&s, *key).await.status, OccurrenceStatus::Succeeded);
+    }
+    let got = s.sink.received();
+    assert_eq!(got.len(), 60);
+    let claims = counting.claims.load(std::sync::atomic::Ordering::SeqCst);
+    let records = counting.records.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(claims <= 10, "{claims} claim statements for 60 keys");
+    assert!(records <= 20, "{records} outcome statements for 60 keys");
+}
+
+#[tokio::test]
 async fn skips_disabled_changed_and_deleted_timers_without_calling_back() {
     let s = setup().await;
     let off = timer(&s, "off", s.sink.url("/"), &[]).await;
@@ -253,6 +307,45 @@ async fn skips_disabled_changed_and_deleted_timers_without_calling_back() {
     assert!(reasons[1].starts_with("timer changed"), "{}", reasons[1]);
     assert_eq!(reasons[2], "timer deleted");
     assert_eq!(s.sink.count(), 0);
+}
+
+/// The executor keeps timers between claims; a change (a new version) is seen at the next
+/// claim, so an occurrence of the old version is skipped and one of the new version calls the
+/// new callback, never the cached one.
+#[tokio::test]
+async fn a_timer_changed_after_it_was_cached_is_read_again() {
+    let s = setup().await;
+    let t = timer(&s, "cached", s.sink.url("/old"), &[]).await;
+    let exec = executor(&s, 16);
+    let first = due_now(&s, &t, 0).await;
+    assert_eq!(exec.offer(&[first]).unwrap().accepted, 1);
+    assert_eq!(
+        finished(&s, first).await.status,
+        OccurrenceStatus::Succeeded
+    );
+
+    let mut spec = t.spec.clone();
+    spec.callback = CallbackInput {
+        url: Some(s.sink.url("/new")),
+        ..Default::default()
+    }
+    .parse()
+    .unwrap();
+    let updated =
+        s.db.store
+            .update_timer(t.id, None, spec, chime_domain::Horizon::DEFAULT)
+            .await
+            .unwrap()
+            .timer;
+    let old = due_now(&s, &t, 10).await;
+    let new = due_now(&s, &updated, 20).await;
+    assert_eq!(exec.offer(&[old, new]).unwrap().accepted, 2);
+    let skipped = finished(&s, old).await;
+    assert_eq!(skipped.status, OccurrenceStatus::Skipped);
+    assert!(skipped.error.unwrap().starts_with("timer changed"));
+    assert_eq!(finished(&s, new).await.status, OccurrenceStatus::Succeeded);
+    let paths: Vec<String> = s.sink.received().iter().map(|r| r.path.clone()).collect();
+    assert_eq!(paths, vec!["/old".to_owned(), "/new".to_owned()]);
 }
 
 /// Waits until `key` left pending and running: an outcome, final or a retry.
@@ -434,9 +527,12 @@ async fn execute_over_grpc() {
         Duration::from_secs(5),
         None,
     ));
-    let mut client = ExecutorServiceClient::connect(format!("http://{addr}"))
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
         .await
         .unwrap();
+    let mut client = ExecutorServiceClient::new(channel);
     let task = |k: TaskKey| Task {
         timer_id: k.timer_id.get(),
         run_at_ms: k.run_at.as_millis(),
@@ -578,4 +674,47 @@ async fn deliveries_go_through_the_target_of_the_timers_kind_with_the_same_retry
     assert_eq!(*target.seen.lock().unwrap(), vec![(refused, 1)]);
     // Nothing went over HTTP.
     assert!(s.sink.received().is_empty());
+}
+
+#[tokio::test]
+async fn attempts_are_tallied_per_app_and_written_by_the_drain() {
+    let s = setup().await;
+    let ok = timer(&s, "tally-ok", s.sink.url("/ok"), &[]).await;
+    let bad = timer(&s, "tally-bad", s.sink.url("/status/400"), &[]).await;
+    let mut config = chime_runtime::Config::default();
+    config.callbacks.allow_networks = vec!["127.0.0.0/8".into()];
+    let exec = Executor::start_with(
+        s.db.store(),
+        s.db.store(),
+        None,
+        Some(s.db.store()),
+        Arc::new(SystemClock),
+        Targets::new(HttpTarget::new(CallbackSettings::from_config(&config)).unwrap()),
+        ExecutorSettings::from_config(&config),
+    );
+    let keys = [due_now(&s, &ok, 0).await, due_now(&s, &bad, 0).await];
+    assert_eq!(exec.offer(&keys).unwrap().accepted, 2);
+    for key in keys {
+        finished(&s, key).await;
+    }
+    // Written every few seconds, and once more when the executor drains.
+    assert_eq!(exec.drain(Duration::from_secs(5)).await, 0);
+    let tallies =
+        s.db.store
+            .read_activity(
+                Some(&AppName::parse("ops").unwrap()),
+                SystemClock.now().add_millis(-120_000),
+            )
+            .await
+            .unwrap();
+    let mut total = chime_domain::Counts::default();
+    for t in &tallies {
+        total.merge(&t.counts);
+    }
+    assert_eq!(
+        (total.fired, total.succeeded, total.failed, total.dead),
+        (2, 1, 1, 0),
+        "{tallies:?}"
+    );
+    assert!(total.lateness_quantile_ms(0.5).is_some());
 }

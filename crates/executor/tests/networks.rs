@@ -4,57 +4,15 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use chime_domain::{
-    Bucket, CallbackInput, ClaimedOccurrence, Clock, NetworkPolicy, OccurrenceStatus,
-    ScheduleInput, SystemClock, TaskKey, Timer, TimerId,
-};
+mod support;
+
+use chime_domain::{CallbackInput, NetworkPolicy, OccurrenceStatus, SystemClock, Timer};
 use std::net::IpAddr;
 use std::sync::Arc;
+use support::claimed;
 
 use chime_executor::{CallbackSettings, DeliveryTarget, HostLookup, HttpTarget, SystemLookup};
 use chime_test_support::sink::Sink;
-
-fn timer(url: String) -> Timer {
-    let now = SystemClock.now();
-    let mut spec = chime_storage::contract::spec_with(
-        "ops",
-        "guarded",
-        &ScheduleInput {
-            every: Some("1h".into()),
-            ..Default::default()
-        },
-        now,
-    );
-    spec.callback = CallbackInput {
-        url,
-        ..Default::default()
-    }
-    .parse()
-    .unwrap();
-    Timer {
-        id: TimerId::new(7).unwrap(),
-        spec,
-        enabled: true,
-        version: 1,
-        bucket: Bucket::from_stored(0),
-        created_at: now,
-        updated_at: now,
-        deleted_at: None,
-        paused: None,
-    }
-}
-
-fn claimed(t: &Timer) -> ClaimedOccurrence {
-    let now = SystemClock.now();
-    ClaimedOccurrence {
-        key: TaskKey::new(t.id, now),
-        timer_version: 1,
-        bucket: t.bucket,
-        attempt: 1,
-        due: now,
-        backfill: false,
-    }
-}
 
 fn target(networks: NetworkPolicy) -> HttpTarget {
     HttpTarget::new(CallbackSettings {
@@ -129,4 +87,11 @@ async fn callbacks_to_blocked_addresses_are_refused_before_connecting_and_not_re
         assert_eq!(attempt.outcome.status, OccurrenceStatus::Succeeded, "{url}");
     }
     assert_eq!(sink.received().len(), 3);
+}
+
+fn timer(url: String) -> Timer {
+    support::timer(CallbackInput {
+        url: Some(url),
+        ..Default::default()
+    })
 }

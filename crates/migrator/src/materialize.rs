@@ -255,7 +255,7 @@ impl Materializer {
         let mut shards = Vec::new();
         let mut built = 0;
         while shard.minute_start() < until {
-            if !self.index.shard_exists(shard).await? {
+            if !self.index.shard_complete(shard).await? {
                 let due = self
                     .occurrences
                     .due_in_bucket(

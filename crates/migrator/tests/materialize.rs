@@ -225,7 +225,7 @@ async fn missing_shards_are_built_from_the_database() {
     assert!(built >= 16, "every bucket's shards of the lead: {built}");
     assert_eq!(indexed(&s, &t, t0).await, secs(&[10, 20, 30, 40, 50]));
     for b in BucketCount::DEFAULT.all() {
-        assert!(s.index.shard_exists(ShardKey::new(t0, b)).await.unwrap());
+        assert!(s.index.shard_complete(ShardKey::new(t0, b)).await.unwrap());
     }
     // Present shards are left alone.
     assert_eq!(pass(&s).await.1, 0);
@@ -429,9 +429,12 @@ async fn serve_grpc(
         stop.clone(),
         None,
     ));
-    let client = MigratorClient::connect(format!("http://{addr}"))
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
         .await
         .unwrap();
+    let client = MigratorClient::new(channel);
     (client, stop, server)
 }
 
@@ -541,5 +544,78 @@ async fn a_smaller_bucket_count_moves_timers_and_their_members() {
         m.run_pass().await.unwrap().rebucketed,
         0,
         "nothing left to move"
+    );
+}
+
+/// Occurrences far ahead of the lead are not in the hot index (Redis would hold every timer's
+/// next run): their shard is built from the database as its minute comes within the lead,
+/// even when a writer created that shard meanwhile with a member of its own.
+#[tokio::test]
+async fn far_ahead_runs_wait_in_the_database_until_their_minute_comes_within_the_lead() {
+    let s = setup().await;
+    let t0 = s.clock.now();
+    let clock: Arc<dyn Clock> = Arc::new(s.clock.clone());
+    let windowed: Arc<dyn HotIndex> = Arc::new(chime_storage::Windowed::new(
+        s.index.clone(),
+        clock.clone(),
+        MINUTE.lead,
+    ));
+    let m = Materializer::new(
+        s.store.clone(),
+        s.store.clone(),
+        windowed.clone(),
+        clock,
+        MINUTE,
+    );
+    let first_at = t0.add_millis(10 * 60_000 + 5_000);
+    let first = create(&s, "in-ten-minutes", at(first_at), true).await;
+    m.timer(first.id, None).await.unwrap();
+    for b in BucketCount::DEFAULT.all() {
+        m.bucket(b).await.unwrap();
+    }
+    let shard = ShardKey::new(first_at, first.bucket);
+    let members = |s: &Setup| {
+        let index = s.index.clone();
+        async move {
+            let due = index
+                .due(shard, first_at.add_millis(60_000), 100)
+                .await
+                .unwrap();
+            due.into_iter().map(|(k, _)| k).collect::<Vec<_>>()
+        }
+    };
+    assert!(
+        members(&s).await.is_empty(),
+        "ten minutes ahead of a 60 s lead"
+    );
+
+    // Nine and a half minutes on, a writer indexes another run of that minute (a create
+    // would): the shard now exists in Redis, but nothing built it.
+    s.clock.advance(Duration::from_secs(9 * 60 + 30));
+    let other = TaskKey::new(
+        chime_domain::TimerId::new(first.id.get() + 1_000_000).unwrap(),
+        first_at.add_millis(2_000),
+    );
+    windowed
+        .add(&[chime_storage::HotEntry::new(
+            other,
+            other.run_at,
+            first.bucket,
+        )])
+        .await
+        .unwrap();
+    assert_eq!(members(&s).await, vec![other]);
+    assert!(!s.index.shard_complete(shard).await.unwrap());
+
+    // The migrator's pass builds it from the database: the first run is indexed too.
+    for b in BucketCount::DEFAULT.all() {
+        m.bucket(b).await.unwrap();
+    }
+    assert!(s.index.shard_complete(shard).await.unwrap());
+    assert!(
+        members(&s)
+            .await
+            .contains(&TaskKey::new(first.id, first_at)),
+        "the far run is in its shard once its minute is within the lead"
     );
 }

@@ -1,6 +1,8 @@
 //! Chime's gRPC API, generated from `proto/chime/v1`.
 
 #[allow(clippy::all, clippy::pedantic, missing_docs)]
+mod targets;
+
 pub mod v1 {
     tonic::include_proto!("chime.v1");
 }

@@ -2,7 +2,9 @@
 //! shutdown signal.
 
 pub mod admin;
+pub mod auth;
 mod config;
+pub mod fleet;
 mod roster;
 mod shutdown;
 mod telemetry;
@@ -17,7 +19,8 @@ pub use config::{
 pub use roster::{Roster, RosterSettings};
 pub use shutdown::{cancel_on_signal, shutdown_token};
 pub use telemetry::{
-    LATENCY_BUCKETS, MetricKind, MetricSpec, describe_metrics, init_tracing, prometheus,
+    LATENCY_BUCKETS, METRICS_UPKEEP, MetricKind, MetricSpec, describe_metrics, init_tracing,
+    prometheus, prometheus_recorder,
 };
 pub use tls::{Tls, TlsListener, grpc_server};
 pub use traces::{adopt_context, flush_traces, inject_context, record_ids};

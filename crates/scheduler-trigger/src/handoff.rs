@@ -1,7 +1,6 @@
 //! Handing due task keys to executors: the [`Handoff`] trait, and its gRPC implementation
 //! that balances over the executor fleet.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -10,8 +9,9 @@ use async_trait::async_trait;
 use chime_domain::TaskKey;
 use chime_proto::v1::executor_service_client::ExecutorServiceClient;
 use chime_proto::v1::{ExecuteRequest, Task};
-use tokio::sync::RwLock;
-use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
+use chime_runtime::fleet::Fleet;
+pub use chime_runtime::fleet::{Endpoints, EndpointsError};
+use tonic::transport::ClientTlsConfig;
 
 /// Where due keys go. Implemented over gRPC by [`GrpcExecutors`], and in-process by
 /// `chime dev`.
@@ -22,99 +22,18 @@ pub trait Handoff: Send + Sync + 'static {
     async fn hand_off(&self, keys: &[TaskKey]) -> usize;
 }
 
-/// Where the executors are: `CHIME_EXECUTOR_ENDPOINTS`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Endpoints {
-    /// Fixed URLs (`http://10.0.0.5:50061,http://10.0.0.6:50061`).
-    Static(Vec<String>),
-    /// One DNS name (`chime-executor.chime.svc:50061`, or `dns:///…`), resolved to every
-    /// address it has and re-resolved periodically: a Kubernetes headless Service.
-    Dns { host: String, port: u16 },
-}
-
-/// Why the configured executor endpoints are unusable.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum EndpointsError {
-    #[error(
-        "no executors configured: set CHIME_EXECUTOR_ENDPOINTS (comma-separated URLs, \
-         or one DNS name such as chime-executor:50061)"
-    )]
-    Missing,
-    #[error("executor endpoint {endpoint:?}: {problem}")]
-    Invalid { endpoint: String, problem: String },
-}
-
-impl EndpointsError {
-    fn invalid(endpoint: &str, problem: impl std::fmt::Display) -> Self {
-        Self::Invalid {
-            endpoint: endpoint.to_owned(),
-            problem: problem.to_string(),
-        }
-    }
-}
-
-impl Endpoints {
-    /// Reads the configured list: URLs with a scheme are static; a single `host:port` (or
-    /// `dns:///host:port`) is a DNS name.
-    pub fn parse(list: &[String]) -> Result<Self, EndpointsError> {
-        match list {
-            [] => Err(EndpointsError::Missing),
-            [one] if !one.contains("://") || one.starts_with("dns://") => {
-                let target = one.trim_start_matches("dns://").trim_start_matches('/');
-                let (host, port) = target
-                    .rsplit_once(':')
-                    .ok_or_else(|| EndpointsError::invalid(one, "expected host:port"))?;
-                let port = port
-                    .parse()
-                    .map_err(|_| EndpointsError::invalid(one, format!("bad port {port:?}")))?;
-                if host.is_empty() {
-                    return Err(EndpointsError::invalid(one, "no host"));
-                }
-                Ok(Self::Dns {
-                    host: host.to_owned(),
-                    port,
-                })
-            }
-            many => {
-                for url in many {
-                    Endpoint::from_shared(url.clone())
-                        .map_err(|e| EndpointsError::invalid(url, e))?;
-                    if !url.contains("://") {
-                        return Err(EndpointsError::invalid(
-                            url,
-                            "a list needs URLs such as http://host:50061",
-                        ));
-                    }
-                }
-                Ok(Self::Static(many.to_vec()))
-            }
-        }
-    }
-}
-
-struct Replica {
-    target: String,
-    client: ExecutorServiceClient<Channel>,
-}
-
 /// The executor fleet over gRPC. Each batch starts at the next replica in turn; what one
 /// replica does not take (full, stopping, unreachable) goes to the next. Channels are
 /// lazy and reconnect by themselves.
 pub struct GrpcExecutors {
-    endpoints: Endpoints,
-    replicas: RwLock<Arc<Vec<Replica>>>,
+    fleet: Arc<Fleet>,
     next: AtomicUsize,
-    call_timeout: Duration,
     /// Rounds over every replica before giving a batch back to the caller.
     rounds: u32,
-    /// TLS (trusting `tls.ca`, presenting this service's certificate) for `https://`
-    /// endpoints, and for every resolved address of a DNS endpoint.
-    tls: Option<ClientTlsConfig>,
 }
 
 impl GrpcExecutors {
-    /// Starts with the endpoints resolved now; a DNS name that does not resolve yet (no
-    /// executor is up) starts empty and is retried by [`Self::keep_resolving`].
+    /// Starts with the endpoints resolved now (see [`Fleet::new`]).
     pub async fn new(endpoints: Endpoints) -> Arc<Self> {
         Self::with_tls(endpoints, None).await
     }
@@ -122,110 +41,28 @@ impl GrpcExecutors {
     /// [`Self::new`], calling executors over TLS with `tls` (`https://` URLs, or every
     /// address of a DNS name, whose host name the certificates must name).
     pub async fn with_tls(endpoints: Endpoints, tls: Option<ClientTlsConfig>) -> Arc<Self> {
-        let this = Arc::new(Self {
-            endpoints,
-            replicas: RwLock::new(Arc::new(Vec::new())),
+        Arc::new(Self {
+            fleet: Fleet::new(endpoints, tls, Duration::from_secs(2)).await,
             next: AtomicUsize::new(0),
-            call_timeout: Duration::from_secs(2),
             rounds: 3,
-            tls,
-        });
-        if let Err(e) = this.refresh().await {
-            tracing::warn!(error = %e, "no executors yet");
-        }
-        this
+        })
     }
 
-    /// Re-resolves a DNS endpoint every `every` until `stop`; static lists never change.
-    pub fn keep_resolving(
-        self: &Arc<Self>,
-        every: Duration,
-        stop: tokio_util::sync::CancellationToken,
-    ) {
-        if matches!(self.endpoints, Endpoints::Static(_)) {
-            return;
-        }
-        let this = self.clone();
-        tokio::spawn(async move {
-            loop {
-                tokio::select! {
-                    () = stop.cancelled() => break,
-                    () = tokio::time::sleep(every) => {}
-                }
-                if let Err(e) = this.refresh().await {
-                    tracing::warn!(error = %e, "cannot resolve executors; keeping the last list");
-                }
-            }
-        });
+    /// Re-resolves a DNS endpoint every `every` until `stop`.
+    pub fn keep_resolving(&self, every: Duration, stop: tokio_util::sync::CancellationToken) {
+        self.fleet.keep_resolving(every, stop);
     }
 
     /// The targets currently balanced over.
     pub async fn targets(&self) -> Vec<String> {
-        self.replicas
-            .read()
-            .await
-            .iter()
-            .map(|r| r.target.clone())
-            .collect()
-    }
-
-    async fn refresh(&self) -> Result<(), String> {
-        let targets: Vec<String> = match &self.endpoints {
-            Endpoints::Static(urls) => urls.clone(),
-            Endpoints::Dns { host, port } => {
-                let mut addrs: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), *port))
-                    .await
-                    .map_err(|e| format!("resolving {host}:{port}: {e}"))?
-                    .collect();
-                addrs.sort();
-                addrs.dedup();
-                if addrs.is_empty() {
-                    return Err(format!("{host}:{port} resolves to no address"));
-                }
-                let scheme = if self.tls.is_some() { "https" } else { "http" };
-                addrs.iter().map(|a| format!("{scheme}://{a}")).collect()
-            }
-        };
-        let current = self.replicas.read().await.clone();
-        if current.iter().map(|r| &r.target).eq(targets.iter()) {
-            return Ok(());
-        }
-        let mut replicas = Vec::with_capacity(targets.len());
-        for target in targets {
-            // Keep an existing channel (and its connection) for a target that stays.
-            let client = match current.iter().find(|r| r.target == target) {
-                Some(r) => r.client.clone(),
-                None => {
-                    let mut endpoint = Endpoint::from_shared(target.clone())
-                        .map_err(|e| format!("executor endpoint {target:?}: {e}"))?
-                        .connect_timeout(Duration::from_millis(500))
-                        .timeout(self.call_timeout)
-                        .tcp_nodelay(true);
-                    if let Some(tls) = self.tls.clone().filter(|_| target.starts_with("https://")) {
-                        // A resolved address is checked against the DNS name's certificate.
-                        let tls = match &self.endpoints {
-                            Endpoints::Dns { host, .. } => tls.domain_name(host.clone()),
-                            Endpoints::Static(_) => tls,
-                        };
-                        endpoint = endpoint
-                            .tls_config(tls)
-                            .map_err(|e| format!("executor endpoint {target:?}: {e}"))?;
-                    }
-                    ExecutorServiceClient::new(endpoint.connect_lazy())
-                }
-            };
-            replicas.push(Replica { target, client });
-        }
-        tracing::info!(executors = ?replicas.iter().map(|r| &r.target).collect::<Vec<_>>(), "executor endpoints");
-        *self.replicas.write().await = Arc::new(replicas);
-        Ok(())
+        self.fleet.targets().await
     }
 }
 
 #[async_trait]
 impl Handoff for GrpcExecutors {
     async fn hand_off(&self, keys: &[TaskKey]) -> usize {
-        let replicas = self.replicas.read().await.clone();
+        let replicas = self.fleet.replicas().await;
         if replicas.is_empty() || keys.is_empty() {
             return 0;
         }
@@ -249,9 +86,7 @@ impl Handoff for GrpcExecutors {
                         run_at_ms: k.run_at.as_millis(),
                     })
                     .collect();
-                match replica
-                    .client
-                    .clone()
+                match ExecutorServiceClient::new(replica.channel.clone())
                     .execute(traced(&span, ExecuteRequest { tasks }))
                     .await
                 {
@@ -301,54 +136,173 @@ fn traced<T>(span: &tracing::Span, message: T) -> tonic::Request<T> {
 mod tests {
     use super::*;
 
-    fn list(items: &[&str]) -> Vec<String> {
-        items.iter().map(|s| (*s).to_owned()).collect()
-    }
-
-    #[test]
-    fn endpoints_are_urls_or_one_dns_name() {
-        assert_eq!(
-            Endpoints::parse(&list(&["http://a:1", "http://b:2"])),
-            Ok(Endpoints::Static(list(&["http://a:1", "http://b:2"])))
-        );
-        assert_eq!(
-            Endpoints::parse(&list(&["http://a:1"])),
-            Ok(Endpoints::Static(list(&["http://a:1"])))
-        );
-        assert_eq!(
-            Endpoints::parse(&list(&["chime-executor.chime.svc:50061"])),
-            Ok(Endpoints::Dns {
-                host: "chime-executor.chime.svc".into(),
-                port: 50061
-            })
-        );
-        assert_eq!(
-            Endpoints::parse(&list(&["dns:///exec:7"])),
-            Ok(Endpoints::Dns {
-                host: "exec".into(),
-                port: 7
-            })
-        );
-        assert!(Endpoints::parse(&[]).is_err());
-        assert!(Endpoints::parse(&list(&["exec"])).is_err());
-        assert!(Endpoints::parse(&list(&["exec:port"])).is_err());
-        assert!(Endpoints::parse(&list(&["a:1", "b:2"])).is_err());
-    }
-
     #[tokio::test]
-    async fn a_dns_name_becomes_one_target_per_address() {
-        let fleet = GrpcExecutors::new(Endpoints::Dns {
-            host: "127.0.0.1".into(),
-            port: 50061,
-        })
-        .await;
-        assert_eq!(fleet.targets().await, vec!["http://127.0.0.1:50061"]);
+    async fn no_executors_take_nothing() {
         let missing = GrpcExecutors::new(Endpoints::Dns {
             host: "no-such-host.invalid".into(),
             port: 1,
         })
         .await;
-        assert!(missing.targets().await.is_empty());
         assert_eq!(missing.hand_off(&[]).await, 0);
+    }
+}
+
+/// Hand-offs made at the same moment by several shards of one replica, merged into one call.
+/// Shards hand off on a shared grid (`dispatch`), so at a steady rate each replica's shards
+/// offer their keys on the same timer tick: one call carries them all, instead of one gRPC
+/// call (and one claim round trip at the executor) per shard. Calls still run concurrently:
+/// offers arriving while one is in flight go in the next, never waiting for it.
+pub(crate) struct Merged {
+    inner: Arc<dyn Handoff>,
+    /// Keys per merged call, at most; one offer larger than this goes alone.
+    max_keys: usize,
+    queue: std::sync::OnceLock<tokio::sync::mpsc::UnboundedSender<Offer>>,
+}
+
+/// How long a merged call waits for the offers of the other shards of its tick.
+const MERGE_WINDOW: Duration = Duration::from_millis(1);
+
+struct Offer {
+    keys: Vec<TaskKey>,
+    reply: tokio::sync::oneshot::Sender<usize>,
+}
+
+impl Merged {
+    pub(crate) fn new(inner: Arc<dyn Handoff>, max_keys: usize) -> Self {
+        Self {
+            inner,
+            max_keys: max_keys.max(1),
+            queue: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// The merging task, started on first use (on the caller's runtime).
+    fn queue(&self) -> &tokio::sync::mpsc::UnboundedSender<Offer> {
+        self.queue.get_or_init(|| {
+            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+            tokio::spawn(merge(self.inner.clone(), rx, self.max_keys));
+            tx
+        })
+    }
+}
+
+#[async_trait]
+impl Handoff for Merged {
+    async fn hand_off(&self, keys: &[TaskKey]) -> usize {
+        if keys.is_empty() {
+            return 0;
+        }
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let offer = Offer {
+            keys: keys.to_vec(),
+            reply,
+        };
+        if self.queue().send(offer).is_err() {
+            return 0;
+        }
+        // Dropped unanswered (the runtime is stopping): nothing was taken.
+        answer.await.unwrap_or(0)
+    }
+}
+
+async fn merge(
+    inner: Arc<dyn Handoff>,
+    mut offers: tokio::sync::mpsc::UnboundedReceiver<Offer>,
+    max_keys: usize,
+) {
+    let mut carried: Option<Offer> = None;
+    loop {
+        let first = match carried.take() {
+            Some(o) => o,
+            None => match offers.recv().await {
+                Some(o) => o,
+                None => return,
+            },
+        };
+        // Shards woken by the same tick offer within a moment of each other (each removes its
+        // keys from Redis first): a millisecond gathers them into this call. Their keys are
+        // handed off well ahead of due, so it costs no lateness.
+        let until = tokio::time::Instant::now() + MERGE_WINDOW;
+        let mut batch = vec![first];
+        let mut keys = batch[0].keys.len();
+        while let Ok(Some(o)) = tokio::time::timeout_at(until, offers.recv()).await {
+            if keys + o.keys.len() > max_keys {
+                carried = Some(o);
+                break;
+            }
+            keys += o.keys.len();
+            batch.push(o);
+        }
+        let inner = inner.clone();
+        tokio::spawn(async move {
+            let all: Vec<TaskKey> = batch.iter().flat_map(|o| o.keys.iter().copied()).collect();
+            // Accepted from the front: earlier offers first, the one straddling in part.
+            let mut left = inner.hand_off(&all).await;
+            for o in batch {
+                let n = o.keys.len().min(left);
+                left -= n;
+                let _ = o.reply.send(n);
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod merge_tests {
+    use super::*;
+    use chime_domain::{TimerId, Timestamp};
+    use std::sync::Mutex;
+
+    /// Takes at most `room` keys a call, and notes each call's size.
+    struct Limited {
+        room: usize,
+        calls: Mutex<Vec<usize>>,
+    }
+
+    #[async_trait]
+    impl Handoff for Limited {
+        async fn hand_off(&self, keys: &[TaskKey]) -> usize {
+            self.calls.lock().unwrap().push(keys.len());
+            keys.len().min(self.room)
+        }
+    }
+
+    fn keys(from: i64, n: i64) -> Vec<TaskKey> {
+        (from..from + n)
+            .map(|i| TaskKey::new(TimerId::new(i).unwrap(), Timestamp::from_millis(i)))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn offers_made_together_go_in_one_call_and_refusals_fall_on_the_last() {
+        let limited = Arc::new(Limited {
+            room: 25,
+            calls: Mutex::new(Vec::new()),
+        });
+        let merged = Arc::new(Merged::new(limited.clone(), 1_000));
+        let offers = (0..4).map(|i| {
+            let merged = merged.clone();
+            async move { merged.hand_off(&keys(1 + i * 10, 10)).await }
+        });
+        let taken = futures::future::join_all(offers).await;
+        assert_eq!(*limited.calls.lock().unwrap(), vec![40]);
+        assert_eq!(taken, vec![10, 10, 5, 0]);
+    }
+
+    #[tokio::test]
+    async fn a_merged_call_holds_at_most_max_keys() {
+        let limited = Arc::new(Limited {
+            room: usize::MAX,
+            calls: Mutex::new(Vec::new()),
+        });
+        let merged = Arc::new(Merged::new(limited.clone(), 25));
+        let offers = (0..4).map(|i| {
+            let merged = merged.clone();
+            async move { merged.hand_off(&keys(1 + i * 10, 10)).await }
+        });
+        assert_eq!(futures::future::join_all(offers).await, vec![10; 4]);
+        let calls = limited.calls.lock().unwrap().clone();
+        assert!(calls.iter().all(|&n| n <= 25), "{calls:?}");
+        assert_eq!(calls.iter().sum::<usize>(), 40);
     }
 }

@@ -37,12 +37,18 @@ pub struct SchedulerSettings {
     pub buckets: BucketCount,
     /// A shard lease's life without renewal: how soon a dead holder's shard moves on.
     pub lease_ttl: Duration,
-    /// How far ahead of due members are read.
+    /// How far ahead of due members are read, at most (a round reads `poll +
+    /// dispatch_ahead`), and how far ahead of the next minute its shards are leased.
     pub lookahead: Duration,
     /// How far ahead of due members are handed off. Executors claim at once and call back
-    /// at the due instant, so claim round trips add no lateness, and the keys of this
-    /// window travel in one hand-off instead of one per due millisecond.
+    /// at the due instant, so claim round trips add no lateness.
     pub dispatch_ahead: Duration,
+    /// The least time between two hand-offs of one shard (at most half `dispatch_ahead`):
+    /// keys due close together travel in one hand-off, handed off between
+    /// `dispatch_ahead - handoff_every` and `dispatch_ahead` before due. Without it, keys
+    /// spread over the second went one hand-off (one gRPC call, one Redis removal, one claim
+    /// statement) per due millisecond.
+    pub handoff_every: Duration,
     /// How often a held shard is re-read for members added meanwhile.
     pub poll: Duration,
     /// How soon keys executors refused are offered again, doubled per hand-off in a row
@@ -83,6 +89,7 @@ impl SchedulerSettings {
             lease_ttl,
             lookahead,
             dispatch_ahead: Duration::from_millis(100),
+            handoff_every: Duration::from_millis(25),
             poll: Duration::from_millis(200),
             refused_retry: Duration::from_millis(20),
             tick: Duration::from_secs(1),
@@ -112,6 +119,8 @@ pub struct Scheduler {
 
 /// A shard worker and how to stop it when its bucket goes to a peer.
 struct Held {
+    /// Tells this worker's end from a later one's on the same shard.
+    id: u64,
     worker: JoinHandle<bool>,
     stop: CancellationToken,
 }
@@ -147,6 +156,9 @@ impl Scheduler {
         clock: Arc<dyn Clock>,
         settings: SchedulerSettings,
     ) -> Arc<Self> {
+        // Twice a shard's batch: the shards of one tick share a call, a burst's full
+        // batches still go two at a time.
+        let handoff = Arc::new(handoff::Merged::new(handoff, settings.batch * 2));
         Arc::new(Self {
             timers,
             index,
@@ -204,6 +216,12 @@ impl Scheduler {
         // Shards of this replica's buckets it could not lease yet (a peer handing them over
         // still holds them): tried again after a poll rather than a whole tick.
         let mut waiting = false;
+        // A worker that ended (its lease lost to a peer with a stale view of the group, or
+        // its minute done) wakes the loop at once: waiting for the tick left a lost shard
+        // unworked for up to a second, and its keys that late. Each says which it was.
+        let (ended_tx, mut ended_rx) =
+            tokio::sync::mpsc::unbounded_channel::<(u64, ShardKey, bool)>();
+        let mut generation: u64 = 0;
         loop {
             let retry = self.settings.poll;
             tokio::select! {
@@ -211,6 +229,15 @@ impl Scheduler {
                 _ = tick.tick() => {}
                 () = ownership::changed(&mut changes) => {}
                 () = self.clock.sleep(retry), if waiting => {}
+                Some((id, shard, done)) = ended_rx.recv() => {
+                    // Only if it is still the worker held for that shard.
+                    if held.get(&shard).is_some_and(|h| h.id == id) {
+                        held.remove(&shard);
+                        if done {
+                            finished.insert(shard);
+                        }
+                    }
+                }
             }
             waiting = false;
             let ended: Vec<ShardKey> = held
@@ -244,8 +271,16 @@ impl Scheduler {
                 match self.take_lease(&lease_name(shard), &view).await {
                     Ok(true) => {
                         let stop = workers_stop.child_token();
-                        let worker = tokio::spawn(self.clone().work(shard, stop.clone()));
-                        held.insert(shard, Held { worker, stop });
+                        let (this, ended) = (self.clone(), ended_tx.clone());
+                        let worker_stop = stop.clone();
+                        generation += 1;
+                        let id = generation;
+                        let worker = tokio::spawn(async move {
+                            let finished = this.work(shard, worker_stop).await;
+                            let _ = ended.send((id, shard, finished));
+                            finished
+                        });
+                        held.insert(shard, Held { id, worker, stop });
                     }
                     Ok(false) => waiting = true,
                     Err(e) => {
@@ -304,7 +339,10 @@ impl Scheduler {
                 // Out of every replica's window: what is left is the sweeper's.
                 break true;
             }
-            let due = match reader.read(now.saturating_add(s.lookahead)).await {
+            // Only what this round can hand off: read further ahead, each member would be
+            // read again at every poll until its turn.
+            let window = (s.poll + s.dispatch_ahead).min(s.lookahead);
+            let due = match reader.read(now.saturating_add(window)).await {
                 Ok(due) => due,
                 Err(e) => {
                     tracing::warn!(%shard, error = %e, "cannot read shard");
@@ -384,9 +422,18 @@ impl Scheduler {
     ) -> Round {
         let s = self.settings;
         let ahead = i64::try_from(s.dispatch_ahead.as_millis()).unwrap_or(0);
+        let every = s.handoff_every.min(s.dispatch_ahead / 2);
+        let mut earliest = self.clock.now();
         let mut rest = due;
+        let grid = i64::try_from(every.as_millis()).unwrap_or(0).max(1);
         while let Some(&(_, first_due)) = rest.first() {
-            let send_at = first_due.add_millis(-ahead);
+            let mut send_at = first_due.add_millis(-ahead).max(earliest);
+            if send_at > self.clock.now() {
+                // On a grid every shard shares, so this replica's shards hand off on the
+                // same tick and their keys travel in one call (`handoff::Merged`).
+                let ms = send_at.as_millis();
+                send_at = Timestamp::from_millis(ms + (grid - ms.rem_euclid(grid)) % grid);
+            }
             if send_at > poll_until || !self.pause_until(send_at, stop).await {
                 break;
             }
@@ -397,6 +444,12 @@ impl Scheduler {
                 .take(s.batch)
                 .take_while(|(_, d)| *d <= horizon)
                 .count();
+            // A full batch leaves keys already in the window: those go at once.
+            earliest = if n == s.batch {
+                now
+            } else {
+                now.saturating_add(every)
+            };
             if !self
                 .hand_off_batch(shard, &rest[..n], now, reader, full_refusals, stop)
                 .await

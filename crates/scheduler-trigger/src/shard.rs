@@ -1,5 +1,6 @@
-//! Reading one held shard: from the hot index, or from the database when Redis lost the
-//! shard (the fallback), remembering what was handed off meanwhile so nothing goes twice.
+//! Reading one held shard: from the hot index when the shard is complete there, or from the
+//! database when it is not (Redis lost it, or no migrator built it yet: the fallback),
+//! remembering what was handed off meanwhile so nothing goes twice.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -13,8 +14,8 @@ pub(crate) type Member = (TaskKey, Timestamp);
 /// Where a held shard's members are read from.
 enum Source {
     HotIndex,
-    /// Redis lost the shard: the database's claimable occurrences, minus those already
-    /// handed off.
+    /// The shard is not complete in the hot index: the database's claimable occurrences,
+    /// minus those already handed off.
     Database {
         sent: HashSet<TaskKey>,
         /// Whether finding work there was reported (once per shard: a missing shard with
@@ -53,19 +54,18 @@ impl ShardReader {
     pub(crate) async fn read(&mut self, up_to: Timestamp) -> StoreResult<Vec<Member>> {
         let (shard, limit) = (self.shard, self.limit);
         if let Source::HotIndex = self.source {
-            let due = self.index.due(shard, up_to, limit).await?;
-            if !due.is_empty() || self.index.shard_exists(shard).await? {
+            if let Some(due) = self.index.due_if_complete(shard, up_to, limit).await? {
                 return Ok(due);
             }
             metrics::counter!("chime_scheduler_shard_fallbacks_total").increment(1);
-            tracing::debug!(%shard, "shard missing from the hot index; reading the database");
+            tracing::debug!(%shard, "shard not complete in the hot index; reading the database");
             self.source = Source::Database {
                 sent: HashSet::new(),
                 warned: false,
             };
         }
-        if self.index.shard_exists(shard).await? {
-            // Re-populated (by the migrator): members already handed off must not go twice.
+        if self.index.shard_complete(shard).await? {
+            // Built (by the migrator): members already handed off must not go twice.
             if let Source::Database { sent, .. } =
                 std::mem::replace(&mut self.source, Source::HotIndex)
             {
@@ -94,7 +94,7 @@ impl ShardReader {
             .collect();
         if !rows.is_empty() && !*warned {
             *warned = true;
-            tracing::warn!(%shard, "shard missing from the hot index (Redis lost it?); handing off from the database");
+            tracing::warn!(%shard, "shard not built in the hot index (Redis lost it, or no migrator built it); handing off from the database");
         }
         Ok(rows)
     }

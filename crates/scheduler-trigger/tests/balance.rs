@@ -128,6 +128,8 @@ async fn replicas_split_the_buckets_and_take_over_from_one_that_leaves() {
         .map(|(k, b)| HotEntry::new(*k, k.run_at, *b))
         .collect();
     redis.hot_index().add(&entries).await.unwrap();
+    let shards: Vec<_> = entries.iter().map(|e| e.shard).collect();
+    redis.hot_index().touch(&shards).await.unwrap();
 
     let a = start(&db, &redis, &recorder);
     let b = start(&db, &redis, &recorder);

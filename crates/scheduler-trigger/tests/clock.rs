@@ -182,10 +182,9 @@ async fn a_held_shard_waits_for_the_due_instant_on_the_injected_clock() {
     // for by the clock alone, as no tick or poll comes within the hour.
     let key = s.occurrence(&t, s.clock.now().add_millis(40_000)).await;
     let bucket = Bucket::of(t.id, BucketCount::new(1).unwrap());
-    s.index
-        .add(&[HotEntry::new(key, key.run_at, bucket)])
-        .await
-        .unwrap();
+    let entry = HotEntry::new(key, key.run_at, bucket);
+    s.index.add(&[entry]).await.unwrap();
+    s.index.touch(&[entry.shard]).await.unwrap();
     let run = s.start();
     let at = s
         .advance_until_handed_off(key, Duration::from_secs(1))

@@ -129,6 +129,9 @@ async fn index(s: &Setup, keys: &[(TaskKey, Bucket)]) {
         .map(|(k, b)| HotEntry::new(*k, k.run_at, *b))
         .collect();
     s.redis.hot_index().add(&entries).await.unwrap();
+    // As the migrator leaves them: built, so the scheduler reads them from the index.
+    let shards: Vec<ShardKey> = entries.iter().map(|e| e.shard).collect();
+    s.redis.hot_index().touch(&shards).await.unwrap();
 }
 
 async fn wait_for_all(s: &Setup, n: usize) {
@@ -228,6 +231,45 @@ async fn refused_keys_stay_and_are_offered_again() {
     run_until_handed_off(&s, 1, &keys, Duration::ZERO).await;
 }
 
+/// Keys due a few milliseconds apart (steady load spread over the second) travel together,
+/// one hand-off per `handoff_every`, not one per due millisecond: each hand-off is a gRPC
+/// call, a Redis removal and a claim statement.
+#[tokio::test]
+async fn keys_due_close_together_share_a_hand_off() {
+    let s = setup().await;
+    // 240 keys 2 ms apart over the 4 buckets: 60 per shard over ~480 ms.
+    let now = SystemClock.now();
+    let keys: Vec<(TaskKey, Bucket)> = (0..240)
+        .map(|i| {
+            let key = TaskKey::new(
+                TimerId::new(5_000 + i).unwrap(),
+                now.add_millis(400 + i * 2),
+            );
+            (
+                key,
+                Bucket::of(key.timer_id, BucketCount::new(BUCKETS).unwrap()),
+            )
+        })
+        .collect();
+    index(&s, &keys).await;
+    let mut settings = settings();
+    settings.handoff_every = Duration::from_millis(25);
+    let (stop, run) = start(scheduler_with(&s, settings));
+    wait_for_all(&s, keys.len()).await;
+    stop.cancel();
+    run.await.unwrap();
+    assert_once_on_time(&s.recorder.got(), &keys);
+    // ~480 ms / 25 ms, the four shards' keys of each tick in one call (they hand off on a
+    // shared grid and the calls merge), plus a few for the poll rounds.
+    let calls = s.recorder.calls.lock().unwrap().len();
+    println!("{calls} hand-off calls for {} keys", keys.len());
+    assert!(
+        calls <= 480 / 25 + 10,
+        "{calls} hand-offs for {} keys",
+        keys.len()
+    );
+}
+
 /// Executors free room as they record outcomes: a refused key is offered again within
 /// `refused_retry`, not after the next poll.
 #[tokio::test]
@@ -290,6 +332,85 @@ async fn a_shard_redis_lost_is_read_from_the_database() {
     s.db.store.insert_occurrences(&rows).await.unwrap();
     // They stay pending in the database (no executor claims them), yet go only once.
     run_until_handed_off(&s, 1, &keys, Duration::from_millis(500)).await;
+}
+
+/// Redis lost the shards, then a writer (a create, a retry) added a member to each: the
+/// shards exist again but nothing built them, so they are read from the database, where
+/// every row is.
+#[tokio::test]
+async fn a_shard_a_writer_recreated_is_still_read_from_the_database() {
+    let s = setup().await;
+    let keys = keys(20, 300);
+    let rows: Vec<NewOccurrence> = keys
+        .iter()
+        .map(|(k, b)| NewOccurrence {
+            key: *k,
+            timer_version: 1,
+            bucket: *b,
+            due: None,
+        })
+        .collect();
+    s.db.store.insert_occurrences(&rows).await.unwrap();
+    let written: Vec<HotEntry> = keys
+        .iter()
+        .step_by(5)
+        .map(|(k, b)| HotEntry::new(*k, k.run_at, *b))
+        .collect();
+    s.redis.hot_index().add(&written).await.unwrap();
+    run_until_handed_off(&s, 1, &keys, Duration::from_millis(500)).await;
+}
+
+/// A peer with a stale view of the group takes this replica's shard leases and gives them
+/// up again (as at start-up, before its first heartbeat shows the new member). The replica
+/// finds out at its next renewal and works the shards again at once, not at its next tick.
+#[tokio::test]
+async fn a_shard_lease_lost_to_a_peer_is_taken_back_at_once() {
+    let s = setup().await;
+    // The keys stay within one minute: only ticks lease a new minute's shards, and they are
+    // ten seconds apart here.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    while SystemClock.now().as_millis() % 60_000 > 50_000 {
+        assert!(tokio::time::Instant::now() < deadline);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let keys = keys(60, 1_000);
+    index(&s, &keys).await;
+    let mut set = settings();
+    set.tick = Duration::from_secs(10);
+    set.lease_ttl = Duration::from_millis(900);
+    let (stop, run) = start(scheduler_with(&s, set));
+    wait_for_all(&s, 1).await;
+    let peer = LeaseToken::random();
+    let leases = s.redis.leases();
+    let mut names: Vec<String> = keys
+        .iter()
+        .map(|(k, b)| format!("shard:{}", ShardKey::new(k.run_at, *b)))
+        .collect();
+    names.sort();
+    names.dedup();
+    for name in &names {
+        assert!(
+            leases
+                .take(name, &peer, Duration::from_secs(30), &[])
+                .await
+                .unwrap()
+        );
+        assert!(leases.release(name, &peer).await.unwrap());
+    }
+    wait_for_all(&s, keys.len()).await;
+    stop.cancel();
+    run.await.unwrap();
+    let got = s.recorder.got();
+    assert_once_on_time(&got, &keys);
+    let worst = got
+        .iter()
+        .map(|(k, at)| at.as_millis() - k.run_at.as_millis())
+        .max()
+        .unwrap();
+    assert!(
+        worst <= 500,
+        "a key went {worst} ms late after the leases were lost"
+    );
 }
 
 #[tokio::test]

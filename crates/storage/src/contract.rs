@@ -40,6 +40,7 @@ impl TimeControl for chime_domain::ManualClock {
     }
 }
 
+pub mod activity;
 pub mod calendars;
 pub mod credentials;
 pub mod lifecycle;
@@ -69,7 +70,7 @@ pub fn spec_with(app: &str, name: &str, schedule: &ScheduleInput, now: Timestamp
         name: TimerName::parse(name).expect("test timer name"),
         schedule: schedule.resolve(now, None, None).expect("test schedule"),
         callback: CallbackInput {
-            url: "http://127.0.0.1:9/callback".into(),
+            url: Some("http://127.0.0.1:9/callback".into()),
             ..Default::default()
         }
         .parse()
@@ -471,7 +472,9 @@ pub mod timer_store {
             .unwrap()
             .timer;
         let mut changed = spec("billing", "nightly-v2");
-        changed.callback.url = chime_domain::CallbackUrl::parse("https://example.test/x").unwrap();
+        changed.callback.target = chime_domain::Target::Http(
+            chime_domain::CallbackUrl::parse("https://example.test/x").unwrap(),
+        );
         let v2 = store
             .update_timer(t.id, Some(1), changed.clone(), H)
             .await
@@ -1214,12 +1217,13 @@ pub mod hot_index {
     pub async fn removed_members_are_gone_but_the_shard_stays(index: Arc<dyn HotIndex>) {
         let m = now_minute();
         let s = shard(m, 7);
-        assert!(!index.shard_exists(s).await.unwrap());
+        assert!(!index.shard_complete(s).await.unwrap());
         index
             .add(&[entry(1, m + 1, 7), entry(2, m + 2, 7)])
             .await
             .unwrap();
-        assert!(index.shard_exists(s).await.unwrap());
+        index.touch(&[s]).await.unwrap();
+        assert!(index.shard_complete(s).await.unwrap());
         index
             .remove(s, &[key(1, m + 1), key(2, m + 2), key(3, m + 3)])
             .await
@@ -1232,27 +1236,58 @@ pub mod hot_index {
                 .is_empty()
         );
         assert!(
-            index.shard_exists(s).await.unwrap(),
+            index.shard_complete(s).await.unwrap(),
             "an emptied shard is not a lost shard"
         );
         index.remove(s, &[]).await.unwrap();
         index.add(&[]).await.unwrap();
     }
 
-    pub async fn touched_shards_exist_without_members(index: Arc<dyn HotIndex>) {
+    pub async fn touched_shards_are_complete_without_members(index: Arc<dyn HotIndex>) {
         let m = now_minute();
         let (a, b) = (shard(m, 3), shard(m + 60_000, 3));
-        assert!(!index.shard_exists(a).await.unwrap());
+        assert!(!index.shard_complete(a).await.unwrap());
         index.touch(&[a, b]).await.unwrap();
-        assert!(index.shard_exists(a).await.unwrap());
-        assert!(index.shard_exists(b).await.unwrap());
+        assert!(index.shard_complete(a).await.unwrap());
+        assert!(index.shard_complete(b).await.unwrap());
         let far = Timestamp::from_millis(m + 600_000);
         assert!(index.due(a, far, 10).await.unwrap().is_empty());
+        assert_eq!(
+            index.due_if_complete(a, far, 10).await.unwrap(),
+            Some(vec![])
+        );
         // Touching a shard keeps its members.
         index.add(&[entry(1, m + 1_000, 3)]).await.unwrap();
         index.touch(&[a]).await.unwrap();
         assert_eq!(index.due(a, far, 10).await.unwrap().len(), 1);
         index.touch(&[]).await.unwrap();
+    }
+
+    /// A writer adding members (a create, a retry) does not make a shard complete: one that
+    /// was never built from the database, or was lost and re-created, is read from there.
+    pub async fn added_members_leave_a_shard_incomplete_until_touched(index: Arc<dyn HotIndex>) {
+        let m = now_minute();
+        let s = shard(m, 5);
+        let far = Timestamp::from_millis(m + 59_999);
+        index
+            .add(&[entry(1, m + 2_000, 5), entry(2, m + 1_000, 5)])
+            .await
+            .unwrap();
+        assert!(!index.shard_complete(s).await.unwrap());
+        assert_eq!(index.due_if_complete(s, far, 10).await.unwrap(), None);
+        index.touch(&[s]).await.unwrap();
+        assert!(index.shard_complete(s).await.unwrap());
+        assert_eq!(
+            index.due_if_complete(s, far, 1).await.unwrap(),
+            Some(vec![(key(2, m + 1_000), Timestamp::from_millis(m + 1_000))])
+        );
+        assert_eq!(
+            index
+                .due_if_complete(s, Timestamp::from_millis(m + 999), 10)
+                .await
+                .unwrap(),
+            Some(vec![])
+        );
     }
 
     pub async fn shards_are_separated_by_minute_and_bucket(index: Arc<dyn HotIndex>) {
@@ -1279,7 +1314,7 @@ pub mod hot_index {
                 .len(),
             1
         );
-        assert!(!index.shard_exists(shard(m, 2)).await.unwrap());
+        assert!(!index.shard_complete(shard(m, 2)).await.unwrap());
         assert!(index.due(shard(m, 2), far, 10).await.unwrap().is_empty());
     }
 }
@@ -1485,6 +1520,12 @@ macro_rules! storage_contract {
             backfilled_occurrences_are_marked_and_added_once,
             backfilled_occurrences_are_claimed_under_their_own_policy,
             cancel_other_ends_the_earlier_occurrence_in_flight,
+            claims_tell_the_timer_version_now,
+        ]);
+    };
+    (activity, $make:expr) => {
+        $crate::storage_contract!(@cases activity, $make, store, [
+            tallies_are_rewritten_per_writer_and_summed_on_read,
         ]);
     };
     (calendars, $make:expr) => {
@@ -1505,7 +1546,8 @@ macro_rules! storage_contract {
             re_adding_moves_a_member,
             removed_members_are_gone_but_the_shard_stays,
             shards_are_separated_by_minute_and_bucket,
-            touched_shards_exist_without_members,
+            touched_shards_are_complete_without_members,
+            added_members_leave_a_shard_incomplete_until_touched,
         ]);
     };
     (leases, $make:expr) => {

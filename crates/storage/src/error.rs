@@ -91,12 +91,20 @@ impl From<sqlx::Error> for StoreError {
             }
             E::Database(db) => {
                 let code = db.code().map(|c| c.into_owned()).unwrap_or_default();
-                // PostgreSQL: serialization failure, deadlock, admin shutdown, cannot connect
+                // SQLite's codes are numbers whose low byte is the primary code; PostgreSQL's and
+                // MySQL's SQLSTATEs may be all digits too (22021 & 0xff == 5), so ask which
+                // driver answered before reading the code as SQLite's.
+                let sqlite = db.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some();
+                // SQLSTATE: serialization failure, deadlock, admin shutdown, cannot connect
                 // now, too many connections. SQLite: BUSY (5), LOCKED (6) and their extended codes.
-                let transient = matches!(
-                    code.as_str(),
-                    "40001" | "40P01" | "57P01" | "57P02" | "57P03" | "53300"
-                ) || code.parse::<i32>().is_ok_and(|c| matches!(c & 0xff, 5 | 6))
+                let transient = if sqlite {
+                    code.parse::<i32>().is_ok_and(|c| matches!(c & 0xff, 5 | 6))
+                } else {
+                    matches!(
+                        code.as_str(),
+                        "40001" | "40P01" | "57P01" | "57P02" | "57P03" | "53300"
+                    )
+                }
                     // A row routed to the default partition while the janitor attached the
                     // day it belongs to: the same write goes to that day when tried again.
                     || (code == "23514" && db.message().contains("partition constraint"));

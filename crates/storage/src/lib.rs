@@ -21,15 +21,18 @@ macro_rules! occurrence_cols {
     };
 }
 
+mod activity;
 mod batch;
 mod calendars;
 #[cfg(feature = "testkit")]
 pub mod contract;
+mod create_queue;
 mod credentials;
 mod error;
 mod filters;
 pub mod memory;
 mod migrate;
+pub mod mysql;
 mod open;
 pub mod postgres;
 pub mod redis;
@@ -39,6 +42,7 @@ pub mod sqlite;
 mod stores;
 #[cfg(feature = "testkit")]
 pub mod testkit;
+mod windowed;
 
 use std::time::Duration;
 
@@ -49,14 +53,16 @@ use chime_domain::{
     TimerId, TimerSpec, Timestamp,
 };
 
+pub use activity::Activity;
 pub(crate) use batch::{OutcomeColumns, dedup_new_occurrences, oldest_first};
 pub use calendars::Calendars;
 pub use credentials::Credentials;
 pub use error::{Cause, StoreError};
 pub use filters::{DeadFilter, PageRequest, Redrive, RunFilter, TimerFilter};
-pub use migrate::{SchemaStatus, postgres_migrator, sqlite_migrator};
+pub use migrate::{SchemaStatus, mysql_migrator, postgres_migrator, sqlite_migrator};
 pub use open::Database;
 pub use stores::{HotPath, HotStores, NoHotPath, StoreSettings, Stores};
+pub use windowed::{WINDOW_MARGIN, Windowed};
 
 pub type StoreResult<T> = Result<T, StoreError>;
 
@@ -421,9 +427,16 @@ impl HotEntry {
 }
 
 /// The hot index: per (minute, bucket) shard, task keys scored by due time.
+///
+/// A shard is *complete* once it was built from the database (the migrator reads a shard's
+/// claimable occurrences as its minute comes within the lead, adds them, then
+/// [`HotIndex::touch`]es it) and until it expires; only then does it hold every occurrence
+/// due in it. Writers add what they write themselves (creates, retries), which does not make
+/// a shard complete: a shard Redis lost and a writer re-created, or one nobody has built
+/// yet (every migrator down), is read from the database instead.
 #[async_trait]
 pub trait HotIndex: Send + Sync + 'static {
-    /// Adds members (re-adding one updates its score). Marks each touched shard as present.
+    /// Adds members (re-adding one updates its score).
     async fn add(&self, entries: &[HotEntry]) -> StoreResult<()>;
 
     /// Members of `shard` due at or before `up_to`, earliest first, at most `limit`.
@@ -434,15 +447,30 @@ pub trait HotIndex: Send + Sync + 'static {
         limit: usize,
     ) -> StoreResult<Vec<(TaskKey, Timestamp)>>;
 
-    /// Marks shards present without adding members: the migrator touches every shard of its
-    /// window, so an empty shard is not mistaken for one Redis lost.
+    /// [`HotIndex::due`] if the shard is complete, else `None` (read the database). Backends
+    /// answer both in one round trip where they can.
+    async fn due_if_complete(
+        &self,
+        shard: ShardKey,
+        up_to: Timestamp,
+        limit: usize,
+    ) -> StoreResult<Option<Vec<(TaskKey, Timestamp)>>> {
+        if !self.shard_complete(shard).await? {
+            return Ok(None);
+        }
+        self.due(shard, up_to, limit).await.map(Some)
+    }
+
+    /// Marks shards complete, keeping their members: the migrator touches every shard of
+    /// its window after building the ones that were not, so an empty shard is not mistaken
+    /// for one Redis lost.
     async fn touch(&self, shards: &[ShardKey]) -> StoreResult<()>;
 
     async fn remove(&self, shard: ShardKey, keys: &[TaskKey]) -> StoreResult<()>;
 
-    /// Whether the shard was written and not lost (it stays present after its members are
-    /// removed, until it expires). `false` means: read the database instead.
-    async fn shard_exists(&self, shard: ShardKey) -> StoreResult<bool>;
+    /// Whether the shard was built (touched) and not lost since; it stays complete after
+    /// its members are removed, until it expires. `false` means: read the database instead.
+    async fn shard_complete(&self, shard: ShardKey) -> StoreResult<bool>;
 }
 
 /// An opaque holder token. Only the holder's token can renew or release a lease.

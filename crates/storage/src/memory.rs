@@ -21,6 +21,8 @@ struct Shard {
     by_due: BTreeSet<(Timestamp, TaskKey)>,
     due_of: HashMap<TaskKey, Timestamp>,
     expires_at: Timestamp,
+    /// Touched (built from the database) since it was created.
+    complete: bool,
 }
 
 #[derive(Debug)]
@@ -53,6 +55,7 @@ impl MemoryHotIndex {
             by_due: BTreeSet::new(),
             due_of: HashMap::new(),
             expires_at: now,
+            complete: false,
         });
         shard.expires_at = key.minute_end().saturating_add(self.retention);
         shard
@@ -102,7 +105,7 @@ impl HotIndex for MemoryHotIndex {
         let mut held = lock(&self.shards)?;
         held.retain(|_, s| s.expires_at > now);
         for shard in shards {
-            self.present(&mut held, *shard, now);
+            self.present(&mut held, *shard, now).complete = true;
         }
         Ok(())
     }
@@ -119,11 +122,11 @@ impl HotIndex for MemoryHotIndex {
         Ok(())
     }
 
-    async fn shard_exists(&self, shard: ShardKey) -> StoreResult<bool> {
+    async fn shard_complete(&self, shard: ShardKey) -> StoreResult<bool> {
         let now = self.clock.now();
         Ok(lock(&self.shards)?
             .get(&shard)
-            .is_some_and(|s| s.expires_at > now))
+            .is_some_and(|s| s.complete && s.expires_at > now))
     }
 }
 

@@ -62,6 +62,16 @@ const POSTGRES: &[(i64, &str, &str)] = &[
         "calendars",
         include_str!("../../../migrations/postgres/0010_calendars.sql"),
     ),
+    (
+        11,
+        "activity",
+        include_str!("../../../migrations/postgres/0011_activity.sql"),
+    ),
+    (
+        12,
+        "hot path",
+        include_str!("../../../migrations/postgres/0012_hot_path.sql"),
+    ),
 ];
 
 const SQLITE: &[(i64, &str, &str)] = &[
@@ -115,7 +125,18 @@ const SQLITE: &[(i64, &str, &str)] = &[
         "calendars",
         include_str!("../../../migrations/sqlite/0010_calendars.sql"),
     ),
+    (
+        11,
+        "activity",
+        include_str!("../../../migrations/sqlite/0011_activity.sql"),
+    ),
 ];
+
+const MYSQL: &[(i64, &str, &str)] = &[(
+    1,
+    "schema",
+    include_str!("../../../migrations/mysql/0001_schema.sql"),
+)];
 
 fn migrator(files: &'static [(i64, &'static str, &'static str)]) -> Migrator {
     Migrator::with_migrations(
@@ -140,6 +161,10 @@ pub fn postgres_migrator() -> Migrator {
 
 pub fn sqlite_migrator() -> Migrator {
     migrator(SQLITE)
+}
+
+pub fn mysql_migrator() -> Migrator {
+    migrator(MYSQL)
 }
 
 /// How a database's schema compares to what this binary expects.
@@ -171,9 +196,10 @@ pub(crate) fn applied_versions_or_none(
 ) -> StoreResult<Vec<i64>> {
     match result {
         Ok(v) => Ok(v),
-        // 42P01 (PostgreSQL) / "no such table" (SQLite): never migrated.
+        // 42P01 (PostgreSQL) / 42S02 (MySQL) / "no such table" (SQLite): never migrated.
         Err(sqlx::Error::Database(db))
-            if db.code().as_deref() == Some("42P01") || db.message().contains("no such table") =>
+            if matches!(db.code().as_deref(), Some("42P01" | "42S02"))
+                || db.message().contains("no such table") =>
         {
             Ok(Vec::new())
         }

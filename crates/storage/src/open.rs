@@ -5,11 +5,12 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use chime_domain::{BucketCount, Clock};
 
+use crate::mysql::MySqlStore;
 use crate::postgres::{PgSettings, PgStore};
 use crate::sqlite::SqliteStore;
 use crate::{
-    Calendars, Credentials, OccurrenceStore, Retention, SchemaStatus, StoreError, StoreResult,
-    TimerStore,
+    Activity, Calendars, Credentials, OccurrenceStore, Retention, SchemaStatus, StoreError,
+    StoreResult, TimerStore,
 };
 
 /// What [`Database`] needs of a backend beyond the storage traits: its schema and its
@@ -47,8 +48,21 @@ impl Schema for SqliteStore {
     }
 }
 
-/// The durable store behind the storage traits: PostgreSQL for `postgres://…`, SQLite for
-/// `sqlite:…`.
+#[async_trait]
+impl Schema for MySqlStore {
+    async fn schema_status(&self) -> StoreResult<SchemaStatus> {
+        MySqlStore::schema_status(self).await
+    }
+    async fn migrate(&self) -> StoreResult<()> {
+        MySqlStore::migrate(self).await
+    }
+    async fn close(&self) {
+        MySqlStore::close(self).await;
+    }
+}
+
+/// The durable store behind the storage traits: PostgreSQL for `postgres://…`, MySQL or
+/// MariaDB for `mysql://…`, SQLite for `sqlite:…`.
 #[derive(Clone)]
 pub struct Database {
     pub timers: Arc<dyn TimerStore>,
@@ -56,7 +70,11 @@ pub struct Database {
     pub retention: Arc<dyn Retention>,
     pub credentials: Arc<dyn Credentials>,
     pub calendars: Arc<dyn Calendars>,
+    pub activity: Arc<dyn Activity>,
     schema: Arc<dyn Schema>,
+    /// The PostgreSQL store behind the traits, when it is one (its hot path for services
+    /// run without Redis).
+    pg: Option<Arc<PgStore>>,
 }
 
 impl Database {
@@ -72,13 +90,20 @@ impl Database {
                 SqliteStore::open(url, clock, buckets).await?,
             )))
         } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            let pg = Arc::new(PgStore::connect(url, settings, clock, buckets).await?);
+            Ok(Self {
+                pg: Some(pg.clone()),
+                ..Self::of(pg)
+            })
+        } else if url.starts_with("mysql://") || url.starts_with("mariadb://") {
+            let url = url.replacen("mariadb://", "mysql://", 1);
             Ok(Self::of(Arc::new(
-                PgStore::connect(url, settings, clock, buckets).await?,
+                MySqlStore::connect(&url, settings, clock, buckets).await?,
             )))
         } else {
             Err(StoreError::Invalid(chime_domain::ValidationError::new(
                 "database.url",
-                "must start with postgres:// or sqlite:",
+                "must start with postgres://, mysql:// or sqlite:",
             )))
         }
     }
@@ -86,7 +111,7 @@ impl Database {
     /// One store serving every trait.
     fn of<S>(store: Arc<S>) -> Self
     where
-        S: TimerStore + OccurrenceStore + Retention + Credentials + Calendars + Schema,
+        S: TimerStore + OccurrenceStore + Retention + Credentials + Calendars + Activity + Schema,
     {
         Self {
             timers: store.clone(),
@@ -94,8 +119,18 @@ impl Database {
             retention: store.clone(),
             credentials: store.clone(),
             calendars: store.clone(),
+            activity: store.clone(),
             schema: store,
+            pg: None,
         }
+    }
+
+    /// The hot index, leases and membership kept in this database, if it is PostgreSQL.
+    pub fn pg_hot_path(
+        &self,
+        retention: std::time::Duration,
+    ) -> Option<crate::postgres::PgHotPath> {
+        self.pg.as_ref().map(|pg| pg.hot_path(retention))
     }
 
     pub async fn schema_status(&self) -> StoreResult<SchemaStatus> {

@@ -1,9 +1,10 @@
 //! Redis backend for [`HotIndex`] and [`Leases`] (fred).
 //!
 //! Keys: `{prefix}:shard:{yyyymmddHHMM}:{bucket}` (ZSET of task keys scored by due ms) and
-//! `{prefix}:lease:{name}` (string holding the holder's token). Each shard also holds a marker
-//! member scored far in the future, so a shard whose members were all dispatched still
-//! exists: only a shard Redis lost is missing, and that is what sends readers to the database.
+//! `{prefix}:lease:{name}` (string holding the holder's token). A shard built from the
+//! database also holds a marker member scored far in the future: it says the shard is
+//! complete, and stays when every member was dispatched. A shard without it (never built, or
+//! lost by Redis and re-created by a writer) sends readers to the database.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -17,13 +18,18 @@ use fred::types::{Builder, Expiration, SetOptions};
 
 use crate::{HotEntry, HotIndex, LeaseToken, Leases, Membership, StoreError, StoreResult};
 
-/// Member that keeps an emptied shard present. Not a valid task key, never due.
+/// Member that marks a shard complete. Not a valid task key, never due.
 const MARKER: &str = "~";
 /// ≈ year 128,000 in ms: above any due time, exact in an f64.
 const MARKER_SCORE: f64 = 4.0e15;
 /// Members per ZADD, so one huge shard does not become one huge command.
 const ZADD_CHUNK: usize = 2_000;
 
+/// `1` then the due members (member, score, member, score…) of a complete shard; `0` when the
+/// marker is missing. One key: safe on Redis Cluster.
+const DUE_IF_COMPLETE: &str = "if not redis.call('ZSCORE', KEYS[1], '~') then return {'0'} end \
+    local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'WITHSCORES', 'LIMIT', 0, ARGV[2]) \
+    table.insert(due, 1, '1') return due";
 const RENEW: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then \
                        return redis.call('PEXPIRE', KEYS[1], ARGV[2]) else return 0 end";
 const RELEASE: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then \
@@ -150,9 +156,13 @@ impl RedisBackend {
 pub struct RedisHotIndex(RedisBackend);
 
 impl RedisHotIndex {
-    /// Adds members shard by shard in one pipeline; every shard named gets its marker and
-    /// its expiry, members or not.
-    async fn write(&self, by_shard: BTreeMap<ShardKey, Vec<(f64, String)>>) -> StoreResult<()> {
+    /// Adds members shard by shard in one pipeline; every shard named gets its expiry and,
+    /// when `complete`, its marker.
+    async fn write(
+        &self,
+        by_shard: BTreeMap<ShardKey, Vec<(f64, String)>>,
+        complete: bool,
+    ) -> StoreResult<()> {
         if by_shard.is_empty() {
             return Ok(());
         }
@@ -161,8 +171,10 @@ impl RedisHotIndex {
         let pipeline = self.0.pool.next().pipeline();
         for (shard, mut members) in by_shard {
             let key = shard_key(&self.0.settings.prefix, shard);
-            // The marker rides in the first ZADD: one command per shard in the usual case.
-            members.insert(0, (MARKER_SCORE, MARKER.to_owned()));
+            if complete {
+                // The marker rides in the first ZADD: one command per shard.
+                members.insert(0, (MARKER_SCORE, MARKER.to_owned()));
+            }
             for chunk in members.chunks(ZADD_CHUNK) {
                 let _: () = pipeline
                     .zadd(&key, None, None, false, false, chunk.to_vec())
@@ -186,12 +198,50 @@ impl HotIndex for RedisHotIndex {
                 .or_default()
                 .push((e.due.as_millis() as f64, e.key.to_string()));
         }
-        self.write(by_shard).await
+        self.write(by_shard, false).await
     }
 
     async fn touch(&self, shards: &[ShardKey]) -> StoreResult<()> {
-        self.write(shards.iter().map(|s| (*s, Vec::new())).collect())
+        self.write(shards.iter().map(|s| (*s, Vec::new())).collect(), true)
             .await
+    }
+
+    async fn due_if_complete(
+        &self,
+        shard: ShardKey,
+        up_to: Timestamp,
+        limit: usize,
+    ) -> StoreResult<Option<Vec<(TaskKey, Timestamp)>>> {
+        let key = shard_key(&self.0.settings.prefix, shard);
+        let flat: Vec<String> = self
+            .0
+            .pool
+            .next()
+            .eval(
+                DUE_IF_COMPLETE,
+                vec![key.clone()],
+                vec![up_to.as_millis().to_string(), limit.to_string()],
+            )
+            .await?;
+        let Some((complete, flat)) = flat.split_first() else {
+            return Err(StoreError::corrupt(format!("empty reply reading {key}")));
+        };
+        if complete != "1" {
+            return Ok(None);
+        }
+        flat.chunks_exact(2)
+            .filter(|pair| pair[0] != MARKER)
+            .map(|pair| {
+                let member = pair[0]
+                    .parse::<TaskKey>()
+                    .map_err(|e| StoreError::corrupt(format!("hot-index member in {key}: {e}")))?;
+                let score: f64 = pair[1]
+                    .parse()
+                    .map_err(|e| StoreError::corrupt(format!("hot-index score in {key}: {e}")))?;
+                Ok((member, Timestamp::from_millis(score as i64)))
+            })
+            .collect::<StoreResult<Vec<_>>>()
+            .map(Some)
     }
     async fn due(
         &self,
@@ -238,14 +288,14 @@ impl HotIndex for RedisHotIndex {
         Ok(())
     }
 
-    async fn shard_exists(&self, shard: ShardKey) -> StoreResult<bool> {
-        let n: i64 = self
+    async fn shard_complete(&self, shard: ShardKey) -> StoreResult<bool> {
+        let score: Option<f64> = self
             .0
             .pool
             .next()
-            .exists(shard_key(&self.0.settings.prefix, shard))
+            .zscore(shard_key(&self.0.settings.prefix, shard), MARKER)
             .await?;
-        Ok(n > 0)
+        Ok(score.is_some())
     }
 }
 

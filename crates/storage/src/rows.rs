@@ -153,8 +153,19 @@ where
         attempt: non_negative(row.i32("attempt")?, "attempt")?,
         due: Timestamp::from_millis(row.i64("due")?),
         backfill: row.opt_text("backfill")?.is_some(),
+        timer_now: row.opt_i64("timer_now")?,
     })
 }
+
+/// The column [`claimed`] reads as the timer's current version, for a claim statement whose
+/// occurrence row is `o`.
+macro_rules! timer_now_col {
+    () => {
+        "(SELECT t.version FROM timers t WHERE t.id = o.timer_id AND t.deleted_at IS NULL) \
+         AS timer_now"
+    };
+}
+pub(crate) use timer_now_col;
 
 /// A row of `timer_id, run_at`.
 pub(crate) fn task_key<R: ChimeRow>(row: &R) -> StoreResult<TaskKey>

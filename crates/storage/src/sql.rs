@@ -136,64 +136,83 @@ pub(crate) const DUE_IN_BUCKET: &str = "SELECT timer_id, run_at, \
        AND COALESCE(next_attempt_at, run_at) < $3 \
      ORDER BY due LIMIT $4";
 
-/// Another occurrence of timer `$1` than the one at `$2` whose callback is in flight (a
-/// claim still live at `$3`) or waiting to retry: what `overlap: skip` must not start beside.
-pub(crate) const OVERLAPPING: &str = "SELECT run_at FROM occurrences \
-     WHERE timer_id = $1 AND run_at <> $2 \
-       AND ((status = 'running' AND lease_until >= $3) OR status = 'retrying') LIMIT 1";
+/// The statements of [`claim_exclusive`] and [`claim_idempotency_key`], per dialect. Parameters are numbered in the order
+/// they appear and each appears once, so MySQL's positional `?` can say the same.
+pub(crate) trait Dialect {
+    /// The overlap policy the backfill that added (`$1`, `$2`) asked for, if one did.
+    const BACKFILL_POLICY: &'static str;
+    /// Another occurrence of timer `$1` than the one at `$2` whose callback is in flight (a
+    /// claim still live at `$3`) or waiting to retry: what `overlap: skip` must not start
+    /// beside.
+    const OVERLAPPING: &'static str;
+    /// `buffer_one`: an occurrence of timer `$1` earlier than `$2` and due by `$3` (its
+    /// nominal time) still waiting to be claimed, other than one in flight.
+    const BUFFERED: &'static str;
+    /// Skips, with reason `$1`, the occurrence at (`$2`, `$3`) if still claimable.
+    const SKIP_ONE: &'static str;
+    /// Claims for a lease until `$1` the occurrence at (`$2`, `$3`), if claimable at `$4`.
+    const CLAIM_ONE: &'static str;
+    /// The claim of the occurrence at (`$1`, `$2`), as [`rows::claimed`] reads it.
+    const CLAIMED_ONE: &'static str;
+    /// `cancel_other`: an occurrence of timer `$1` later than `$2` in flight (lease live at
+    /// `$3`) or retrying.
+    const NEWER_IN_FLIGHT: &'static str;
+    /// `cancel_other`: skips, with reason `$1`, the occurrences of timer `$2` earlier than
+    /// `$3` in flight (lease live at `$4`) or retrying.
+    const CANCEL_EARLIER: &'static str;
+    /// Takes idempotency key `$2` of app `$1` (fingerprint `$3`) for timer `$4` at `$5`,
+    /// unless it was taken before: one row affected on first use, none after. A concurrent
+    /// holder of the key is waited for, then seen.
+    const CLAIM_IDEMPOTENCY_KEY: &'static str;
+    /// What key `$2` of app `$1` was first used for: `fingerprint, timer_id`.
+    const IDEMPOTENCY_KEY: &'static str;
+    /// Timer `$1`, deleted or not.
+    const TIMER_BY_ID: &'static str;
+}
 
-/// `buffer_one`: an occurrence of timer `$1` earlier than `$2` and due by `$3` (its nominal
-/// time) still waiting to be claimed, other than one in flight.
-pub(crate) const BUFFERED: &str = "SELECT run_at FROM occurrences \
-     WHERE timer_id = $1 AND run_at < $2 AND COALESCE(next_attempt_at, run_at) <= $3 \
-       AND status = 'pending' ORDER BY run_at LIMIT 1";
+/// PostgreSQL and SQLite.
+pub(crate) struct Numbered;
 
-/// The occurrence at (`$1`, `$2`) skipped with reason `$3`, if still claimable.
-pub(crate) const SKIP_ONE: &str = "UPDATE occurrences SET status = 'skipped', error = $3, \
-       next_attempt_at = NULL WHERE timer_id = $1 AND run_at = $2 \
-       AND status IN ('pending', 'retrying')";
-
-/// Claims the occurrence at (`$1`, `$2`) at `$3` for a lease until `$4`, if claimable.
-pub(crate) const CLAIM_ONE: &str = "UPDATE occurrences SET status = 'running', \
-       attempt = attempt + 1, lease_until = $4 \
-     WHERE timer_id = $1 AND run_at = $2 \
-       AND (status IN ('pending', 'retrying') OR (status = 'running' AND lease_until < $3)) \
-     RETURNING timer_id, run_at, timer_version, bucket, attempt, \
-       COALESCE(next_attempt_at, run_at) AS due, backfill";
-
-/// `cancel_other`: an occurrence of timer `$1` later than `$2` in flight (lease live at
-/// `$3`) or retrying.
-pub(crate) const NEWER_IN_FLIGHT: &str = "SELECT run_at FROM occurrences \
-     WHERE timer_id = $1 AND run_at > $2 \
-       AND ((status = 'running' AND lease_until >= $3) OR status = 'retrying') LIMIT 1";
-
-/// `cancel_other`: the occurrences of timer `$1` earlier than `$2` in flight (lease live at
-/// `$3`) or retrying, skipped with reason `$4`.
-pub(crate) const CANCEL_EARLIER: &str = "UPDATE occurrences SET status = 'skipped', error = $4, \
-       lease_until = NULL, next_attempt_at = NULL \
-     WHERE timer_id = $1 AND run_at < $2 \
-       AND ((status = 'running' AND lease_until >= $3) OR status = 'retrying')";
-
-/// The overlap policy the backfill that added (`$1`, `$2`) asked for, if one did.
-pub(crate) const BACKFILL_POLICY: &str =
-    "SELECT backfill FROM occurrences WHERE timer_id = $1 AND run_at = $2";
-
-/// Takes idempotency key `$2` of app `$1` for timer `$4`, unless it was taken before. On
-/// PostgreSQL a concurrent holder of the key is waited for, then seen.
-pub(crate) const CLAIM_IDEMPOTENCY_KEY: &str = "INSERT INTO idempotency_keys \
-       (app, key, fingerprint, timer_id, created_at) VALUES ($1, $2, $3, $4, $5) \
-     ON CONFLICT (app, key) DO NOTHING";
-
-/// What key `$2` of app `$1` was first used for.
-pub(crate) const IDEMPOTENCY_KEY: &str =
-    "SELECT fingerprint, timer_id FROM idempotency_keys WHERE app = $1 AND key = $2";
-
-/// Timer `$1`, deleted or not.
-pub(crate) const TIMER_BY_ID: &str = concat!(
-    "SELECT ",
-    shared_timer_cols!(),
-    " FROM timers WHERE id = $1"
-);
+impl Dialect for Numbered {
+    const BACKFILL_POLICY: &'static str =
+        "SELECT backfill FROM occurrences WHERE timer_id = $1 AND run_at = $2";
+    const OVERLAPPING: &'static str = "SELECT run_at FROM occurrences \
+         WHERE timer_id = $1 AND run_at <> $2 \
+           AND ((status = 'running' AND lease_until >= $3) OR status = 'retrying') LIMIT 1";
+    const BUFFERED: &'static str = "SELECT run_at FROM occurrences \
+         WHERE timer_id = $1 AND run_at < $2 AND COALESCE(next_attempt_at, run_at) <= $3 \
+           AND status = 'pending' ORDER BY run_at LIMIT 1";
+    const SKIP_ONE: &'static str = "UPDATE occurrences SET status = 'skipped', error = $1, \
+           next_attempt_at = NULL WHERE timer_id = $2 AND run_at = $3 \
+           AND status IN ('pending', 'retrying')";
+    const CLAIM_ONE: &'static str = "UPDATE occurrences SET status = 'running', \
+           attempt = attempt + 1, lease_until = $1 \
+         WHERE timer_id = $2 AND run_at = $3 \
+           AND (status IN ('pending', 'retrying') OR (status = 'running' AND lease_until < $4))";
+    const CLAIMED_ONE: &'static str = concat!(
+        "SELECT o.timer_id, o.run_at, o.timer_version, o.bucket, o.attempt, \
+           COALESCE(o.next_attempt_at, o.run_at) AS due, o.backfill, ",
+        crate::rows::timer_now_col!(),
+        " FROM occurrences o WHERE o.timer_id = $1 AND o.run_at = $2"
+    );
+    const NEWER_IN_FLIGHT: &'static str = "SELECT run_at FROM occurrences \
+         WHERE timer_id = $1 AND run_at > $2 \
+           AND ((status = 'running' AND lease_until >= $3) OR status = 'retrying') LIMIT 1";
+    const CANCEL_EARLIER: &'static str = "UPDATE occurrences SET status = 'skipped', error = $1, \
+           lease_until = NULL, next_attempt_at = NULL \
+         WHERE timer_id = $2 AND run_at < $3 \
+           AND ((status = 'running' AND lease_until >= $4) OR status = 'retrying')";
+    const CLAIM_IDEMPOTENCY_KEY: &'static str = "INSERT INTO idempotency_keys \
+           (app, key, fingerprint, timer_id, created_at) VALUES ($1, $2, $3, $4, $5) \
+         ON CONFLICT (app, key) DO NOTHING";
+    const IDEMPOTENCY_KEY: &'static str =
+        "SELECT fingerprint, timer_id FROM idempotency_keys WHERE app = $1 AND key = $2";
+    const TIMER_BY_ID: &'static str = concat!(
+        "SELECT ",
+        shared_timer_cols!(),
+        " FROM timers WHERE id = $1"
+    );
+}
 
 /// [`PAUSE_TIMER`] for `TimerStore::pause_timer`.
 macro_rules! pause_timer {
@@ -212,13 +231,14 @@ macro_rules! pause_timer {
 }
 
 /// `OccurrenceStore::claim_exclusive` inside a transaction `$tx` that already serializes
-/// the claimers of the key's timer.
+/// the claimers of the key's timer, with dialect `$d`'s [`Dialect`].
 macro_rules! claim_exclusive {
-    ($tx:expr, $key:expr, $claim:expr, $overlap:expr) => {{
+    ($tx:expr, $key:expr, $claim:expr, $overlap:expr, $d:ty) => {{
+        use $crate::sql::Dialect as _;
         let (key, claim): (chime_domain::TaskKey, chime_domain::Claim) = ($key, $claim);
         let (id, run_at) = (key.timer_id.get(), key.run_at.as_millis());
         // A backfilled occurrence goes by its backfill's policy.
-        let own: Option<Option<String>> = sqlx::query_scalar($crate::sql::BACKFILL_POLICY)
+        let own: Option<Option<String>> = sqlx::query_scalar(<$d>::BACKFILL_POLICY)
             .bind(id)
             .bind(run_at)
             .fetch_optional(&mut *$tx)
@@ -232,14 +252,14 @@ macro_rules! claim_exclusive {
             None
         } else if cancels {
             // Only a later occurrence in flight stops this one; earlier ones it cancels.
-            sqlx::query_scalar($crate::sql::NEWER_IN_FLIGHT)
+            sqlx::query_scalar(<$d>::NEWER_IN_FLIGHT)
                 .bind(id)
                 .bind(run_at)
                 .bind(claim.now.as_millis())
                 .fetch_optional(&mut *$tx)
                 .await?
         } else {
-            sqlx::query_scalar($crate::sql::OVERLAPPING)
+            sqlx::query_scalar(<$d>::OVERLAPPING)
                 .bind(id)
                 .bind(run_at)
                 .bind(claim.now.as_millis())
@@ -249,7 +269,7 @@ macro_rules! claim_exclusive {
         // `buffer_one`: the first occurrence to find its timer busy waits; the rest skip.
         let buffered: Option<i64> = match busy {
             Some(_) if overlap == chime_domain::OverlapPolicy::BufferOne => {
-                sqlx::query_scalar($crate::sql::BUFFERED)
+                sqlx::query_scalar(<$d>::BUFFERED)
                     .bind(id)
                     .bind(run_at)
                     .bind(claim.now.as_millis())
@@ -283,10 +303,10 @@ macro_rules! claim_exclusive {
                     other.to_rfc3339()
                 ),
             };
-            let skipped = sqlx::query($crate::sql::SKIP_ONE)
+            let skipped = sqlx::query(<$d>::SKIP_ONE)
+                .bind(reason)
                 .bind(id)
                 .bind(run_at)
-                .bind(reason)
                 .execute(&mut *$tx)
                 .await?
                 .rows_affected();
@@ -296,24 +316,34 @@ macro_rules! claim_exclusive {
                 $crate::Exclusive::Skipped { beside: other }
             }
         } else {
-            match sqlx::query($crate::sql::CLAIM_ONE)
+            let claimed = sqlx::query(<$d>::CLAIM_ONE)
+                .bind(claim.lease_until.as_millis())
                 .bind(id)
                 .bind(run_at)
                 .bind(claim.now.as_millis())
-                .bind(claim.lease_until.as_millis())
-                .fetch_optional(&mut *$tx)
+                .execute(&mut *$tx)
                 .await?
-            {
+                .rows_affected();
+            let row = if claimed == 1 {
+                sqlx::query(<$d>::CLAIMED_ONE)
+                    .bind(id)
+                    .bind(run_at)
+                    .fetch_optional(&mut *$tx)
+                    .await?
+            } else {
+                None
+            };
+            match row {
                 Some(row) => {
                     if cancels {
-                        sqlx::query($crate::sql::CANCEL_EARLIER)
-                            .bind(id)
-                            .bind(run_at)
-                            .bind(claim.now.as_millis())
+                        sqlx::query(<$d>::CANCEL_EARLIER)
                             .bind(format!(
                                 "overlap: cancelled by the occurrence at {}",
                                 key.run_at.to_rfc3339()
                             ))
+                            .bind(id)
+                            .bind(run_at)
+                            .bind(claim.now.as_millis())
                             .execute(&mut *$tx)
                             .await?;
                     }
@@ -354,13 +384,17 @@ macro_rules! list_timers {
     }};
 }
 
-/// [`LIST_RUNS`] for `OccurrenceStore::list_runs`.
+/// [`LIST_RUNS`] (or the dialect's `$statement`, binding the same values in the same order)
+/// for `OccurrenceStore::list_runs`.
 macro_rules! list_runs {
-    ($db:expr, $filter:expr, $page:expr) => {{
+    ($db:expr, $filter:expr, $page:expr) => {
+        $crate::sql::list_runs!($db, $crate::sql::LIST_RUNS, $filter, $page)
+    };
+    ($db:expr, $statement:expr, $filter:expr, $page:expr) => {{
         let (filter, page) = ($filter, $page);
         let scope = filter.scope();
         let before = filter.before($crate::decode_page_token(page, &scope)?);
-        let rows = sqlx::query($crate::sql::LIST_RUNS)
+        let rows = sqlx::query($statement)
             .bind(filter.timer_id.get())
             .bind(filter.status.map(|s| s.as_str()))
             .bind(before)
@@ -374,14 +408,18 @@ macro_rules! list_runs {
     }};
 }
 
-/// [`LIST_DEAD`] for `OccurrenceStore::list_dead`.
+/// [`LIST_DEAD`] (or the dialect's `$statement`, binding the same values in the same order)
+/// for `OccurrenceStore::list_dead`.
 macro_rules! list_dead {
-    ($db:expr, $filter:expr, $page:expr) => {{
+    ($db:expr, $filter:expr, $page:expr) => {
+        $crate::sql::list_dead!($db, $crate::sql::LIST_DEAD, $filter, $page)
+    };
+    ($db:expr, $statement:expr, $filter:expr, $page:expr) => {{
         let (filter, page) = ($filter, $page);
         let scope = filter.scope();
         let (after_id, after_run) =
             $crate::decode_page_token(page, &scope)?.unwrap_or((0, i64::MIN));
-        let rows = sqlx::query($crate::sql::LIST_DEAD)
+        let rows = sqlx::query($statement)
             .bind(filter.timer_id.map(|t| t.get()))
             .bind(filter.app.as_ref().map(chime_domain::AppName::as_str))
             .bind(after_id)
@@ -425,10 +463,14 @@ macro_rules! find_overdue {
     }};
 }
 
-/// [`DUE_IN_BUCKET`] for `OccurrenceStore::due_in_bucket`.
+/// [`DUE_IN_BUCKET`] (or the dialect's `$statement`, binding the same values in the same
+/// order) for `OccurrenceStore::due_in_bucket`.
 macro_rules! due_in_bucket {
-    ($db:expr, $bucket:expr, $from:expr, $to:expr, $limit:expr) => {{
-        let rows = sqlx::query($crate::sql::DUE_IN_BUCKET)
+    ($db:expr, $bucket:expr, $from:expr, $to:expr, $limit:expr) => {
+        $crate::sql::due_in_bucket!($db, $crate::sql::DUE_IN_BUCKET, $bucket, $from, $to, $limit)
+    };
+    ($db:expr, $statement:expr, $bucket:expr, $from:expr, $to:expr, $limit:expr) => {{
+        let rows = sqlx::query($statement)
             .bind($bucket.get() as i32)
             .bind($from.as_millis())
             .bind($to.as_millis())
@@ -444,13 +486,14 @@ macro_rules! due_in_bucket {
 /// first use of a key goes on to write the timer (`None`); a repeat gets the timer the
 /// first use created, once its fingerprint shows it is the same request (`Some`).
 macro_rules! claim_idempotency_key {
-    ($tx:expr, $req:expr, $id:expr, $now:expr) => {{
+    ($tx:expr, $req:expr, $id:expr, $now:expr, $d:ty) => {{
+        use $crate::sql::Dialect as _;
         let req: &$crate::CreateTimer = $req;
         match &req.idempotency {
             None => None,
             Some(idem) => {
                 let app = req.timer.spec.app.as_str();
-                let first_use = sqlx::query($crate::sql::CLAIM_IDEMPOTENCY_KEY)
+                let first_use = sqlx::query(<$d>::CLAIM_IDEMPOTENCY_KEY)
                     .bind(app)
                     .bind(&idem.key)
                     .bind(&idem.fingerprint)
@@ -464,13 +507,13 @@ macro_rules! claim_idempotency_key {
                     None
                 } else {
                     let (fingerprint, original): (String, i64) =
-                        sqlx::query_as($crate::sql::IDEMPOTENCY_KEY)
+                        sqlx::query_as(<$d>::IDEMPOTENCY_KEY)
                             .bind(app)
                             .bind(&idem.key)
                             .fetch_one(&mut *$tx)
                             .await?;
                     $crate::rows::check_fingerprint(idem, &fingerprint)?;
-                    let row = sqlx::query($crate::sql::TIMER_BY_ID)
+                    let row = sqlx::query(<$d>::TIMER_BY_ID)
                         .bind(original)
                         .fetch_one(&mut *$tx)
                         .await?;

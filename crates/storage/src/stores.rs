@@ -10,12 +10,13 @@ use chime_domain::{BucketCount, Clock};
 use crate::memory::{MemoryHotIndex, MemoryLeases};
 use crate::postgres::PgSettings;
 use crate::redis::{RedisBackend, RedisSettings};
-use crate::{Database, HotIndex, Leases, Membership, StoreError};
+use crate::{Database, HotIndex, Leases, Membership, StoreError, Windowed};
 
 /// Where the hot index and the leases live.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HotPath {
-    /// Redis when [`StoreSettings::redis_url`] is set, none otherwise.
+    /// Redis when [`StoreSettings::redis_url`] is set; otherwise in PostgreSQL when that is
+    /// the database (PostgreSQL-only mode), none for SQLite.
     Configured,
     /// In this process's memory (`chime dev`: one process runs every service).
     InMemory,
@@ -28,6 +29,9 @@ pub struct StoreSettings {
     pub postgres: PgSettings,
     pub redis_url: Option<String>,
     pub redis: RedisSettings,
+    /// The migrator's lead: the hot index holds what is due within it (plus a margin), the
+    /// rest waits in the database until the migrator builds its shard ([`Windowed`]).
+    pub index_lead: std::time::Duration,
 }
 
 /// The hot index with the leases beside it.
@@ -35,7 +39,7 @@ pub type HotStores = (Arc<dyn HotIndex>, Arc<dyn Leases>);
 
 /// A service that needs the hot path was started without one.
 #[derive(Debug, Clone, Copy, thiserror::Error)]
-#[error("no Redis configured: set CHIME_REDIS_URL (redis://…)")]
+#[error("no hot path: set CHIME_REDIS_URL (redis://…), or use PostgreSQL as the database")]
 pub struct NoHotPath;
 
 pub struct Stores {
@@ -76,7 +80,7 @@ impl Stores {
             match (hot_path, settings.redis_url.as_deref()) {
                 (HotPath::InMemory, _) => {
                     let index = MemoryHotIndex::new(clock.clone(), settings.redis.shard_retention);
-                    let leases = Arc::new(MemoryLeases::new(clock));
+                    let leases = Arc::new(MemoryLeases::new(clock.clone()));
                     (Some((Arc::new(index), leases.clone(), leases)), None)
                 }
                 (HotPath::Configured, Some(url)) => {
@@ -88,10 +92,26 @@ impl Stores {
                     );
                     (Some(hot), Some(redis))
                 }
-                (HotPath::Configured, None) => (None, None),
+                (HotPath::Configured, None) => {
+                    match database.pg_hot_path(settings.redis.shard_retention) {
+                        Some(pg) => {
+                            tracing::info!(
+                                "no CHIME_REDIS_URL: hot index and leases in PostgreSQL"
+                            );
+                            let hot: Hot =
+                                (Arc::new(pg.clone()), Arc::new(pg.clone()), Arc::new(pg));
+                            (Some(hot), None)
+                        }
+                        None => (None, None),
+                    }
+                }
             };
         let (hot_index, leases, membership) = match hot {
-            Some((i, l, m)) => (Some(i), Some(l), Some(m)),
+            Some((i, l, m)) => {
+                let windowed: Arc<dyn HotIndex> =
+                    Arc::new(Windowed::new(i, clock.clone(), settings.index_lead));
+                (Some(windowed), Some(l), Some(m))
+            }
             None => (None, None, None),
         };
         Ok(Self {

@@ -127,6 +127,101 @@ impl Drop for PgFixture {
     }
 }
 
+impl PgFixture {
+    /// The hot index in this fixture's schema (PostgreSQL-only mode).
+    pub fn hot_index(&self) -> Arc<dyn HotIndex> {
+        Arc::new(self.store.hot_path(Duration::from_secs(300)))
+    }
+    pub fn leases(&self) -> Arc<dyn Leases> {
+        Arc::new(self.store.hot_path(Duration::from_secs(300)))
+    }
+    pub fn membership(&self) -> Arc<dyn Membership> {
+        Arc::new(self.store.hot_path(Duration::from_secs(300)))
+    }
+    /// The database's clock: contracts wait for expiry instead of moving time.
+    pub fn time(&self) -> Arc<dyn TimeControl> {
+        Arc::new(crate::contract::RealTime)
+    }
+}
+
+// ---- MySQL / MariaDB ---------------------------------------------------------------------
+
+pub fn mysql_url() -> String {
+    std::env::var("CHIME_TEST_MYSQL_URL")
+        .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".into())
+}
+
+/// A migrated MySQL store in a database of its own, dropped with the fixture.
+pub struct MySqlFixture {
+    pub store: Arc<crate::mysql::MySqlStore>,
+    database: String,
+}
+
+impl MySqlFixture {
+    pub fn store(&self) -> Arc<crate::mysql::MySqlStore> {
+        self.store.clone()
+    }
+
+    /// The fixture's database, for processes that connect on their own.
+    pub fn url(&self) -> String {
+        mysql_url_of(&mysql_url(), &self.database)
+    }
+}
+
+/// `url` with its database replaced by `database`.
+fn mysql_url_of(url: &str, database: &str) -> String {
+    let (base, query) = url
+        .split_once('?')
+        .map_or((url, None), |(b, q)| (b, Some(q)));
+    let server = base.rsplit_once('/').map_or(base, |(s, _)| s);
+    match query {
+        Some(q) => format!("{server}/{database}?{q}"),
+        None => format!("{server}/{database}"),
+    }
+}
+
+pub async fn mysql() -> MySqlFixture {
+    let url = mysql_url();
+    let database = unique("chime_t");
+    let mut admin = sqlx::MySqlConnection::connect(&url)
+        .await
+        .unwrap_or_else(|e| {
+            panic!("MySQL/MariaDB at {url} is not reachable ({e}); run the tests with `make test`")
+        });
+    sqlx::query(AssertSqlSafe(format!("CREATE DATABASE {database}")))
+        .execute(&mut admin)
+        .await
+        .expect("create test database");
+    let settings = crate::postgres::PgSettings {
+        max_connections: 12,
+        ..Default::default()
+    };
+    let pool = crate::mysql::MySqlStore::pool_options(&settings)
+        .connect(&mysql_url_of(&url, &database))
+        .await
+        .expect("connect to the test database");
+    let store =
+        crate::mysql::MySqlStore::from_pool(pool, Arc::new(SystemClock), BucketCount::DEFAULT);
+    store.migrate().await.expect("migrate the test database");
+    MySqlFixture {
+        store: Arc::new(store),
+        database,
+    }
+}
+
+impl Drop for MySqlFixture {
+    fn drop(&mut self) {
+        let database = self.database.clone();
+        cleanup_blocking(move || async move {
+            if let Ok(mut conn) = sqlx::MySqlConnection::connect(&mysql_url()).await {
+                let _ = sqlx::query(AssertSqlSafe(format!("DROP DATABASE IF EXISTS {database}")))
+                    .execute(&mut conn)
+                    .await;
+            }
+        });
+    }
+}
+
 // ---- SQLite ----------------------------------------------------------------------------
 
 pub struct SqliteFixture {

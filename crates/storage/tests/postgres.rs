@@ -10,6 +10,11 @@ storage_contract!(materialize, support::pg());
 storage_contract!(retention, support::pg());
 storage_contract!(lifecycle, support::pg());
 storage_contract!(credentials, support::pg());
+storage_contract!(activity, support::pg());
+// PostgreSQL-only mode: the hot index, leases and membership in the database.
+storage_contract!(hot_index, support::pg());
+storage_contract!(leases, support::pg());
+storage_contract!(membership, support::pg());
 storage_contract!(calendars, support::pg());
 
 mod migrations {
@@ -21,7 +26,7 @@ mod migrations {
         assert_eq!(
             fx.store.schema_status().await.unwrap(),
             SchemaStatus::Behind {
-                missing: vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
+                missing: vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]
             }
         );
         fx.store.migrate().await.unwrap();
@@ -54,7 +59,7 @@ mod migrations {
             .fetch_one(fx.store.pool())
             .await
             .unwrap();
-        assert_eq!(applied, 10);
+        assert_eq!(applied, 12);
         assert_eq!(
             fx.store.schema_status().await.unwrap(),
             SchemaStatus::Current
@@ -85,6 +90,25 @@ async fn unreachable_database_fails_fast_with_a_retryable_error() {
     .expect("connect must not hang");
     let err = result.expect_err("nothing listens on port 1");
     assert!(err.is_retryable(), "{err}");
+}
+
+/// SQLSTATE 22021 (a NUL in text) is all digits with 5 in its low byte, SQLite's BUSY: it
+/// was once read as a transient error and answered "retry shortly" (503) for ever.
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+#[tokio::test]
+async fn a_refused_value_is_not_a_retryable_error() {
+    use chime_storage::{PageRequest, TimerFilter, TimerStore};
+    let fx = support::pg().await;
+    let filter = TimerFilter {
+        name_prefix: Some("a\0b".into()),
+        ..TimerFilter::default()
+    };
+    let err = fx
+        .store
+        .list_timers(&filter, &PageRequest::default())
+        .await
+        .expect_err("PostgreSQL refuses NUL in text");
+    assert!(!err.is_retryable(), "{err}");
 }
 
 /// Re-materializing rows that exist (every migrator step re-writes half its horizon) must
@@ -219,9 +243,10 @@ async fn claims_and_timer_reads_probe_by_key_on_a_fresh_connection() {
 
     let after = scans().await;
     let delta: [i64; 4] = std::array::from_fn(|i| after[i] - before[i]);
+    // Timers: one probe per key by the read, one by the claim (the version it reports).
     assert_eq!(
         delta,
-        [KEYS, 0, KEYS, 0],
+        [2 * KEYS, 0, KEYS, 0],
         "[index, sequential] scans of timers, then of occurrences"
     );
 }
@@ -275,4 +300,198 @@ async fn rotation_drops_a_day_left_detached() {
     .await
     .unwrap();
     assert_eq!(left, 0);
+}
+
+/// PostgreSQL-only mode: a service given a PostgreSQL URL and no Redis keeps its hot index,
+/// leases and membership in the database, shared by every process on it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_redis_a_postgres_service_keeps_its_hot_path_in_the_database() {
+    use chime_domain::{Bucket, ShardKey, SystemClock, TaskKey, TimerId};
+    use chime_storage::{HotEntry, HotPath, LeaseToken, StoreSettings, Stores};
+
+    let fixture = support::pg().await;
+    let settings = StoreSettings {
+        buckets: chime_domain::BucketCount::DEFAULT,
+        postgres: Default::default(),
+        redis_url: None,
+        redis: Default::default(),
+        index_lead: std::time::Duration::from_secs(60),
+    };
+    let url = fixture.url();
+    let open = || {
+        Stores::open(
+            &settings,
+            &url,
+            std::sync::Arc::new(SystemClock),
+            HotPath::Configured,
+            false,
+        )
+    };
+    let (a, b) = (open().await.unwrap(), open().await.unwrap());
+    let (index_a, leases_a) = a.hot_path().expect("a hot path without Redis");
+    let (index_b, leases_b) = b.hot_path().unwrap();
+
+    let due = chime_domain::Clock::now(&SystemClock).add_millis(10_000);
+    let key = TaskKey::new(TimerId::new(7).unwrap(), due);
+    let bucket = Bucket::from_stored(3);
+    index_a
+        .add(&[HotEntry::new(key, due, bucket)])
+        .await
+        .unwrap();
+    let shard = ShardKey::new(due, bucket);
+    assert!(!index_b.shard_complete(shard).await.unwrap());
+    index_a.touch(&[shard]).await.unwrap();
+    assert!(index_b.shard_complete(shard).await.unwrap());
+    assert_eq!(index_b.due(shard, due, 10).await.unwrap(), vec![(key, due)]);
+    // Far ahead of the lead: left to the database until its shard is built.
+    let later = due.add_millis(3_600_000);
+    let far = TaskKey::new(TimerId::new(8).unwrap(), later);
+    index_a
+        .add(&[HotEntry::new(far, later, bucket)])
+        .await
+        .unwrap();
+    assert!(
+        index_b
+            .due(ShardKey::new(later, bucket), later, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
+    let (ta, tb) = (LeaseToken::random(), LeaseToken::random());
+    let ttl = std::time::Duration::from_secs(30);
+    assert!(leases_a.acquire("shard", &ta, ttl).await.unwrap());
+    assert!(
+        !leases_b.acquire("shard", &tb, ttl).await.unwrap(),
+        "one holder across processes"
+    );
+    a.close().await;
+    b.close().await;
+}
+
+/// A day partition fills while claims, outcomes and the migrator's inserts keep running on
+/// the same connection (ten million daily timers write tomorrow's runs at thousands a
+/// second). Plans cached while that partition was empty read it whole on every statement once
+/// it held hundreds of thousands of rows (seconds per claim); today's work must not read
+/// tomorrow's partition at all, whatever it held when the statements were first planned.
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn todays_claims_outcomes_and_inserts_leave_a_filling_day_partition_alone() {
+    use chime_domain::{
+        Bucket, Claim, NewOccurrence, OccurrenceStatus, Outcome, SystemClock, TaskKey, TimerId,
+        Timestamp,
+    };
+    use chime_storage::OccurrenceStore;
+    use chime_storage::postgres::{PgSettings, PgStore};
+
+    let fx = support::pg().await;
+    let store = PgStore::connect(
+        &fx.url(),
+        &PgSettings {
+            max_connections: 1,
+            ..Default::default()
+        },
+        std::sync::Arc::new(SystemClock),
+        chime_domain::BucketCount::DEFAULT,
+    )
+    .await
+    .unwrap();
+    let pool = store.pool();
+    // Ten days of their own, far ahead (from 2031-01-01 UTC), as the janitor keeps a week
+    // and more; today is the first, tomorrow the second.
+    let day = 1_924_992_000_000_i64;
+    for d in 0..10 {
+        let from = day + d * 86_400_000;
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "CREATE TABLE occurrences_p_{d} PARTITION OF occurrences \
+             FOR VALUES FROM ({from}) TO ({})",
+            from + 86_400_000
+        )))
+        .execute(pool)
+        .await
+        .unwrap();
+    }
+    // Rows of day `d`: timer g due at `g` ms into the day.
+    let insert = |d: i64, from: i64, n: i64| {
+        sqlx::query(
+            "INSERT INTO occurrences (timer_id, run_at, timer_version, bucket) \
+             SELECT g, $1 + g, 1, 0 FROM generate_series($2, $2 + $3 - 1) g",
+        )
+        .bind(day + d * 86_400_000)
+        .bind(from)
+        .bind(n)
+        .execute(pool)
+    };
+    let claim = Claim {
+        now: Timestamp::from_millis(day),
+        lease_until: Timestamp::from_millis(day + 60_000),
+    };
+    let keys = |from: i64, n: i64| -> Vec<TaskKey> {
+        (from..from + n)
+            .map(|g| TaskKey::new(TimerId::new(g).unwrap(), Timestamp::from_millis(day + g)))
+            .collect()
+    };
+    // One round of today's work on 200 keys from `from`: claim, outcomes, and the migrator
+    // writing the next 200 with a newer version over pending rows of the same keys.
+    let round = |from: i64| {
+        let store = &store;
+        async move {
+            let won = store.claim(&keys(from, 200), claim).await.unwrap();
+            assert_eq!(won.len(), 200);
+            let outcomes: Vec<Outcome> = won
+                .iter()
+                .map(|c| {
+                    Outcome::ended(
+                        c.key,
+                        c.attempt,
+                        OccurrenceStatus::Succeeded,
+                        Some(Timestamp::from_millis(day)),
+                        None,
+                    )
+                })
+                .collect();
+            assert_eq!(store.record_outcomes(&outcomes).await.unwrap(), 200);
+            let newer: Vec<NewOccurrence> = keys(from + 200, 200)
+                .into_iter()
+                .map(|key| NewOccurrence {
+                    key,
+                    timer_version: 2,
+                    bucket: Bucket::from_stored(0),
+                    due: None,
+                })
+                .collect();
+            assert_eq!(store.insert_occurrences(&newer).await.unwrap(), 200);
+        }
+    };
+    // Today's work, often enough for its statements' plans to be cached, while tomorrow's
+    // partition is still empty…
+    insert(0, 1, 10_000).await.unwrap();
+    for r in 0..8 {
+        round(1 + r * 400).await;
+    }
+    // …then tomorrow's runs of a population of daily timers arrive.
+    insert(1, 1, 300_000).await.unwrap();
+    let read_of_tomorrow = || async {
+        sqlx::query("SELECT pg_stat_force_next_flush()")
+            .execute(pool)
+            .await
+            .unwrap();
+        let n: i64 = sqlx::query_scalar(
+            "SELECT (COALESCE(seq_tup_read, 0) + COALESCE(idx_tup_fetch, 0) \
+               + COALESCE(seq_scan, 0) + COALESCE(idx_scan, 0))::bigint \
+             FROM pg_stat_user_tables \
+             WHERE schemaname = current_schema() AND relname = 'occurrences_p_1'",
+        )
+        .fetch_one(pool)
+        .await
+        .unwrap();
+        n
+    };
+    let before = read_of_tomorrow().await;
+    round(5_000).await;
+    assert_eq!(
+        read_of_tomorrow().await - before,
+        0,
+        "today's claim, outcomes or insert read tomorrow's day partition"
+    );
 }

@@ -10,6 +10,7 @@ storage_contract!(materialize, support::sqlite());
 storage_contract!(retention, support::sqlite());
 storage_contract!(lifecycle, support::sqlite());
 storage_contract!(credentials, support::sqlite());
+storage_contract!(activity, support::sqlite());
 storage_contract!(calendars, support::sqlite());
 
 mod migrations {
@@ -21,7 +22,7 @@ mod migrations {
         assert_eq!(
             fx.store.schema_status().await.unwrap(),
             SchemaStatus::Behind {
-                missing: vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
+                missing: vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]
             }
         );
         fx.store.migrate().await.unwrap();

@@ -53,13 +53,7 @@ pub fn bin(name: &str) -> PathBuf {
     path
 }
 
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("a free port")
-        .local_addr()
-        .expect("its address")
-        .port()
-}
+pub use crate::ports::{free_port, free_port_pair};
 
 /// A directory for this run's logs, kept under `target/e2e/` (tests) or `target/bench/logs/`
 /// (`chime-bench`) so a failure can be read.
@@ -109,6 +103,10 @@ impl Service {
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err);
+        // The runtime's thread count, when the harness is given one (tokio reads it).
+        if let Ok(n) = std::env::var("TOKIO_WORKER_THREADS") {
+            cmd.env("TOKIO_WORKER_THREADS", n);
+        }
         for (k, v) in env {
             cmd.env(k, v);
         }
@@ -231,6 +229,7 @@ pub mod cluster {
     pub struct Spec {
         pub test: &'static str,
         pub database_url: String,
+        /// Empty: no Redis (PostgreSQL-only mode).
         pub redis_url: String,
         pub redis_prefix: String,
         pub schedulers: usize,
@@ -278,6 +277,15 @@ pub mod cluster {
                 env,
                 dir,
             }
+        }
+
+        /// The value it was started with for `key`.
+        pub fn setting(&self, key: &str) -> Option<&str> {
+            self.env
+                .iter()
+                .rev()
+                .find(|(k, _)| *k == key)
+                .map(|(_, v)| v.as_str())
         }
 
         /// Sets `key` for the next (re)start, as a rolling change of configuration does.
@@ -348,8 +356,6 @@ pub mod cluster {
             let common = |admin: u16| -> Vec<(&'static str, String)> {
                 let mut env = vec![
                     ("CHIME_DATABASE_URL", spec.database_url.clone()),
-                    ("CHIME_REDIS_URL", spec.redis_url.clone()),
-                    ("CHIME_REDIS_PREFIX", spec.redis_prefix.clone()),
                     ("CHIME_ADMIN_ADDR", format!("127.0.0.1:{admin}")),
                     ("CHIME_SHUTDOWN_GRACE", "10s".into()),
                     // The callback sink listens on loopback, which callbacks may not reach
@@ -361,6 +367,10 @@ pub mod cluster {
                     ("CHIME_LOG", "info".into()),
                     ("CHIME_BOOTSTRAP_TOKEN", super::BOOTSTRAP_TOKEN.into()),
                 ];
+                if !spec.redis_url.is_empty() {
+                    env.push(("CHIME_REDIS_URL", spec.redis_url.clone()));
+                    env.push(("CHIME_REDIS_PREFIX", spec.redis_prefix.clone()));
+                }
                 env.extend(spec.env.iter().cloned());
                 env
             };
@@ -383,11 +393,16 @@ pub mod cluster {
                 Node::start("migrator".into(), "chime-migrator", env, dir.clone(), "").await;
 
             let mut executors = Vec::new();
-            let mut urls = Vec::new();
-            for i in 0..spec.executors {
-                let port = free_port();
+            let ports: Vec<u16> = (0..spec.executors).map(|_| free_port()).collect();
+            let urls: Vec<String> = ports
+                .iter()
+                .map(|p| format!("http://127.0.0.1:{p}"))
+                .collect();
+            for (i, port) in ports.iter().enumerate() {
                 let mut env = common(free_port());
                 env.push(("CHIME_EXECUTOR_ADDR", format!("127.0.0.1:{port}")));
+                // Its peers, for worker deliveries to a worker connected elsewhere.
+                env.push(("CHIME_EXECUTOR_ENDPOINTS", urls.join(",")));
                 executors.push(
                     Node::start(
                         format!("executor-{i}"),
@@ -398,7 +413,6 @@ pub mod cluster {
                     )
                     .await,
                 );
-                urls.push(format!("http://127.0.0.1:{port}"));
             }
             let mut schedulers = Vec::new();
             for i in 0..spec.schedulers {

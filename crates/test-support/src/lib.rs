@@ -5,4 +5,5 @@
 
 pub mod deploy;
 pub mod pki;
+pub mod ports;
 pub mod sink;

@@ -121,6 +121,16 @@ impl Sink {
         self.state.log.lock().map(|l| l.clone()).unwrap_or_default()
     }
 
+    /// Everything received so far, in arrival order, taken out of the log: a long benchmark
+    /// reads its callbacks phase by phase and keeps its memory bounded.
+    pub fn take(&self) -> Vec<Received> {
+        self.state
+            .log
+            .lock()
+            .map(|mut l| std::mem::take(&mut *l))
+            .unwrap_or_default()
+    }
+
     /// `/delay/{ms}` requests as they arrived, answered or not.
     pub fn started(&self) -> Vec<Received> {
         self.state

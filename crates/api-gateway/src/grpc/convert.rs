@@ -57,7 +57,10 @@ pub(super) fn schedule_spec(s: Option<pb::Schedule>) -> ScheduleInput {
 
 pub(super) fn callback_spec(c: pb::Callback) -> CallbackInput {
     CallbackInput {
-        url: c.url,
+        url: non_empty(c.url),
+        worker: c.worker.map(Into::into),
+        nats: c.nats.map(Into::into),
+        amqp: c.amqp.map(Into::into),
         method: non_empty(c.method),
         headers: c.headers.into_iter().collect(),
         body: c.body,
@@ -261,7 +264,10 @@ pub(super) fn timer_out(v: TimerView) -> pb::Timer {
             start_at: s.start_at().map(ts),
             end_at: s.end_at().map(ts),
             callback: Some(pb::Callback {
-                url: cb.url,
+                url: cb.url.unwrap_or_default(),
+                worker: cb.worker.map(Into::into),
+                nats: cb.nats.map(Into::into),
+                amqp: cb.amqp.map(Into::into),
                 method: cb.method,
                 headers: cb.headers.into_iter().collect(),
                 body: cb.body,
@@ -354,5 +360,33 @@ pub(super) fn calendar_out(c: chime_domain::Calendar) -> pb::Calendar {
         name: c.name.to_string(),
         dates: c.dates.iter().map(ToString::to_string).collect(),
         updated_at: Some(ts(c.updated_at)),
+    }
+}
+
+fn activity_counts(c: &chime_domain::Counts) -> pb::ActivityCounts {
+    pb::ActivityCounts {
+        fired: c.fired,
+        succeeded: c.succeeded,
+        failed: c.failed,
+        dead: c.dead,
+        lateness_p50_ms: c.lateness_quantile_ms(0.5),
+        lateness_p99_ms: c.lateness_quantile_ms(0.99),
+    }
+}
+
+pub(super) fn activity(r: &crate::activity::ActivityReport) -> pb::Activity {
+    pb::Activity {
+        app: r.app.clone().unwrap_or_default(),
+        from: Some(ts(r.from)),
+        now: Some(ts(r.now)),
+        minutes: r
+            .minutes
+            .iter()
+            .map(|(at, c)| pb::ActivityMinute {
+                at: Some(ts(*at)),
+                counts: Some(activity_counts(c)),
+            })
+            .collect(),
+        total: Some(activity_counts(&r.total)),
     }
 }

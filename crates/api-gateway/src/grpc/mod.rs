@@ -356,6 +356,25 @@ impl GrpcTimerService for GrpcApi {
         }))
     }
 
+    async fn get_activity(
+        &self,
+        req: Request<pb::GetActivityRequest>,
+    ) -> Result<Response<pb::Activity>, Status> {
+        let ctx = RequestContext::of(req.extensions());
+        let r = req.into_inner();
+        let report = self
+            .0
+            .activity(
+                &ctx,
+                crate::activity::ActivityQuery {
+                    app: non_empty(r.app),
+                    minutes: (r.minutes != 0).then_some(r.minutes),
+                },
+            )
+            .await?;
+        Ok(Response::new(convert::activity(&report)))
+    }
+
     async fn redrive_run(
         &self,
         req: Request<pb::RedriveRunRequest>,

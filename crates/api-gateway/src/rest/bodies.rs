@@ -29,7 +29,14 @@ pub struct ScheduleBody {
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct CallbackBody {
-    pub url: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub worker: Option<chime_domain::WorkerInput>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nats: Option<chime_domain::NatsInput>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub amqp: Option<chime_domain::AmqpInput>,
     pub method: String,
     pub headers: BTreeMap<String, String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -238,6 +245,9 @@ impl From<TimerView> for TimerBody {
             end_at: s.end_at().map(Timestamp::to_rfc3339),
             callback: CallbackBody {
                 url: cb.url,
+                worker: cb.worker,
+                nats: cb.nats,
+                amqp: cb.amqp,
                 method: cb.method,
                 headers: cb.headers.into_iter().collect(),
                 body: cb.body,

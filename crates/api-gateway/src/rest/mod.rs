@@ -17,6 +17,7 @@ pub const MAX_BODY_BYTES: usize = 1024 * 1024;
 type Api = Arc<dyn TimerApi>;
 
 mod access;
+mod activity;
 mod bodies;
 mod calendars;
 mod extract;
@@ -26,6 +27,8 @@ mod timers;
 
 pub use access::TokenList;
 use access::*;
+use activity::*;
+pub use activity::{ActivityBody, ActivityCounts, ActivityMinute};
 pub use bodies::*;
 use calendars::*;
 pub use extract::*;
@@ -95,6 +98,7 @@ enum IdErrors {
                        BatchCreated, RunList, Triggered, Redriven)),
     tags((name = "timers", description = "Timer management"),
          (name = "dead letters", description = "Runs whose attempts are exhausted, and their redrive"),
+         (name = "activity", description = "What the executors did, per minute: the console's overview"),
          (name = "calendars", description = "An app's exclusion calendars: dates its timers may skip"),
          (name = "access", description = "An app's API tokens and callback signing secret (admin scope)"))
 )]
@@ -140,6 +144,7 @@ pub fn routes(api: Api, access: Access) -> OpenApiRouter {
         .routes(routes!(redrive_run))
         .routes(routes!(put_calendar, get_calendar))
         .routes(routes!(list_calendars))
+        .routes(routes!(get_activity))
         .with_state(api);
     let access = OpenApiRouter::new()
         .routes(routes!(create_token, list_tokens))

@@ -64,10 +64,13 @@ impl HotIndex for DownIndex {
     async fn remove(&self, _: ShardKey, _: &[TaskKey]) -> StoreResult<()> {
         Err(StoreError::unavailable("connection refused"))
     }
-    async fn shard_exists(&self, _: ShardKey) -> StoreResult<bool> {
+    async fn shard_complete(&self, _: ShardKey) -> StoreResult<bool> {
         Err(StoreError::unavailable("connection refused"))
     }
 }
+
+/// The one broker test gateways allow timers to publish to.
+pub const ALLOWED_BROKER: &str = "nats://127.0.0.1:4222";
 
 /// A gateway on PostgreSQL and a Redis hot index.
 pub async fn start() -> TestGateway {
@@ -112,7 +115,11 @@ async fn start_with(
     )
     // The tests call back loopback addresses; the policy itself is tested in callbacks.rs.
     .with_networks(chime_domain::NetworkPolicy::open())
-    .with_calendars(db.store());
+    .with_brokers(vec![
+        chime_domain::BrokerUrl::parse(ALLOWED_BROKER).expect("a broker URL"),
+    ])
+    .with_calendars(db.store())
+    .with_activity(db.store());
     if let Some(q) = quotas {
         service = service.with_quotas(q);
     }

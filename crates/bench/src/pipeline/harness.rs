@@ -3,12 +3,35 @@
 
 use super::*;
 
+/// The database of a deployment.
+pub(super) enum BenchDb {
+    Postgres(testkit::PgFixture),
+    MySql(testkit::MySqlFixture),
+}
+
+impl BenchDb {
+    fn url(&self) -> String {
+        match self {
+            Self::Postgres(f) => f.url(),
+            Self::MySql(f) => f.url(),
+        }
+    }
+
+    /// The PostgreSQL store, for scenarios that write to it directly.
+    pub(super) fn pg(&self) -> anyhow::Result<&testkit::PgFixture> {
+        match self {
+            Self::Postgres(f) => Ok(f),
+            Self::MySql(_) => anyhow::bail!("this scenario needs PostgreSQL"),
+        }
+    }
+}
+
 /// A deployment for one scenario, removed when dropped.
 pub(super) struct Deployment {
     pub(super) cluster: Cluster,
     pub(super) sink: Sink,
-    pub(super) _db: testkit::PgFixture,
-    pub(super) _redis: testkit::RedisFixture,
+    pub(super) _db: BenchDb,
+    pub(super) _redis: Option<testkit::RedisFixture>,
 }
 
 impl Deployment {
@@ -17,8 +40,14 @@ impl Deployment {
         name: &'static str,
         env: &[(&str, &str)],
     ) -> anyhow::Result<Self> {
-        let db = testkit::pg().await;
-        let redis = testkit::redis().await;
+        let db = match args.setup {
+            Setup::MariadbRedis => BenchDb::MySql(testkit::mysql().await),
+            _ => BenchDb::Postgres(testkit::pg().await),
+        };
+        let redis = match args.setup {
+            Setup::Postgres => None,
+            _ => Some(testkit::redis().await),
+        };
         let sink = Sink::start_lean().await?;
         let mut all: Vec<(&'static str, String)> = vec![
             ("CHIME_LOG", "warn".into()),
@@ -33,8 +62,14 @@ impl Deployment {
         let cluster = Cluster::start(Spec {
             test: name,
             database_url: db.url(),
-            redis_url: testkit::redis_url(),
-            redis_prefix: redis.backend.prefix().to_owned(),
+            redis_url: redis
+                .as_ref()
+                .map(|_| testkit::redis_url())
+                .unwrap_or_default(),
+            redis_prefix: redis
+                .as_ref()
+                .map(|r| r.backend.prefix().to_owned())
+                .unwrap_or_default(),
             schedulers: args.schedulers,
             executors: args.executors,
             env: all,
@@ -79,6 +114,19 @@ pub(super) fn leak(s: &str) -> &'static str {
 }
 
 pub(super) fn spec(name: String, url: &str, schedule: pb::schedule::Kind) -> pb::TimerSpec {
+    let callback = pb::Callback {
+        url: url.to_owned(),
+        ..Default::default()
+    };
+    spec_to(name, callback, schedule)
+}
+
+/// A timer of the `bench` app delivering to `callback`.
+pub(super) fn spec_to(
+    name: String,
+    callback: pb::Callback,
+    schedule: pb::schedule::Kind,
+) -> pb::TimerSpec {
     pb::TimerSpec {
         app: "bench".into(),
         name,
@@ -86,10 +134,7 @@ pub(super) fn spec(name: String, url: &str, schedule: pb::schedule::Kind) -> pb:
             kind: Some(schedule),
             anchor: None,
         }),
-        callback: Some(pb::Callback {
-            url: url.to_owned(),
-            ..Default::default()
-        }),
+        callback: Some(callback),
         ..Default::default()
     }
 }
@@ -99,29 +144,46 @@ pub(super) async fn create_all(
     d: &Deployment,
     specs: Vec<pb::TimerSpec>,
 ) -> anyhow::Result<Duration> {
+    create_streamed(d, specs.len(), |i| specs[i].clone(), |_| {}).await
+}
+
+/// Creates `count` timers, the `i`-th made by `make(i)`, over gRPC in batches of 100, 8
+/// batches at a time; each batch is made only when it is sent (ten million specs at once
+/// would take gigabytes). `progress` hears the count created after each batch.
+pub(super) async fn create_streamed(
+    d: &Deployment,
+    count: usize,
+    make: impl Fn(usize) -> pb::TimerSpec,
+    mut progress: impl FnMut(usize),
+) -> anyhow::Result<Duration> {
+    const BATCH: usize = 100;
     let client = d.grpc().await?;
     let started = Instant::now();
-    let batches: Vec<Vec<pb::TimerSpec>> = specs.chunks(100).map(<[_]>::to_vec).collect();
-    futures::stream::iter(batches)
-        .map(|batch| {
+    let make = &make;
+    let mut sent = futures::stream::iter((0..count).step_by(BATCH))
+        .map(|from| {
             let mut client = client.clone();
+            let requests: Vec<pb::CreateTimerRequest> = (from..(from + BATCH).min(count))
+                .map(|i| pb::CreateTimerRequest {
+                    timer: Some(make(i)),
+                    ..Default::default()
+                })
+                .collect();
+            let n = requests.len();
             async move {
-                let requests = batch
-                    .into_iter()
-                    .map(|timer| pb::CreateTimerRequest {
-                        timer: Some(timer),
-                        ..Default::default()
-                    })
-                    .collect();
                 client
                     .batch_create_timers(pb::BatchCreateTimersRequest { requests })
                     .await
-                    .context("BatchCreateTimers")
+                    .context("BatchCreateTimers")?;
+                anyhow::Ok(n)
             }
         })
-        .buffer_unordered(8)
-        .try_collect::<Vec<_>>()
-        .await?;
+        .buffer_unordered(8);
+    let mut created = 0;
+    while let Some(n) = sent.try_next().await? {
+        created += n;
+        progress(created);
+    }
     Ok(started.elapsed())
 }
 

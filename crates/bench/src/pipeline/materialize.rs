@@ -36,7 +36,7 @@ pub(super) async fn materialize(args: &Args) -> anyhow::Result<Outcome> {
                             name: TimerName::parse(format!("m-{i}"))?,
                             schedule,
                             callback: CallbackInput {
-                                url: "http://127.0.0.1:9/unused".into(),
+                                url: Some("http://127.0.0.1:9/unused".into()),
                                 ..Default::default()
                             }
                             .parse()?,

@@ -24,21 +24,30 @@ use serde_json::{Value, json};
 use chime_bench::deploy::cluster::{Cluster, Spec};
 use chime_bench::deploy::{Service, free_port, log_dir};
 use chime_bench::measure::{
-    CpuSample, Delivery, Lateness, deliveries, distinct_and_duplicates, git_commit, windows,
+    CpuSample, Delivery, Lateness, RssTrace, deliveries, distinct_and_duplicates, drain_per_second,
+    git_commit, pids_named, total_but_sink, windows,
 };
 use chime_test_support::sink::Sink;
 
 mod burst;
 mod creates;
+mod events;
 mod harness;
 mod materialize;
+mod peers;
 mod periodic;
+mod population;
+mod workers;
 
 use burst::*;
 use creates::*;
+use events::*;
 use harness::*;
 use materialize::*;
+use peers::*;
 use periodic::*;
+use population::*;
+use workers::*;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Scenario {
@@ -48,27 +57,39 @@ pub enum Scenario {
     Materialize,
     Api,
     Purge,
+    Workers,
+    #[value(name = "every-second")]
+    EverySecond,
+    Population,
 }
 
-#[derive(Debug, clap::Args)]
+#[derive(Debug, Clone, clap::Args)]
 pub struct Args {
     /// Scenarios to run, in this order.
     #[arg(
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "burst,steady,sparse,materialize,api,purge"
+        default_value = "burst,steady,every-second,sparse,materialize,api,purge,workers,population"
     )]
     pub scenarios: Vec<Scenario>,
-    /// burst: one-shot timers due at the same instant.
+    /// burst (and workers, once to workers and once over HTTP): one-shot timers due at the
+    /// same instant.
     #[arg(long, default_value_t = 20_000)]
     pub burst: usize,
     /// steady: firings per second (timers firing every second, phases spread evenly).
     #[arg(long, default_value_t = 5_000)]
     pub rate: usize,
-    /// steady: seconds of firing.
-    #[arg(long, default_value_t = 60)]
+    /// steady: seconds of firing (ten minutes: long enough for checkpoints, autovacuum and
+    /// the janitor to show in the tail).
+    #[arg(long, default_value_t = 600)]
     pub duration: u64,
+    /// every-second: firings per second.
+    #[arg(long, default_value_t = 10_000)]
+    pub fast_rate: usize,
+    /// every-second: seconds of firing.
+    #[arg(long, default_value_t = 120)]
+    pub fast_duration: u64,
     /// sparse: firings per second.
     #[arg(long, default_value_t = 200)]
     pub sparse_rate: usize,
@@ -78,6 +99,17 @@ pub struct Args {
     /// materialize: occurrences one migrator step writes (100 per timer).
     #[arg(long, default_value_t = 1_000_000)]
     pub materialize: usize,
+    /// population: timers held at once (99 % daily cron, 1 % every minute, up to 1,000
+    /// every second).
+    #[arg(long, default_value_t = 10_000_000)]
+    pub population: usize,
+    /// population: seconds measured once they are all created.
+    #[arg(long, default_value_t = 300)]
+    pub population_window: u64,
+    /// population: seconds to wait, after the last create, for the every-second timers to
+    /// be on time again before the window.
+    #[arg(long, default_value_t = 1_800)]
+    pub population_settle: u64,
     /// api: timers created per measurement (REST and gRPC, single and batch).
     #[arg(long, default_value_t = 20_000)]
     pub api_requests: usize,
@@ -99,9 +131,25 @@ pub struct Args {
     /// `CHIME_BUCKETS` of every service.
     #[arg(long, default_value_t = 16)]
     pub buckets: u32,
+    /// Deployments to run every scenario on, side by side in one report: PostgreSQL with
+    /// Redis, PostgreSQL alone (no `CHIME_REDIS_URL`: hot index and leases in the
+    /// database), MariaDB (`CHIME_TEST_MYSQL_URL`) with Redis. The materialize and purge
+    /// scenarios measure PostgreSQL + Redis only.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "postgres+redis"
+    )]
+    pub setups: Vec<Setup>,
+    /// The setup being run (set per run from `--setups`).
+    #[arg(skip)]
+    pub setup: Setup,
     /// More settings for every service, as `CHIME_…=value`.
     #[arg(long = "env", value_parser = parse_env)]
     pub env: Vec<(String, String)>,
+    #[command(flatten)]
+    pub peer: PeerArgs,
     /// Check only that every scenario completes and delivers everything, not the targets
     /// (CI, with small sizes).
     #[arg(long)]
@@ -112,6 +160,30 @@ pub struct Args {
     /// the report, one file per scenario, for a closer look at the late ones.
     #[arg(long)]
     pub dump: bool,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum, Serialize)]
+pub enum Setup {
+    #[default]
+    #[value(name = "postgres+redis")]
+    #[serde(rename = "postgres+redis")]
+    PostgresRedis,
+    #[value(name = "postgres")]
+    #[serde(rename = "postgres")]
+    Postgres,
+    #[value(name = "mariadb+redis")]
+    #[serde(rename = "mariadb+redis")]
+    MariadbRedis,
+}
+
+impl Setup {
+    fn name(self) -> &'static str {
+        match self {
+            Self::PostgresRedis => "postgres+redis",
+            Self::Postgres => "postgres",
+            Self::MariadbRedis => "mariadb+redis",
+        }
+    }
 }
 
 fn parse_env(s: &str) -> Result<(String, String), String> {
@@ -128,6 +200,7 @@ fn parse_env(s: &str) -> Result<(String, String), String> {
 #[derive(Debug, Serialize)]
 struct Outcome {
     scenario: &'static str,
+    setup: Setup,
     figures: Value,
     /// Rows for the printed table: (measure, value, target).
     #[serde(skip)]
@@ -141,6 +214,7 @@ impl Outcome {
     fn new(scenario: &'static str) -> Self {
         Self {
             scenario,
+            setup: Setup::default(),
             figures: Value::Null,
             rows: Vec::new(),
             missed: Vec::new(),
@@ -172,41 +246,149 @@ fn pb_time(ms: i64) -> prost_types::Timestamp {
     }
 }
 
+/// One table with a column per setup: each scenario's measures side by side.
+fn side_by_side(setups: &[Setup], outcomes: &[Outcome]) {
+    let mut keys: Vec<(&str, &str)> = Vec::new();
+    for o in outcomes {
+        for (measure, _, _) in &o.rows {
+            if !keys.contains(&(o.scenario, measure.as_str())) {
+                keys.push((o.scenario, measure));
+            }
+        }
+    }
+    println!();
+    print!("{:<12} {:<36}", "scenario", "measure");
+    for s in setups {
+        print!(" {:<48}", s.name());
+    }
+    println!();
+    for (scenario, measure) in keys {
+        print!("{scenario:<12} {measure:<36}");
+        for s in setups {
+            let value = outcomes
+                .iter()
+                .filter(|o| o.setup == *s && o.scenario == scenario)
+                .flat_map(|o| &o.rows)
+                .find(|(m, _, _)| m == measure)
+                .map_or("-", |(_, v, _)| v.as_str());
+            print!(" {value:<48}");
+        }
+        println!();
+    }
+}
+
 pub async fn run(args: Args) -> anyhow::Result<()> {
     let began = Instant::now();
     let mut outcomes = Vec::new();
-    for s in &args.scenarios {
-        eprintln!("scenario {s:?} …");
-        let t = Instant::now();
-        let outcome = match s {
-            Scenario::Burst => burst(&args).await,
-            Scenario::Steady => steady(&args).await,
-            Scenario::Sparse => sparse(&args).await,
-            Scenario::Materialize => materialize(&args).await,
-            Scenario::Api => api(&args).await,
-            Scenario::Purge => purge(&args).await,
+    for &setup in &args.setups {
+        let args = Args {
+            setup,
+            ..args.clone()
+        };
+        for s in &args.scenarios {
+            let pg_only_scenario = matches!(
+                s,
+                Scenario::Materialize | Scenario::Purge | Scenario::Population
+            );
+            if pg_only_scenario && setup != Setup::PostgresRedis {
+                eprintln!(
+                    "scenario {s:?} on {}: skipped (PostgreSQL + Redis only)",
+                    setup.name()
+                );
+                continue;
+            }
+            eprintln!("scenario {s:?} on {} …", setup.name());
+            let t = Instant::now();
+            let mut outcome = match s {
+                Scenario::Burst => burst(&args).await,
+                Scenario::Steady => steady(&args).await,
+                Scenario::Sparse => sparse(&args).await,
+                Scenario::Materialize => materialize(&args).await,
+                Scenario::Api => api(&args).await,
+                Scenario::Purge => purge(&args).await,
+                Scenario::Workers => workers(&args).await,
+                Scenario::EverySecond => every_second_scenario(&args).await,
+                Scenario::Population => population(&args).await,
+            }
+            .with_context(|| format!("scenario {s:?} on {}", setup.name()))?;
+            outcome.setup = setup;
+            eprintln!("  done in {:.0} s", t.elapsed().as_secs_f64());
+            outcomes.push(outcome);
         }
-        .with_context(|| format!("scenario {s:?}"))?;
-        eprintln!("  done in {:.0} s", t.elapsed().as_secs_f64());
-        outcomes.push(outcome);
+    }
+
+    let mut peer_outcomes = Vec::new();
+    for &peer in &args.peer.peers {
+        for s in &args.scenarios {
+            eprintln!("scenario {s:?} on {} …", peer.name());
+            let t = Instant::now();
+            let outcome = match s {
+                Scenario::Burst => peer_burst(&args, peer).await,
+                Scenario::Steady => {
+                    peer_periodic(&args, peer, "steady", args.rate, args.duration).await
+                }
+                Scenario::Sparse => {
+                    peer_periodic(
+                        &args,
+                        peer,
+                        "sparse",
+                        args.sparse_rate,
+                        args.sparse_duration,
+                    )
+                    .await
+                }
+                _ => {
+                    eprintln!("  skipped: peers run burst, steady and sparse");
+                    continue;
+                }
+            }
+            .with_context(|| format!("scenario {s:?} on {}", peer.name()))?;
+            eprintln!("  done in {:.0} s", t.elapsed().as_secs_f64());
+            peer_outcomes.push((peer, outcome));
+        }
     }
 
     println!(
-        "{:<12} {:<36} {:<48} target",
-        "scenario", "measure", "value"
+        "{:<14} {:<12} {:<36} {:<48} target",
+        "setup", "scenario", "measure", "value"
     );
     for o in &outcomes {
         for (measure, value, target) in &o.rows {
-            println!("{:<12} {measure:<36} {value:<48} {target}", o.scenario);
+            println!(
+                "{:<14} {:<12} {measure:<36} {value:<48} {target}",
+                o.setup.name(),
+                o.scenario
+            );
         }
     }
+    for (peer, o) in &peer_outcomes {
+        for (measure, value, _) in &o.rows {
+            println!(
+                "{:<14} {:<12} {measure:<36} {value:<48}",
+                peer.name(),
+                o.scenario
+            );
+        }
+    }
+    if args.setups.len() > 1 {
+        side_by_side(&args.setups, &outcomes);
+    }
+    let comparison = (!peer_outcomes.is_empty()).then(|| compare(&outcomes, &peer_outcomes));
     let failed: Vec<String> = outcomes
         .iter()
-        .flat_map(|o| o.failed.iter().map(move |f| format!("{}: {f}", o.scenario)))
+        .flat_map(|o| {
+            o.failed
+                .iter()
+                .map(move |f| format!("{} on {}: {f}", o.scenario, o.setup.name()))
+        })
         .collect();
     let missed: Vec<String> = outcomes
         .iter()
-        .flat_map(|o| o.missed.iter().map(move |m| format!("{}: {m}", o.scenario)))
+        .flat_map(|o| {
+            o.missed
+                .iter()
+                .map(move |m| format!("{} on {}: {m}", o.scenario, o.setup.name()))
+        })
         .collect();
     let report = json!({
         "benchmark": "pipeline",
@@ -217,10 +399,21 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             "schedulers": args.schedulers,
             "executors": args.executors,
             "buckets": args.buckets,
+            "setups": args.setups,
             "env": args.env.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>(),
         },
         "seconds": began.elapsed().as_secs_f64(),
         "scenarios": outcomes,
+        "peers": peer_outcomes
+            .iter()
+            .map(|(peer, o)| json!({"peer": peer, "scenario": o.scenario, "figures": o.figures}))
+            .collect::<Vec<_>>(),
+        "peer_settings": {
+            "workers": args.executors,
+            "concurrency": args.peer.peer_concurrency,
+            "graphile_poll_ms": args.peer.graphile_poll_ms,
+        },
+        "comparison": comparison,
         "targets_met": missed.is_empty(),
     });
     if let Some(dir) = args.out.parent() {
@@ -235,7 +428,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     if !failed.is_empty() {
         bail!("not everything was delivered:\n  {}", failed.join("\n  "));
     }
-    if !args.smoke && !missed.is_empty() {
+    // Beside peers, the comparison is the result: Chime's own targets are in the report.
+    if !args.smoke && args.peer.peers.is_empty() && !missed.is_empty() {
         bail!("targets missed:\n  {}", missed.join("\n  "));
     }
     Ok(())

@@ -180,12 +180,15 @@ impl DeliveryTarget for HttpTarget {
         clock: &dyn Clock,
     ) -> Attempt {
         let cb = &timer.spec.callback;
+        let Some(url) = cb.url() else {
+            return Attempt::failed(&occurrence, clock, "not an HTTP callback".into(), false);
+        };
         let key = occurrence.key;
         let method = reqwest::Method::from_bytes(cb.method.as_str().as_bytes())
             .unwrap_or(reqwest::Method::POST);
         let mut request = self
             .http
-            .request(method, cb.url.as_url().clone())
+            .request(method, url.as_url().clone())
             .timeout(cb.timeout.get());
         for (name, value) in cb.headers.iter() {
             request = request.header(name, value);
@@ -234,7 +237,7 @@ impl DeliveryTarget for HttpTarget {
                 retry_after,
             };
         }
-        if let Err(blocked) = self.settings.networks.check_url(cb.url.as_url()) {
+        if let Err(blocked) = self.settings.networks.check_url(url.as_url()) {
             // Refused by policy, not by the network: trying again cannot help.
             outcome.error = Some(format!("blocked by the callback network policy: {blocked}"));
             return Attempt {

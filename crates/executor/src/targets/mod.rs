@@ -1,10 +1,15 @@
 //! Delivery targets: how a claimed occurrence reaches the place its timer names. One
-//! [`DeliveryTarget`] per [`TargetKind`], side by side in this folder (`http.rs` today);
+//! [`DeliveryTarget`] per [`TargetKind`], side by side in this folder (`http.rs`, `worker.rs`,
+//! `nats.rs`, `amqp.rs`);
 //! the executor claims, waits for the due instant, has [`Targets`] deliver with the timer's
 //! target, and applies the retry policy to the [`Attempt`] it returns, whatever the kind.
 
+pub mod amqp;
+mod brokers;
 pub mod http;
+pub mod nats;
 pub mod signing;
+pub mod worker;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -13,8 +18,11 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chime_domain::{ClaimedOccurrence, Clock, OccurrenceStatus, Outcome, TargetKind, Timer};
 
+pub use amqp::AmqpTarget;
 pub use http::{CallbackSettings, HostLookup, HttpTarget, SystemLookup};
+pub use nats::NatsTarget;
 pub use signing::Signer;
+pub use worker::WorkerTarget;
 
 /// What one delivery attempt came to, before the retry policy is applied.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,6 +33,89 @@ pub struct Attempt {
     pub retryable: bool,
     /// How long the receiver asked to be left alone (HTTP `Retry-After`).
     pub retry_after: Option<Duration>,
+}
+
+impl Attempt {
+    /// A failed attempt, fired now, with `error` and no response.
+    pub fn failed(
+        occurrence: &ClaimedOccurrence,
+        clock: &dyn Clock,
+        error: String,
+        retryable: bool,
+    ) -> Self {
+        Self::failed_at(occurrence, clock.now(), error, retryable)
+    }
+
+    /// A failed attempt that went out at `fired_at`.
+    pub fn failed_at(
+        occurrence: &ClaimedOccurrence,
+        fired_at: chime_domain::Timestamp,
+        error: String,
+        retryable: bool,
+    ) -> Self {
+        Self {
+            outcome: Outcome::ended(
+                occurrence.key,
+                occurrence.attempt,
+                OccurrenceStatus::Failed,
+                Some(fired_at),
+                Some(error),
+            ),
+            retryable,
+            retry_after: None,
+        }
+    }
+
+    /// A delivered attempt, fired at `fired_at`.
+    pub fn succeeded(occurrence: &ClaimedOccurrence, fired_at: chime_domain::Timestamp) -> Self {
+        Self {
+            outcome: Outcome::ended(
+                occurrence.key,
+                occurrence.attempt,
+                OccurrenceStatus::Succeeded,
+                Some(fired_at),
+                None,
+            ),
+            retryable: false,
+            retry_after: None,
+        }
+    }
+}
+
+/// What a non-HTTP delivery carries: the callback's body, and as headers the callback's,
+/// Chime's (idempotency key, attempt, trace context) and the body's signature with the app's
+/// secret. `Err`: the attempt that ends it (the signature could not be made: the database is
+/// away, retry later).
+pub(crate) async fn prepare<'a>(
+    signer: Option<&Arc<Signer>>,
+    timer: &'a Timer,
+    occurrence: &ClaimedOccurrence,
+    clock: &dyn Clock,
+) -> Result<(&'a str, Vec<(String, String)>), Box<Attempt>> {
+    let body = timer.spec.callback.body.as_ref().map_or("", |b| b.as_str());
+    let mut headers: Vec<(String, String)> = timer
+        .spec
+        .callback
+        .headers
+        .iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .chain(
+            http::chime_headers(occurrence.key, occurrence.attempt)
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), v)),
+        )
+        .collect();
+    if let Some(signer) = signer {
+        let signed = signer
+            .headers(&timer.spec.app, occurrence.key, body.as_bytes())
+            .await
+            .map_err(|e| {
+                let error = format!("cannot sign the delivery: {e}");
+                Box::new(Attempt::failed(occurrence, clock, error, true))
+            })?;
+        headers.extend(signed.map(|(k, v)| (k.to_owned(), v)));
+    }
+    Ok((body, headers))
 }
 
 /// Delivers one claimed occurrence. Never fails: every failure is an [`Attempt`] outcome.
@@ -70,20 +161,12 @@ impl Targets {
         let kind = timer.spec.callback.target_kind();
         match self.by_kind.get(&kind) {
             Some(target) => target.deliver(timer, occurrence, clock).await,
-            None => Attempt {
-                outcome: Outcome::ended(
-                    occurrence.key,
-                    occurrence.attempt,
-                    OccurrenceStatus::Failed,
-                    Some(clock.now()),
-                    Some(format!(
-                        "this executor cannot deliver to {} targets",
-                        kind.as_str()
-                    )),
-                ),
-                retryable: false,
-                retry_after: None,
-            },
+            None => Attempt::failed(
+                &occurrence,
+                clock,
+                format!("this executor cannot deliver to {} targets", kind.as_str()),
+                false,
+            ),
         }
     }
 }

@@ -7,6 +7,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use subtle::ConstantTimeEq;
 
 use chime_domain::{AppName, Clock, SigningSecret, TaskKey, Timestamp, webhook_signature};
 use chime_storage::{Credentials, StoreError};
@@ -128,6 +129,37 @@ impl Signer {
     }
 }
 
+impl Signer {
+    /// How far a signature's time may be from this clock for [`Signer::verify`].
+    pub const FRESH_WITHIN_S: i64 = 300;
+
+    /// Whether `signatures` (a `webhook-signature` header) holds the signature of `body` for
+    /// `id` at `timestamp`, made with one of `app`'s live secrets within
+    /// [`Signer::FRESH_WITHIN_S`] of now: a peer executor's forwarded delivery proves so that
+    /// Chime made it, lately.
+    pub async fn verify(
+        self: &Arc<Self>,
+        app: &AppName,
+        id: &str,
+        timestamp: i64,
+        body: &[u8],
+        signatures: &str,
+    ) -> Result<bool, StoreError> {
+        let now_s = self.clock.now().as_millis().div_euclid(1000);
+        if (now_s - timestamp).abs() > Self::FRESH_WITHIN_S {
+            return Ok(false);
+        }
+        let secrets = self.secrets(app).await?;
+        let given: Vec<&str> = signatures.split(' ').collect();
+        Ok(secrets.iter().any(|s| {
+            let expected = s.sign(id, timestamp, body);
+            given
+                .iter()
+                .any(|g| bool::from(g.as_bytes().ct_eq(expected.as_bytes())))
+        }))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -153,6 +185,18 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(sig.1, secrets[0].sign("7:1000", 1_800_000_000, b"{}"));
+        assert!(
+            signer
+                .verify(&app, "7:1000", 1_800_000_000, b"{}", &sig.1)
+                .await
+                .unwrap()
+        );
+        assert!(
+            !signer
+                .verify(&app, "7:1000", 1_800_000_000, b"{x}", &sig.1)
+                .await
+                .unwrap()
+        );
 
         let now = clock.now();
         store

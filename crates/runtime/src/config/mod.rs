@@ -44,6 +44,7 @@ const ENV_ALIASES: &[(&str, &str)] = &[
     ("shutdown_grace", "shutdown_grace"),
     ("callback_allow_networks", "callbacks.allow_networks"),
     ("callback_deny_networks", "callbacks.deny_networks"),
+    ("brokers", "callbacks.brokers"),
     ("auth", "auth.mode"),
     ("bootstrap_token", "auth.bootstrap_token"),
     ("tls_cert", "tls.cert"),
@@ -54,13 +55,7 @@ const ENV_ALIASES: &[(&str, &str)] = &[
 
 /// Variables that steer loading itself rather than set a value.
 /// `CHIME_SERVER` and `CHIME_TOKEN` are the `chime` client's.
-const ENV_IGNORED: &[&str] = &[
-    "config",
-    "test_database_url",
-    "test_redis_url",
-    "server",
-    "token",
-];
+const ENV_IGNORED: &[&str] = &["config", "server", "token"];
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -160,7 +155,12 @@ impl Config {
             })?;
             figment = figment.merge(Toml::file(path));
         }
-        let env = env.ignore(ENV_IGNORED).map(|k| env_key(k.as_str()).into());
+        // `CHIME_TEST_*` belong to the test harness (database, Redis, MySQL, brokers…): a
+        // service started under it must not refuse them as unknown settings.
+        let env = env
+            .ignore(ENV_IGNORED)
+            .filter(|k| !k.as_str().to_ascii_lowercase().starts_with("test_"))
+            .map(|k| env_key(k.as_str()).into());
         let config: Config = figment.merge(env).extract()?;
         config.check()?;
         Ok(config)
@@ -242,6 +242,15 @@ impl Config {
         if self.scheduler.misfire_threshold.get() < self.scheduler.sweep_after.get() {
             return bad("scheduler.misfire_threshold must not be below scheduler.sweep_after");
         }
+        // A longer wait would hold keys past the hand-off's lead (`dispatch_ahead`) or hold
+        // callback slots for nothing.
+        if self.executor.claim_linger.get() > Duration::from_millis(50)
+            || self.executor.outcome_linger.get() > Duration::from_millis(100)
+        {
+            return bad(
+                "executor.claim_linger must be at most 50ms, executor.outcome_linger at most 100ms",
+            );
+        }
         Ok(())
     }
 
@@ -266,6 +275,7 @@ impl Config {
                 shard_retention: self.redis.shard_retention.get(),
                 ..Default::default()
             },
+            index_lead: self.migrator.lead.get(),
         }
     }
 
@@ -280,6 +290,18 @@ impl Config {
             parse(&self.callbacks.allow_networks)?,
             parse(&self.callbacks.deny_networks)?,
         ))
+    }
+
+    /// The brokers timers may publish to (`CHIME_BROKERS`).
+    pub fn brokers(&self) -> Result<Vec<chime_domain::BrokerUrl>, ConfigError> {
+        self.callbacks
+            .brokers
+            .iter()
+            .map(|b| {
+                chime_domain::BrokerUrl::parse(b)
+                    .map_err(|e| ConfigError::Invalid(format!("CHIME_BROKERS: {}", e.message)))
+            })
+            .collect()
     }
 
     /// The gateway's limits on each app's creates (`[quotas]`).

@@ -247,6 +247,10 @@ pub struct CallbacksConfig {
     pub allow_networks: Vec<String>,
     #[serde(deserialize_with = "comma_list")]
     pub deny_networks: Vec<String>,
+    /// The NATS and AMQP servers a timer may publish to (`CHIME_BROKERS`); none by default,
+    /// so tenants cannot point Chime at a broker of their choosing.
+    #[serde(deserialize_with = "comma_list")]
+    pub brokers: Vec<String>,
 }
 
 /// Scheduler and migrator replicas split the buckets among the live members of their group.
@@ -316,6 +320,15 @@ pub struct ExecutorConfig {
     /// Callbacks to one host (`host:port`) at once; more wait their turn without holding an
     /// in-flight slot, so one slow endpoint cannot starve the others.
     pub max_per_host: usize,
+    /// How long keys handed off well ahead of their due time wait for more to join their
+    /// claim (one statement per batch); 0 claims each hand-off at once.
+    pub claim_linger: Seconds,
+    /// How long finished callbacks' outcomes wait for more to join their write; 0 writes
+    /// each batch at once.
+    pub outcome_linger: Seconds,
+    /// Timers kept between claims (a timer is the same until its version changes, which the
+    /// claim reports): a claim of cached timers reads and parses none. 0 keeps none.
+    pub timer_cache: usize,
 }
 
 impl Default for ExecutorConfig {
@@ -325,6 +338,9 @@ impl Default for ExecutorConfig {
             max_in_flight: 1024,
             claim_lease_margin: Seconds::secs(5),
             max_per_host: 256,
+            claim_linger: Seconds(Duration::from_millis(20)),
+            outcome_linger: Seconds(Duration::from_millis(10)),
+            timer_cache: 16_384,
         }
     }
 }

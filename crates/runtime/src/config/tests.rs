@@ -73,6 +73,22 @@ fn env_overrides_file_overrides_defaults() {
 }
 
 #[test]
+fn the_test_harness_variables_are_not_settings() {
+    let c = load_with(
+        None,
+        &[
+            ("CHIME_TEST_DATABASE_URL", "postgres://h/db"),
+            ("CHIME_TEST_MYSQL_URL", "mysql://root@h/test"),
+            ("CHIME_TEST_SOMETHING_NEW", "x"),
+        ],
+    )
+    .unwrap();
+    assert_eq!(c, Config::default());
+    // Anything else unknown is still refused.
+    assert!(load_with(None, &[("CHIME_NOT_A_SETTING", "x")]).is_err());
+}
+
+#[test]
 fn bad_values_are_reported_with_their_key() {
     let err = load_with(None, &[("CHIME_BUCKETS", "0")])
         .unwrap_err()
@@ -93,6 +109,10 @@ fn bad_values_are_reported_with_their_key() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("migrator.interval"), "{err}");
+    let err = load_with(None, &[("CHIME_EXECUTOR__CLAIM_LINGER", "1s")])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("executor.claim_linger"), "{err}");
     let err = load_with(
         None,
         &[("CHIME_CALLBACK_ALLOW_NETWORKS", "10.0.0.0/8,intranet")],

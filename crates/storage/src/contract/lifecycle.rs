@@ -696,3 +696,56 @@ where
         Vec::<TaskKey>::new()
     );
 }
+
+/// A claim reports the timer's version at that moment (deleted: none), so an executor that
+/// keeps timers between claims knows when to read one again.
+pub async fn claims_tell_the_timer_version_now<S>(store: Arc<S>)
+where
+    S: TimerStore + OccurrenceStore + ?Sized,
+{
+    let t = store
+        .create_timer(new_timer("billing", "versions"), H)
+        .await
+        .unwrap()
+        .timer;
+    let id = t.id.get();
+    // Far from the rows the create wrote, so these are the only ones claimed.
+    let base = T0 + 10 * 86_400_000;
+    let rows: Vec<NewOccurrence> = (0..4)
+        .map(|i| occ(id, base + i * 1_000, t.version, t.bucket.get()))
+        .collect();
+    store.insert_occurrences(&rows).await.unwrap();
+    let at = claim_at(base, 60_000);
+    let won = store.claim(&[key(id, base)], at).await.unwrap();
+    assert_eq!(won.len(), 1);
+    assert_eq!(won[0].timer_now, Some(t.version));
+    assert_eq!(won[0].timer_version, t.version);
+
+    let off = store.set_timer_enabled(t.id, false, H).await.unwrap().timer;
+    assert!(off.version > t.version);
+    let won = store.claim(&[key(id, base + 1_000)], at).await.unwrap();
+    assert_eq!(
+        (won[0].timer_version, won[0].timer_now),
+        (t.version, Some(off.version)),
+        "an occurrence of the old version, claimed after the change"
+    );
+    // Nothing in flight beside the exclusive claim.
+    let done: Vec<Outcome> = [base, base + 1_000]
+        .iter()
+        .map(|&r| outcome(key(id, r), 1, OccurrenceStatus::Succeeded, base))
+        .collect();
+    assert_eq!(store.record_outcomes(&done).await.unwrap(), 2);
+    let exclusive = store
+        .claim_exclusive(key(id, base + 2_000), at, OverlapPolicy::Skip)
+        .await
+        .unwrap();
+    match exclusive {
+        crate::Exclusive::Claimed(c) => assert_eq!(c.timer_now, Some(off.version)),
+        other => panic!("{other:?}"),
+    }
+
+    store.delete_timer(t.id).await.unwrap();
+    let won = store.claim(&[key(id, base + 3_000)], at).await.unwrap();
+    assert_eq!(won.len(), 1);
+    assert_eq!(won[0].timer_now, None, "a deleted timer has no version now");
+}

@@ -1,86 +1,22 @@
-//! Group commit for single creates: concurrent requests share one statement and one commit,
-//! each timer with its first occurrences.
+//! One group-commit statement on PostgreSQL (the queue is `crate::create_queue`).
 
 use std::collections::HashSet;
-use std::sync::Arc;
 
+use async_trait::async_trait;
 use chime_domain::{Timer, Timestamp};
 use sqlx::postgres::PgPool;
-use tokio::sync::{Mutex, mpsc, oneshot};
 
-use crate::rows::{self, spec_json};
+use crate::create_queue::InsertTimers;
+use crate::rows::spec_json;
 use crate::{StoreResult, Written};
 
-/// A create waiting for a writer: the timer, its first occurrences and watermark, and the
-/// channel its caller awaits the result on.
-pub(super) struct PendingCreate {
-    pub written: Written,
-    pub watermark: Timestamp,
-    pub reply: oneshot::Sender<StoreResult<Written>>,
-}
+/// The pool, inserting groups for the create queue.
+pub(super) struct PgCreates(pub PgPool);
 
-pub(super) type CreateQueue = mpsc::Sender<PendingCreate>;
-
-/// Most timers one group-commit statement inserts.
-const CREATE_GROUP: usize = 128;
-/// Writers inserting groups concurrently. One: while it waits on a commit the next group
-/// collects in the queue. Each statement and commit costs PostgreSQL ~0.25 ms of CPU
-/// whatever its size, and a second writer halved the groups, costing more CPU per create for
-/// no gain in throughput (docs/performance.md).
-const CREATE_WRITERS: usize = 1;
-
-/// Starts the writers; they stop when every sender is gone.
-pub(super) fn start(pool: PgPool) -> CreateQueue {
-    let (tx, rx) = mpsc::channel(CREATE_GROUP * 8);
-    let rx = Arc::new(Mutex::new(rx));
-    for _ in 0..CREATE_WRITERS {
-        tokio::spawn(create_writer(pool.clone(), rx.clone()));
-    }
-    tx
-}
-
-/// Takes every create queued so far (up to [`CREATE_GROUP`]), inserts them in one statement,
-/// and answers each caller after the commit. A row the statement skipped had its (app, name)
-/// taken, by an existing timer or by an earlier row of the same group; its occurrences are
-/// skipped with it.
-async fn create_writer(pool: PgPool, queue: Arc<Mutex<mpsc::Receiver<PendingCreate>>>) {
-    loop {
-        let mut group = Vec::with_capacity(CREATE_GROUP);
-        {
-            let mut rx = queue.lock().await;
-            if rx.recv_many(&mut group, CREATE_GROUP).await == 0 {
-                return;
-            }
-            // Let requests that are ready to enqueue do so before the statement goes: a
-            // yield, not a timer, so an idle gateway adds no latency.
-            tokio::task::yield_now().await;
-            while group.len() < CREATE_GROUP {
-                match rx.try_recv() {
-                    Ok(p) => group.push(p),
-                    Err(_) => break,
-                }
-            }
-        }
-        let result = {
-            let rows: Vec<(&Written, Timestamp)> =
-                group.iter().map(|p| (&p.written, p.watermark)).collect();
-            // Atomic, so safe to repeat: once more on a transient failure (a day partition
-            // attached under the statement, a deadlock), which the next try does not meet.
-            match insert_timers(&pool, &rows).await {
-                Err(e) if e.is_retryable() => insert_timers(&pool, &rows).await,
-                done => done,
-            }
-        };
-        for pending in group {
-            let timer = &pending.written.timer;
-            let answer = match &result {
-                Ok(inserted) if inserted.contains(&timer.id.get()) => Ok(pending.written),
-                Ok(_) => Err(rows::name_taken(&timer.spec)),
-                Err(e) => Err(e.clone()),
-            };
-            // The caller may have gone (request cancelled); the timer stays created.
-            let _ = pending.reply.send(answer);
-        }
+#[async_trait]
+impl InsertTimers for PgCreates {
+    async fn insert_timers(&self, group: &[(&Written, Timestamp)]) -> StoreResult<HashSet<i64>> {
+        insert_timers(&self.0, group).await
     }
 }
 

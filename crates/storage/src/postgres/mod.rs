@@ -10,10 +10,10 @@ use chime_domain::{BucketCount, Clock, TimerId, ValidationError};
 use sqlx::ConnectOptions;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 
+use crate::create_queue::CreateQueue;
 use crate::migrate::{SchemaStatus, applied_versions_or_none, compare, postgres_migrator};
 use crate::rows;
 use crate::{StoreError, StoreResult};
-use create::CreateQueue;
 
 macro_rules! timer_cols {
     () => {
@@ -22,9 +22,13 @@ macro_rules! timer_cols {
     };
 }
 
+mod activity;
 mod calendars;
 mod create;
 mod credentials;
+mod hot_index;
+mod leases;
+pub use hot_index::PgHotPath;
 mod occurrences;
 mod partitions;
 pub use partitions::RotationPause;
@@ -84,6 +88,15 @@ impl PgStore {
         Ok(Self::from_pool(pool, clock, buckets))
     }
 
+    /// The hot index, leases and membership in this database (PostgreSQL-only mode), on
+    /// this store's pool; shards live `retention` past their minute.
+    pub fn hot_path(&self, retention: Duration) -> PgHotPath {
+        PgHotPath {
+            pool: self.pool.clone(),
+            retention,
+        }
+    }
+
     pub fn from_pool(pool: PgPool, clock: Arc<dyn Clock>, buckets: BucketCount) -> Self {
         Self {
             pool,
@@ -97,7 +110,9 @@ impl PgStore {
     /// The group-commit queue; its writers stop when every clone of the store is gone.
     async fn create_queue(&self) -> &CreateQueue {
         self.creates
-            .get_or_init(|| async { create::start(self.pool.clone()) })
+            .get_or_init(|| async {
+                crate::create_queue::start(Arc::new(create::PgCreates(self.pool.clone())))
+            })
             .await
     }
 

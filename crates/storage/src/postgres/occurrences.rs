@@ -33,8 +33,13 @@ impl OccurrenceStore for PgStore {
         // claimable for the sweeper. That needs a timer's version rewrite by the migrator,
         // or an outcome written just as a lapsed claim is taken over, in that instant.
         // Tuple ids repeat across day partitions: the update matches table and tuple id, and
-        // its run_at condition keeps the tuple-id probes to the days in the batch.
-        let rows = sqlx::query(
+        // its run_at conditions keep the tuple-id probes to the days in the batch. The range
+        // ($5, $6) is what prunes the other days from a cached generic plan (`= ANY` of an
+        // array parameter prunes nothing there): without it every claim also read each day
+        // partition that was empty when the plan was made, whole once it had filled
+        // (tomorrow's runs of millions of daily timers: seconds per claim).
+        let (from, to) = span(&run_ats);
+        let rows = sqlx::query(concat!(
             "WITH cand AS ( \
                SELECT c.toid, c.tid FROM UNNEST($1::bigint[], $2::bigint[]) AS k(timer_id, run_at) \
                CROSS JOIN LATERAL ( \
@@ -46,15 +51,19 @@ impl OccurrenceStore for PgStore {
                  FOR UPDATE SKIP LOCKED) c) \
              UPDATE occurrences o SET status = 'running', attempt = o.attempt + 1, \
                lease_until = $4 \
-             WHERE o.run_at = ANY($2::bigint[]) AND o.ctid = ANY(ARRAY(SELECT tid FROM cand)) \
+             WHERE o.run_at BETWEEN $5 AND $6 AND o.run_at = ANY($2::bigint[]) \
+               AND o.ctid = ANY(ARRAY(SELECT tid FROM cand)) \
                AND (o.tableoid, o.ctid) IN (SELECT toid, tid FROM cand) \
              RETURNING o.timer_id, o.run_at, o.timer_version, o.bucket, o.attempt, \
-               COALESCE(o.next_attempt_at, o.run_at) AS due, o.backfill",
-        )
+               COALESCE(o.next_attempt_at, o.run_at) AS due, o.backfill, ",
+            crate::rows::timer_now_col!()
+        ))
         .bind(ids)
-        .bind(run_ats)
+        .bind(&run_ats)
         .bind(claim.now.as_millis())
         .bind(claim.lease_until.as_millis())
+        .bind(from)
+        .bind(to)
         .fetch_all(&self.pool)
         .await?;
         rows.iter().map(rows::claimed).collect()
@@ -74,7 +83,7 @@ impl OccurrenceStore for PgStore {
             .bind(key.timer_id.get())
             .execute(&mut *tx)
             .await?;
-        let done = crate::sql::claim_exclusive!(tx, key, claim, overlap);
+        let done = crate::sql::claim_exclusive!(tx, key, claim, overlap, crate::sql::Numbered);
         tx.commit().await?;
         Ok(done)
     }
@@ -136,17 +145,30 @@ impl OccurrenceStore for PgStore {
             return Ok(0);
         }
         let cols = crate::OutcomeColumns::new(outcomes)?;
+        let (from, to) = span(&cols.run_ats);
+        // Each row found by its key (one primary-key probe each, as the claim does), then
+        // updated by its tuple id within the batch's time range: a plan that joined the
+        // batch with the table hashed every running or pending row once the partitions had
+        // grown past what the plan assumed.
         let done = sqlx::query(
-            "UPDATE occurrences o SET status = u.status, fired_at = u.fired_at, \
-               lateness_ms = u.fired_at - o.run_at, http_status = u.http_status, \
-               output = u.output, error = u.error, next_attempt_at = u.next_attempt_at, \
-               lease_until = NULL \
-             FROM UNNEST($1::bigint[], $2::bigint[], $3::integer[], $4::text[], $5::bigint[], \
-                         $6::integer[], $7::text[], $8::text[], $9::bigint[]) \
+            "WITH u AS ( \
+               SELECT * FROM UNNEST($1::bigint[], $2::bigint[], $3::integer[], $4::text[], \
+                 $5::bigint[], $6::integer[], $7::text[], $8::text[], $9::bigint[]) \
                AS u(timer_id, run_at, attempt, status, fired_at, http_status, output, error, \
-                    next_attempt_at) \
-             WHERE o.timer_id = u.timer_id AND o.run_at = u.run_at \
-               AND o.status = 'running' AND o.attempt = u.attempt",
+                    next_attempt_at)), \
+             cand AS ( \
+               SELECT x.toid, x.tid, u.* FROM u CROSS JOIN LATERAL ( \
+                 SELECT o.tableoid AS toid, o.ctid AS tid FROM occurrences o \
+                 WHERE o.timer_id = u.timer_id AND o.run_at = u.run_at \
+                   AND o.status = 'running' AND o.attempt = u.attempt OFFSET 0) x) \
+             UPDATE occurrences o SET status = c.status, fired_at = c.fired_at, \
+               lateness_ms = c.fired_at - o.run_at, http_status = c.http_status, \
+               output = c.output, error = c.error, next_attempt_at = c.next_attempt_at, \
+               lease_until = NULL \
+             FROM cand c \
+             WHERE o.run_at BETWEEN $10 AND $11 AND o.ctid = ANY(ARRAY(SELECT tid FROM cand)) \
+               AND o.tableoid = c.toid AND o.ctid = c.tid \
+               AND o.status = 'running' AND o.attempt = c.attempt",
         )
         .bind(cols.timer_ids)
         .bind(cols.run_ats)
@@ -157,6 +179,8 @@ impl OccurrenceStore for PgStore {
         .bind(cols.outputs)
         .bind(cols.errors)
         .bind(cols.next_attempt_ats)
+        .bind(from)
+        .bind(to)
         .execute(&self.pool)
         .await?;
         Ok(done.rows_affected())
@@ -251,6 +275,10 @@ where
         return Ok(0);
     }
     let (ids, run_ats, versions, buckets, dues) = new_columns(&batch);
+    let (from, to) = span(&run_ats);
+    // Older versions are found by key and updated by tuple id within the batch's range, as
+    // the claim does: joined instead, a plan made while the day partitions were small hashed
+    // every pending row (seconds per step with millions of daily timers).
     // Not `ON CONFLICT DO UPDATE … WHERE`: that locks every conflicting row, even those
     // it leaves alone, so a step re-writing its horizon held the rows executors were
     // claiming (claims skipped them, late to the sweeper) and deadlocked with outcome
@@ -260,10 +288,17 @@ where
            SELECT * FROM UNNEST($1::bigint[], $2::bigint[], $3::bigint[], $4::integer[], \
                                 $5::bigint[]) \
              AS n(timer_id, run_at, timer_version, bucket, next_attempt_at)), \
+         older AS ( \
+           SELECT x.toid, x.tid, n.* FROM new n CROSS JOIN LATERAL ( \
+             SELECT o.tableoid AS toid, o.ctid AS tid FROM occurrences o \
+             WHERE o.timer_id = n.timer_id AND o.run_at = n.run_at \
+               AND o.status = 'pending' AND o.timer_version < n.timer_version OFFSET 0) x), \
          adopted AS ( \
            UPDATE occurrences o SET timer_version = n.timer_version, bucket = n.bucket, \
              next_attempt_at = n.next_attempt_at \
-           FROM new n WHERE o.timer_id = n.timer_id AND o.run_at = n.run_at \
+           FROM older n WHERE o.run_at BETWEEN $6 AND $7 \
+             AND o.ctid = ANY(ARRAY(SELECT tid FROM older)) \
+             AND o.tableoid = n.toid AND o.ctid = n.tid \
              AND o.status = 'pending' AND o.timer_version < n.timer_version \
            RETURNING 1), \
          inserted AS ( \
@@ -277,9 +312,23 @@ where
     .bind(versions)
     .bind(buckets)
     .bind(dues)
+    .bind(from)
+    .bind(to)
     .fetch_one(db)
     .await?;
     Ok(u64::try_from(written).unwrap_or(0))
+}
+
+/// The earliest and latest of `run_ats` (0, 0 when empty): the range that prunes a cached
+/// plan to the day partitions a batch touches.
+fn span(run_ats: &[i64]) -> (i64, i64) {
+    run_ats
+        .iter()
+        .fold(None, |span, &t| match span {
+            None => Some((t, t)),
+            Some((from, to)) => Some((i64::min(from, t), i64::max(to, t))),
+        })
+        .unwrap_or((0, 0))
 }
 
 /// New occurrences as the parallel columns the inserts `UNNEST`: timer ids, run times,

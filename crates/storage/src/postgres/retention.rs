@@ -49,6 +49,11 @@ impl Retention for PgStore {
             .delete_old(crate::FINISHED_STATUSES, before.history, limit)
             .await?;
         let dead = self.delete_old(&["dead"], before.dead, limit).await?;
+        // Activity tallies are kept as long as the history they sum up.
+        sqlx::query(crate::activity::PURGE)
+            .bind(before.history.as_millis())
+            .execute(&self.pool)
+            .await?;
         let keys = sqlx::query(
             "DELETE FROM idempotency_keys WHERE ctid = ANY(ARRAY( \
                SELECT ctid FROM idempotency_keys WHERE created_at < $1 LIMIT $2))",

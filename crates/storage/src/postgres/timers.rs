@@ -9,7 +9,7 @@ use chime_domain::{
 use sqlx::{Postgres, Transaction};
 
 use super::PgStore;
-use super::create::{PendingCreate, insert_timers};
+use super::create::insert_timers;
 use super::occurrences::insert_new;
 use crate::rows::{self, spec_json};
 use crate::sql;
@@ -22,10 +22,7 @@ impl PgStore {
     /// A timer about to be created: id, bucket, version 1, its first occurrences and
     /// watermark.
     fn new_written(&self, id: TimerId, new: &NewTimer, horizon: Horizon) -> (Written, Timestamp) {
-        let now = self.clock.now();
-        let timer = rows::new_timer_row(id, new, self.buckets, now);
-        let (occurrences, watermark) = first_occurrences(&timer, now, horizon);
-        (Written { timer, occurrences }, watermark)
+        crate::create_queue::new_written(id, new, self.buckets, self.clock.now(), horizon)
     }
 
     /// After a change locked `timer` in `tx`: writes its first occurrences from now and its
@@ -59,18 +56,7 @@ impl TimerStore for PgStore {
             .pop()
             .ok_or_else(|| StoreError::internal("no timer id reserved"))?;
         let (written, watermark) = self.new_written(id, &new, horizon);
-        let (reply, answer) = tokio::sync::oneshot::channel();
-        let gone = || StoreError::unavailable("timer writer stopped");
-        self.create_queue()
-            .await
-            .send(PendingCreate {
-                written,
-                watermark,
-                reply,
-            })
-            .await
-            .map_err(|_| gone())?;
-        answer.await.map_err(|_| gone())?
+        crate::create_queue::submit(self.create_queue().await, written, watermark).await
     }
 
     async fn create_timers(
@@ -83,43 +69,22 @@ impl TimerStore for PgStore {
         }
         let ids = self.next_ids(batch.len()).await?;
         let mut tx = self.pool.begin().await?;
-        // Each request's result: a timer created earlier under its idempotency key, or the
-        // index of a fresh one in `fresh`.
-        let mut results: Vec<Result<Written, usize>> = Vec::with_capacity(batch.len());
-        let mut fresh: Vec<(Written, Timestamp)> = Vec::new();
         let now = self.clock.now();
+        let mut out = crate::create_queue::BatchResults::new(batch.len());
         for (req, id) in batch.iter().zip(ids) {
-            if let Some(original) = sql::claim_idempotency_key!(tx, req, id, now) {
-                results.push(Ok(original));
-                continue;
+            match sql::claim_idempotency_key!(tx, req, id, now, sql::Numbered) {
+                Some(original) => out.repeat(original),
+                None => out.fresh(self.new_written(id, &req.timer, horizon)),
             }
-            results.push(Err(fresh.len()));
-            fresh.push(self.new_written(id, &req.timer, horizon));
         }
-        if !fresh.is_empty() {
-            let group: Vec<(&Written, Timestamp)> = fresh.iter().map(|(w, m)| (w, *m)).collect();
+        let group = out.group();
+        if !group.is_empty() {
             let inserted = insert_timers(&mut *tx, &group).await?;
-            // All or none: the first name already taken fails the batch (the transaction
-            // rolls back when dropped).
-            if let Some((w, _)) = fresh
-                .iter()
-                .find(|(w, _)| !inserted.contains(&w.timer.id.get()))
-            {
-                return Err(rows::name_taken(&w.timer.spec));
-            }
+            // The transaction rolls back when dropped.
+            out.check_inserted(&inserted)?;
         }
         tx.commit().await?;
-        let mut fresh = fresh.into_iter().map(|(w, _)| Some(w)).collect::<Vec<_>>();
-        results
-            .into_iter()
-            .map(|r| match r {
-                Ok(w) => Ok(w),
-                Err(i) => fresh
-                    .get_mut(i)
-                    .and_then(Option::take)
-                    .ok_or_else(|| StoreError::internal("batch result out of place")),
-            })
-            .collect()
+        out.finish()
     }
 
     async fn get_timer(&self, id: TimerId) -> StoreResult<Timer> {

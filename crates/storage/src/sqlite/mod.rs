@@ -25,6 +25,7 @@ macro_rules! timer_cols {
     };
 }
 
+mod activity;
 mod calendars;
 mod credentials;
 mod occurrences;

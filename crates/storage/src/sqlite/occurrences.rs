@@ -29,7 +29,9 @@ impl OccurrenceStore for SqliteStore {
                     OR (status = 'running' AND lease_until < ?2)) \
                AND (backfill IS NULL OR backfill = 'allow_all') \
              RETURNING timer_id, run_at, timer_version, bucket, attempt, \
-               COALESCE(next_attempt_at, run_at) AS due, backfill",
+               COALESCE(next_attempt_at, run_at) AS due, backfill, \
+               (SELECT t.version FROM timers t WHERE t.id = occurrences.timer_id \
+                AND t.deleted_at IS NULL) AS timer_now",
         )
         .bind(keys_json(keys))
         .bind(claim.now.as_millis())
@@ -47,7 +49,7 @@ impl OccurrenceStore for SqliteStore {
     ) -> StoreResult<Exclusive> {
         // One writer connection: its transaction serializes every claimer already.
         let mut tx = self.writer.begin().await?;
-        let done = crate::sql::claim_exclusive!(tx, key, claim, overlap);
+        let done = crate::sql::claim_exclusive!(tx, key, claim, overlap, crate::sql::Numbered);
         tx.commit().await?;
         Ok(done)
     }

@@ -37,6 +37,11 @@ impl Retention for SqliteStore {
             .delete_old(crate::FINISHED_STATUSES, before.history, limit)
             .await?;
         let dead = self.delete_old(&["dead"], before.dead, limit).await?;
+        // Activity tallies are kept as long as the history they sum up.
+        sqlx::query(crate::activity::PURGE)
+            .bind(before.history.as_millis())
+            .execute(&self.writer)
+            .await?;
         let keys = sqlx::query(
             "DELETE FROM idempotency_keys WHERE (app, key) IN (SELECT app, key \
              FROM idempotency_keys WHERE created_at < ?1 LIMIT ?2)",

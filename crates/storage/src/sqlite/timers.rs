@@ -37,7 +37,7 @@ impl TimerStore for SqliteStore {
         let now = self.clock.now();
         let mut created = Vec::with_capacity(batch.len());
         for (req, id) in batch.iter().zip(ids) {
-            let written = match sql::claim_idempotency_key!(tx, req, id, now) {
+            let written = match sql::claim_idempotency_key!(tx, req, id, now, sql::Numbered) {
                 Some(original) => original,
                 None => self.insert_timer(&mut tx, id, &req.timer, horizon).await?,
             };

@@ -1,5 +1,4 @@
 use std::path::PathBuf;
-use std::str::FromStr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -9,13 +8,13 @@ use chime_domain::{
     Bucket, BucketCount, Claim, Clock, NewOccurrence, OccurrenceStatus, Outcome, SystemClock,
     TaskKey, TimerId, Timestamp,
 };
-use chime_storage::postgres::PgStore;
 use chime_storage::redis::{RedisBackend, RedisSettings};
-use chime_storage::{HotEntry, HotIndex, OccurrenceStore};
+use chime_storage::{HotEntry, HotIndex};
 use futures::future::try_join_all;
 use serde::Serialize;
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::{AssertSqlSafe, Connection};
+
+mod db;
+use db::{DbBench, Kind};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -33,7 +32,19 @@ pub struct Args {
         default_value = "redis://127.0.0.1:6379"
     )]
     redis_url: String,
-    /// Occurrences inserted into PostgreSQL.
+    /// MySQL / MariaDB to measure (with `--databases mariadb`); the bench works in a
+    /// database of its own and drops it after.
+    #[arg(
+        long,
+        env = "CHIME_TEST_MYSQL_URL",
+        default_value = "mysql://root@127.0.0.1:3306/test"
+    )]
+    mysql_url: String,
+    /// Databases to measure inserts and claims on, side by side; the hot index is measured
+    /// on Redis and, with `postgres`, in PostgreSQL (its PostgreSQL-only mode).
+    #[arg(long, value_delimiter = ',', default_value = "postgres")]
+    databases: Vec<DatabaseArg>,
+    /// Occurrences inserted into the database.
     #[arg(long, default_value_t = 1_000_000)]
     insert_rows: usize,
     /// Occurrences claimed and then given an outcome.
@@ -57,6 +68,12 @@ pub struct Args {
     /// Where the JSON report goes.
     #[arg(long, default_value = "target/bench/storage.json")]
     out: PathBuf,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum DatabaseArg {
+    Postgres,
+    Mariadb,
 }
 
 #[derive(Debug, Serialize)]
@@ -124,64 +141,6 @@ fn occurrences(n: usize, offset: usize) -> Vec<NewOccurrence> {
         .collect()
 }
 
-struct PgBench {
-    store: Arc<PgStore>,
-    schema: String,
-    admin_url: String,
-}
-
-impl PgBench {
-    async fn open(url: &str, pool_size: u32) -> anyhow::Result<Self> {
-        let schema = format!(
-            "chime_bench_{}_{:08x}",
-            std::process::id(),
-            rand::random::<u32>()
-        );
-        let mut admin = sqlx::PgConnection::connect(url)
-            .await
-            .with_context(|| format!("connecting to {url}"))?;
-        sqlx::query(AssertSqlSafe(format!("CREATE SCHEMA {schema}")))
-            .execute(&mut admin)
-            .await?;
-        let options = PgConnectOptions::from_str(url)?.options([("search_path", schema.as_str())]);
-        let pool = PgPoolOptions::new()
-            .max_connections(pool_size)
-            .connect_with(options)
-            .await?;
-        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-        let store = PgStore::from_pool(pool, clock, BucketCount::DEFAULT);
-        store.migrate().await?;
-        Ok(Self {
-            store: Arc::new(store),
-            schema,
-            admin_url: url.to_owned(),
-        })
-    }
-
-    async fn truncate(&self) -> anyhow::Result<()> {
-        sqlx::query("TRUNCATE occurrences")
-            .execute(self.store.pool())
-            .await?;
-        // Fresh statistics, as a real table would have between bursts.
-        sqlx::query("ANALYZE occurrences")
-            .execute(self.store.pool())
-            .await?;
-        Ok(())
-    }
-
-    async fn drop_schema(self) -> anyhow::Result<()> {
-        self.store.pool().close().await;
-        let mut admin = sqlx::PgConnection::connect(&self.admin_url).await?;
-        sqlx::query(AssertSqlSafe(format!(
-            "DROP SCHEMA {} CASCADE",
-            self.schema
-        )))
-        .execute(&mut admin)
-        .await?;
-        Ok(())
-    }
-}
-
 /// Splits `items` into `batch`-sized chunks worked by `concurrency` tasks.
 async fn run_batched<T, F, Fut>(
     items: Vec<T>,
@@ -222,7 +181,7 @@ where
     Ok(started.elapsed())
 }
 
-async fn bench_insert(pg: &PgBench, args: &Args) -> anyhow::Result<Vec<Duration>> {
+async fn bench_insert(pg: &DbBench, args: &Args) -> anyhow::Result<Vec<Duration>> {
     let mut runs = Vec::new();
     for run in 0..args.runs {
         pg.truncate().await?;
@@ -246,7 +205,7 @@ async fn bench_insert(pg: &PgBench, args: &Args) -> anyhow::Result<Vec<Duration>
     Ok(runs)
 }
 
-async fn bench_claim(pg: &PgBench, args: &Args) -> anyhow::Result<Vec<Duration>> {
+async fn bench_claim(pg: &DbBench, args: &Args) -> anyhow::Result<Vec<Duration>> {
     let mut runs = Vec::new();
     for run in 0..args.runs {
         pg.truncate().await?;
@@ -293,10 +252,7 @@ async fn bench_claim(pg: &PgBench, args: &Args) -> anyhow::Result<Vec<Duration>>
             },
         )
         .await?;
-        let done: i64 =
-            sqlx::query_scalar("SELECT count(*) FROM occurrences WHERE status = 'succeeded'")
-                .fetch_one(pg.store.pool())
-                .await?;
+        let done = pg.succeeded().await?;
         anyhow::ensure!(
             done as usize == args.claim_rows,
             "only {done} occurrences completed"
@@ -307,11 +263,20 @@ async fn bench_claim(pg: &PgBench, args: &Args) -> anyhow::Result<Vec<Duration>>
     Ok(runs)
 }
 
-async fn bench_hot_index(redis: &RedisBackend, args: &Args) -> anyhow::Result<Vec<Duration>> {
+/// Adds to `index`, emptied before each run by `reset`.
+async fn bench_hot_index<R, Fut>(
+    index: Arc<dyn HotIndex>,
+    reset: R,
+    args: &Args,
+) -> anyhow::Result<Vec<Duration>>
+where
+    R: Fn() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<()>>,
+{
     let mut runs = Vec::new();
     let now = SystemClock.now().as_millis();
     for run in 0..args.runs {
-        redis.delete_prefix().await?;
+        reset().await?;
         // Due over the next 10 minutes: 10 minutes × 16 buckets = 160 shards, as the migrator
         // would write them.
         let entries: Vec<HotEntry> = occurrences(args.hot_members, 0)
@@ -323,7 +288,7 @@ async fn bench_hot_index(redis: &RedisBackend, args: &Args) -> anyhow::Result<Ve
                 HotEntry::new(o.key, due, o.bucket)
             })
             .collect();
-        let index: Arc<dyn HotIndex> = Arc::new(redis.hot_index());
+        let index = index.clone();
         let took = run_batched(
             entries,
             args.batch,
@@ -353,7 +318,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         args.batch >= 1 && args.claim_batch >= 1,
         "batch sizes must be at least 1"
     );
-    let pg = PgBench::open(&args.database_url, args.concurrency as u32 + 1).await?;
+    let pool = args.concurrency as u32 + 1;
     let redis = RedisBackend::connect(
         &args.redis_url,
         RedisSettings {
@@ -369,38 +334,92 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     .await
     .with_context(|| format!("connecting to {}", args.redis_url))?;
 
-    eprintln!(
-        "insert-if-absent of {} occurrences into PostgreSQL",
-        args.insert_rows
-    );
-    let insert = bench_insert(&pg, &args).await;
-    eprintln!("claim + record outcome of {} occurrences", args.claim_rows);
-    let claim = bench_claim(&pg, &args).await;
-    eprintln!("hot-index add of {} members to Redis", args.hot_members);
-    let hot = bench_hot_index(&redis, &args).await;
-
-    // Clean up whatever happened above.
-    let _ = redis.delete_prefix().await;
-    redis.quit().await;
-    pg.drop_schema().await?;
-
-    let scenarios = vec![
-        summarize(
+    let mut scenarios = Vec::new();
+    for database in &args.databases {
+        let db = match database {
+            DatabaseArg::Postgres => DbBench::postgres(&args.database_url, pool).await?,
+            DatabaseArg::Mariadb => DbBench::mysql(&args.mysql_url, pool).await?,
+        };
+        eprintln!(
+            "insert-if-absent of {} occurrences into {}",
+            args.insert_rows, db.name
+        );
+        let insert = bench_insert(&db, &args).await;
+        eprintln!(
+            "claim + record outcome of {} occurrences on {}",
+            args.claim_rows, db.name
+        );
+        let claim = bench_claim(&db, &args).await;
+        // PostgreSQL-only mode keeps the hot index in the database.
+        let hot = match &db.kind {
+            Kind::Postgres { store, .. } => {
+                eprintln!(
+                    "hot-index add of {} members to PostgreSQL",
+                    args.hot_members
+                );
+                let hot_path = Arc::new(store.hot_path(Duration::from_secs(600)));
+                let pool = store.pool().clone();
+                Some(
+                    bench_hot_index(
+                        hot_path,
+                        || async {
+                            sqlx::query("TRUNCATE hot_shards, hot_members")
+                                .execute(&pool)
+                                .await?;
+                            Ok(())
+                        },
+                        &args,
+                    )
+                    .await,
+                )
+            }
+            Kind::MySql { .. } => None,
+        };
+        let name = db.name;
+        db.drop_all().await?;
+        scenarios.push(summarize(
             "occurrence_insert",
-            "postgres",
+            name,
             args.insert_rows,
             insert?,
             80_000.0,
-        ),
-        summarize(
+        ));
+        scenarios.push(summarize(
             "claim_and_record",
-            "postgres",
+            name,
             args.claim_rows,
             claim?,
             50_000.0,
-        ),
-        summarize("hot_index_add", "redis", args.hot_members, hot?, 200_000.0),
-    ];
+        ));
+        if let Some(hot) = hot {
+            scenarios.push(summarize(
+                "hot_index_add",
+                name,
+                args.hot_members,
+                hot?,
+                200_000.0,
+            ));
+        }
+    }
+    eprintln!("hot-index add of {} members to Redis", args.hot_members);
+    let hot = bench_hot_index(
+        Arc::new(redis.hot_index()),
+        || async {
+            redis.delete_prefix().await?;
+            Ok(())
+        },
+        &args,
+    )
+    .await;
+    let _ = redis.delete_prefix().await;
+    redis.quit().await;
+    scenarios.push(summarize(
+        "hot_index_add",
+        "redis",
+        args.hot_members,
+        hot?,
+        200_000.0,
+    ));
     println!(
         "{:<20} {:<9} {:>10} {:>10} {:>12} {:>10} {:>7} {:>4}",
         "scenario", "backend", "items", "median s", "median /s", "target /s", "ratio", "met"

@@ -1,0 +1,98 @@
+//! A timer's runs, dead letters across timers, and their redrive.
+
+use chime_domain::{Occurrence, OccurrenceStatus, Page, PageSize, Scope, TaskKey};
+use chime_storage::{DeadFilter, PageRequest, Redrive, RunFilter};
+
+use crate::api::{ListDeadLetters, ListRuns, RedriveTarget};
+use crate::context::RequestContext;
+use crate::error::{ApiError, ApiResult, ErrorCode};
+use crate::service::{TimerService, listed_app};
+
+impl TimerService {
+    /// [`crate::api::TimerApi::list_runs`].
+    pub(crate) async fn runs(
+        &self,
+        ctx: &RequestContext,
+        query: ListRuns,
+    ) -> ApiResult<Page<Occurrence>> {
+        ctx.require(Scope::Read)?;
+        // A deleted, unknown or out-of-scope timer has no runs to show.
+        self.visible_timer(ctx, query.timer_id).await?;
+        let filter = RunFilter {
+            timer_id: query.timer_id,
+            status: query
+                .status
+                .filter(|s| !s.is_empty())
+                .map(|s| s.parse::<OccurrenceStatus>())
+                .transpose()?,
+            due_by: (!query.upcoming).then(|| self.clock.now()),
+        };
+        let page = PageRequest {
+            size: PageSize::new(query.page_size)?,
+            token: query.page_token,
+        };
+        Ok(self.occurrences.list_runs(&filter, &page).await?)
+    }
+
+    /// [`crate::api::TimerApi::list_dead_letters`].
+    pub(crate) async fn dead_letters(
+        &self,
+        ctx: &RequestContext,
+        query: ListDeadLetters,
+    ) -> ApiResult<Page<Occurrence>> {
+        ctx.require(Scope::Read)?;
+        let app = listed_app(ctx, query.app)?;
+        if let Some(id) = query.timer_id {
+            self.check_visible(ctx, id).await?;
+        }
+        let filter = DeadFilter {
+            app,
+            timer_id: query.timer_id,
+        };
+        let page = PageRequest {
+            size: PageSize::new(query.page_size)?,
+            token: query.page_token,
+        };
+        Ok(self.occurrences.list_dead(&filter, &page).await?)
+    }
+
+    /// [`crate::api::TimerApi::redrive`].
+    pub(crate) async fn requeue_dead(
+        &self,
+        ctx: &RequestContext,
+        what: RedriveTarget,
+    ) -> ApiResult<u64> {
+        ctx.require(Scope::Write)?;
+        let now = self.clock.now();
+        match what {
+            RedriveTarget::Run(raw) => {
+                let key: TaskKey = raw.parse()?;
+                let run = match self.check_visible(ctx, key.timer_id).await {
+                    Ok(()) => self.occurrences.get_occurrence(key).await?,
+                    Err(e) if e.code == ErrorCode::NotFound => None,
+                    Err(e) => return Err(e),
+                };
+                let Some(run) = run else {
+                    return Err(ApiError::new(
+                        ErrorCode::NotFound,
+                        "NOT_FOUND",
+                        format!("run {key} not found"),
+                    ));
+                };
+                if run.status != OccurrenceStatus::Dead {
+                    return Err(ApiError::new(
+                        ErrorCode::FailedPrecondition,
+                        "NOT_DEAD",
+                        format!("run {key} is {}, not dead", run.status),
+                    ));
+                }
+                Ok(self.occurrences.redrive(Redrive::One(key), now).await?)
+            }
+            RedriveTarget::Timer(id) => {
+                // Unknown, deleted or out-of-scope timers answer 404.
+                self.visible_timer(ctx, id).await?;
+                Ok(self.occurrences.redrive(Redrive::Timer(id), now).await?)
+            }
+        }
+    }
+}

@@ -1,0 +1,110 @@
+//! The outcome side of the pipeline: outcomes written a batch at a time, retries put back in
+//! the hot index, finished timers removed, metrics and activity tallies counted; each key's
+//! permit freed once its outcome is stored.
+
+use std::sync::Arc;
+
+use chime_domain::{Bucket, OccurrenceStatus, Outcome, TimerId};
+use chime_storage::HotEntry;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
+
+use crate::{Backoff, Done, Inner};
+
+/// Writes outcomes a batch at a time; each key's permit is freed once its outcome is stored.
+pub(crate) async fn outcome_loop(
+    inner: Arc<Inner>,
+    mut done: mpsc::UnboundedReceiver<Done>,
+    permits: Arc<Semaphore>,
+) {
+    let mut batch = Vec::with_capacity(inner.settings.batch);
+    while done.recv_many(&mut batch, inner.settings.batch).await > 0 {
+        // More outcomes join this batch for a moment: one statement per batch is the cost.
+        if batch.len() < inner.settings.batch && !inner.settings.outcome_linger.is_zero() {
+            tokio::time::sleep(inner.settings.outcome_linger).await;
+            while batch.len() < inner.settings.batch {
+                match done.try_recv() {
+                    Ok(d) => batch.push(d),
+                    Err(_) => break,
+                }
+            }
+        }
+        // The permits are dropped at the end of this iteration, once the outcomes are stored.
+        let finished: Vec<TimerId> = batch
+            .iter()
+            .filter(|d| d.completes)
+            .map(|d| d.outcome.key.timer_id)
+            .collect();
+        let offsets: Vec<i64> = batch.iter().map(|d| d.offset_ms).collect();
+        let apps: Vec<Option<chime_domain::AppName>> =
+            batch.iter_mut().map(|d| d.app.take()).collect();
+        let (outcomes, held): (Vec<Outcome>, Vec<(Bucket, OwnedSemaphorePermit)>) = batch
+            .drain(..)
+            .map(|d| (d.outcome, (d.bucket, d.permit)))
+            .unzip();
+        let mut backoff = Backoff::new();
+        let recorded = loop {
+            match inner.occurrences.record_outcomes(&outcomes).await {
+                Err(e) if e.is_retryable() => backoff.pause("recording outcomes", &e).await,
+                done => break done,
+            }
+        };
+        if let Err(e) = recorded {
+            tracing::error!(error = %e, outcomes = outcomes.len(), "cannot record outcomes; dropping them");
+        }
+        // Retries go back to the hot index, due at their next attempt. If that fails the
+        // sweeper finds them in the database once due.
+        if let Some(index) = &inner.index {
+            let retries: Vec<HotEntry> = outcomes
+                .iter()
+                .zip(&held)
+                .filter(|(o, _)| o.status == OccurrenceStatus::Retrying)
+                .filter_map(|(o, (bucket, _))| {
+                    Some(HotEntry::new(o.key, o.next_attempt_at?, *bucket))
+                })
+                .collect();
+            if let Err(e) = index.add(&retries).await {
+                tracing::warn!(error = %e, retries = retries.len(), "cannot index retries; the sweeper will find them");
+            }
+        }
+        // Timers done with `on_complete: delete` go once their last outcome is stored. If
+        // this fails the timer stays, in state `done` (docs/api.md).
+        if !finished.is_empty() {
+            match inner
+                .timers
+                .remove_finished(&finished, inner.clock.now())
+                .await
+            {
+                Ok(removed) if !removed.is_empty() => {
+                    tracing::info!(timers = ?removed, "removed timers done with on_complete delete");
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "cannot remove finished timers"),
+            }
+        }
+        let lateness: Vec<Option<i64>> = outcomes
+            .iter()
+            .zip(offsets)
+            .map(|(o, offset)| o.lateness_ms().map(|l| l - offset))
+            .collect();
+        for (o, late) in outcomes.iter().zip(&lateness) {
+            metrics::counter!("chime_executor_outcomes_total", "status" => o.status.as_str())
+                .increment(1);
+            if let Some(late) = late {
+                metrics::histogram!("chime_executor_lateness_seconds")
+                    .record(*late as f64 / 1000.0);
+            }
+        }
+        if let Some(log) = &inner.activity {
+            log.add(
+                outcomes
+                    .iter()
+                    .zip(&lateness)
+                    .zip(&apps)
+                    .filter_map(|((o, late), app)| Some((app.as_ref()?, o.status, *late))),
+            );
+        }
+        drop(held);
+        let in_flight = inner.settings.max_in_flight - permits.available_permits();
+        metrics::gauge!("chime_executor_in_flight").set(in_flight as f64);
+    }
+}

@@ -1,0 +1,113 @@
+//! Delivery to registered workers: the occurrence goes over the `Connect` stream of a worker
+//! of the timer's app and group connected to this executor, with the headers an HTTP callback
+//! carries (idempotency key, attempt, signature, trace context), and the worker's ack or nack
+//! is the attempt's outcome.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use chime_domain::{ClaimedOccurrence, Clock, Target, Timer, format_duration};
+use chime_proto::v1 as pb;
+
+use super::{Attempt, DeliveryTarget, Signer, prepare};
+use crate::workers::peers::Peers;
+use crate::workers::{Reply, Unanswered, Workers};
+
+pub struct WorkerTarget {
+    workers: Arc<Workers>,
+    signer: Option<Arc<Signer>>,
+    /// Other executors, asked when no worker of the group is connected here.
+    peers: Option<Peers>,
+}
+
+impl WorkerTarget {
+    pub fn new(workers: Arc<Workers>) -> Self {
+        Self {
+            workers,
+            signer: None,
+            peers: None,
+        }
+    }
+
+    /// Offers deliveries to `peers` when no worker of their group is connected here.
+    pub fn with_peers(mut self, peers: Peers) -> Self {
+        self.peers = Some(peers);
+        self
+    }
+
+    /// Signs each delivery with its app's secret, as HTTP callbacks are.
+    pub fn with_signer(mut self, signer: Arc<Signer>) -> Self {
+        self.signer = Some(signer);
+        self
+    }
+}
+
+#[async_trait]
+impl DeliveryTarget for WorkerTarget {
+    async fn deliver(
+        &self,
+        timer: &Timer,
+        occurrence: ClaimedOccurrence,
+        clock: &dyn Clock,
+    ) -> Attempt {
+        let cb = &timer.spec.callback;
+        let Target::Worker(target) = &cb.target else {
+            return Attempt::failed(&occurrence, clock, "not a worker callback".into(), false);
+        };
+        let key = occurrence.key;
+        let (body, headers) = match prepare(self.signer.as_ref(), timer, &occurrence, clock).await {
+            Ok(prepared) => prepared,
+            Err(attempt) => return *attempt,
+        };
+        let headers: std::collections::HashMap<String, String> = headers.into_iter().collect();
+        let timeout = cb.timeout.get();
+        let deadline = tokio::time::Instant::now() + timeout;
+        let fired_at = clock.now();
+        let make = |delivery_id: String| pb::Delivery {
+            delivery_id,
+            idempotency_key: key.to_string(),
+            timer_id: key.timer_id.get(),
+            app: timer.spec.app.to_string(),
+            timer_name: timer.spec.name.to_string(),
+            scheduled_at: key.run_at.to_rfc3339(),
+            attempt: occurrence.attempt,
+            body: body.as_bytes().to_vec(),
+            headers: headers.clone(),
+            ack_timeout_ms: u32::try_from(timeout.as_millis()).unwrap_or(u32::MAX),
+        };
+        let group = &target.group;
+        let within = format_duration(timeout);
+        let failed = |error: String, retryable: bool| {
+            Attempt::failed_at(&occurrence, fired_at, error, retryable)
+        };
+        let app = &timer.spec.app;
+        let delivered = match self.workers.deliver(app, group, make, deadline).await {
+            Err(Unanswered::NoWorker) => match &self.peers {
+                Some(peers) => {
+                    peers
+                        .forward(app, group, make(String::new()), deadline)
+                        .await
+                }
+                None => Err(Unanswered::NoWorker),
+            },
+            other => other,
+        };
+        match delivered {
+            Ok((Reply::Ack, _)) => Attempt::succeeded(&occurrence, fired_at),
+            Ok((Reply::Nack { retryable, error }, worker)) => {
+                failed(format!("worker {worker} refused it: {error}"), retryable)
+            }
+            Err(Unanswered::NoWorker) => {
+                failed(format!("no worker of group {group} is connected"), true)
+            }
+            Err(Unanswered::Busy) => failed(
+                format!("every worker of group {group} stayed busy for {within}"),
+                true,
+            ),
+            Err(Unanswered::Timeout { worker }) => failed(
+                format!("worker {worker} did not answer within {within}"),
+                true,
+            ),
+        }
+    }
+}

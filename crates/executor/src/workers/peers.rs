@@ -1,0 +1,152 @@
+//! Worker deliveries between executors: an occurrence claimed here for a group with no worker
+//! connected here is offered to the other executors (`ExecutorService/Forward`), which deliver
+//! it to a worker of theirs. A forwarded delivery is never forwarded again.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chime_domain::AppName;
+use chime_proto::v1 as pb;
+use chime_proto::v1::executor_service_client::ExecutorServiceClient;
+use chime_proto::v1::forward_response::Result as Forwarded;
+use chime_runtime::fleet::Fleet;
+use tokio::time::Instant;
+
+use super::{Reply, Unanswered, Workers};
+use crate::targets::Signer;
+
+/// The other executors (`CHIME_EXECUTOR_ENDPOINTS`; this one may be among them and then
+/// answers "no worker", having none).
+pub struct Peers {
+    fleet: Arc<Fleet>,
+}
+
+impl Peers {
+    pub fn new(fleet: Arc<Fleet>) -> Self {
+        Self { fleet }
+    }
+
+    /// Offers `delivery` to each executor in turn until one has a worker of the group.
+    pub async fn forward(
+        &self,
+        app: &AppName,
+        group: &str,
+        mut delivery: pb::Delivery,
+        deadline: Instant,
+    ) -> Result<(Reply, String), Unanswered> {
+        let mut outcome = Err(Unanswered::NoWorker);
+        for replica in self.fleet.replicas().await.iter() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            delivery.ack_timeout_ms = u32::try_from(left.as_millis()).unwrap_or(u32::MAX);
+            let mut request = tonic::Request::new(pb::ForwardRequest {
+                app: app.to_string(),
+                group: group.to_owned(),
+                delivery: Some(delivery.clone()),
+            });
+            // The peer waits up to `left` for its worker; a little more for the answer.
+            request.set_timeout(left + Duration::from_millis(500));
+            let answer = match ExecutorServiceClient::new(replica.channel.clone())
+                .forward(request)
+                .await
+            {
+                Ok(a) => a.into_inner(),
+                Err(status) => {
+                    tracing::debug!(executor = %replica.target, %status, "forward failed");
+                    continue;
+                }
+            };
+            if !matches!(
+                answer.result(),
+                Forwarded::NoWorker | Forwarded::Unspecified
+            ) {
+                metrics::counter!("chime_executor_worker_forwards_total").increment(1);
+            }
+            match answer.result() {
+                Forwarded::Acked => return Ok((Reply::Ack, answer.worker)),
+                Forwarded::Nacked => {
+                    return Ok((
+                        Reply::Nack {
+                            retryable: answer.retryable,
+                            error: answer.error,
+                        },
+                        answer.worker,
+                    ));
+                }
+                Forwarded::Timeout => {
+                    return Err(Unanswered::Timeout {
+                        worker: answer.worker,
+                    });
+                }
+                Forwarded::Busy => outcome = Err(Unanswered::Busy),
+                Forwarded::NoWorker | Forwarded::Unspecified => {}
+            }
+        }
+        outcome
+    }
+}
+
+/// Serves a peer's `Forward`: delivers to a worker connected here, or says there is none.
+/// With a `signer`, only a delivery signed with its app's secret (as Chime signs every
+/// delivery) is taken: a caller that is not an executor cannot make one for another app.
+pub async fn serve_forward(
+    workers: &Workers,
+    signer: Option<&Arc<Signer>>,
+    request: pb::ForwardRequest,
+) -> Result<pb::ForwardResponse, tonic::Status> {
+    let mut response = pb::ForwardResponse::default();
+    let (Ok(app), Some(template)) = (AppName::parse(request.app), request.delivery) else {
+        return Err(tonic::Status::invalid_argument(
+            "a forward names an app and a delivery",
+        ));
+    };
+    if let Some(signer) = signer {
+        let header = |name: &str| template.headers.get(name).map(String::as_str);
+        let timestamp: i64 = header("webhook-timestamp")
+            .and_then(|t| t.parse().ok())
+            .unwrap_or_default();
+        let signed = header("webhook-id") == Some(template.idempotency_key.as_str())
+            && signer
+                .verify(
+                    &app,
+                    &template.idempotency_key,
+                    timestamp,
+                    &template.body,
+                    header("webhook-signature").unwrap_or_default(),
+                )
+                .await
+                .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+        if !signed {
+            return Err(tonic::Status::permission_denied(
+                "a forwarded delivery must carry its app's current signature",
+            ));
+        }
+    }
+    let deadline = Instant::now() + Duration::from_millis(u64::from(template.ack_timeout_ms));
+    let make = |delivery_id: String| pb::Delivery {
+        delivery_id,
+        ..template.clone()
+    };
+    let result = match workers.deliver(&app, &request.group, make, deadline).await {
+        Ok((Reply::Ack, worker)) => {
+            response.worker = worker;
+            Forwarded::Acked
+        }
+        Ok((Reply::Nack { retryable, error }, worker)) => {
+            response.worker = worker;
+            response.retryable = retryable;
+            response.error = error;
+            Forwarded::Nacked
+        }
+        Err(Unanswered::NoWorker) => Forwarded::NoWorker,
+        Err(Unanswered::Busy) => Forwarded::Busy,
+        Err(Unanswered::Timeout { worker }) => {
+            response.worker = worker;
+            Forwarded::Timeout
+        }
+    };
+    response.set_result(result);
+    Ok(response)
+}

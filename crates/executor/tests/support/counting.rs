@@ -1,0 +1,102 @@
+//! An occurrence store that counts the claim and outcome statements it passes on.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use async_trait::async_trait;
+use chime_domain::{
+    Bucket, Claim, ClaimedOccurrence, NewOccurrence, Occurrence, Outcome, OverlapPolicy, Page,
+    TaskKey, Timestamp,
+};
+use chime_storage::{
+    DeadFilter, Exclusive, OccurrenceStore, PageRequest, Redrive, RunFilter, StoreResult,
+};
+
+pub struct Counting {
+    inner: Arc<dyn OccurrenceStore>,
+    pub claims: AtomicUsize,
+    pub records: AtomicUsize,
+}
+
+impl Counting {
+    pub fn new(inner: Arc<dyn OccurrenceStore>) -> Arc<Self> {
+        Arc::new(Self {
+            inner,
+            claims: AtomicUsize::new(0),
+            records: AtomicUsize::new(0),
+        })
+    }
+}
+
+#[async_trait]
+impl OccurrenceStore for Counting {
+    async fn insert_occurrences(&self, batch: &[NewOccurrence]) -> StoreResult<u64> {
+        self.inner.insert_occurrences(batch).await
+    }
+    async fn claim(&self, keys: &[TaskKey], claim: Claim) -> StoreResult<Vec<ClaimedOccurrence>> {
+        self.claims.fetch_add(1, Ordering::SeqCst);
+        self.inner.claim(keys, claim).await
+    }
+    async fn claim_exclusive(
+        &self,
+        key: TaskKey,
+        claim: Claim,
+        overlap: OverlapPolicy,
+    ) -> StoreResult<Exclusive> {
+        self.inner.claim_exclusive(key, claim, overlap).await
+    }
+    async fn still_running(&self, claims: &[(TaskKey, u32)]) -> StoreResult<Vec<TaskKey>> {
+        self.inner.still_running(claims).await
+    }
+    async fn backfill(
+        &self,
+        batch: &[NewOccurrence],
+        overlap: OverlapPolicy,
+    ) -> StoreResult<Vec<TaskKey>> {
+        self.inner.backfill(batch, overlap).await
+    }
+    async fn record_outcomes(&self, outcomes: &[Outcome]) -> StoreResult<u64> {
+        self.records.fetch_add(1, Ordering::SeqCst);
+        self.inner.record_outcomes(outcomes).await
+    }
+    async fn get_occurrence(&self, key: TaskKey) -> StoreResult<Option<Occurrence>> {
+        self.inner.get_occurrence(key).await
+    }
+    async fn list_runs(
+        &self,
+        filter: &RunFilter,
+        page: &PageRequest,
+    ) -> StoreResult<Page<Occurrence>> {
+        self.inner.list_runs(filter, page).await
+    }
+    async fn find_overdue(
+        &self,
+        due_before: Timestamp,
+        now: Timestamp,
+        limit: u32,
+    ) -> StoreResult<Vec<Occurrence>> {
+        self.inner.find_overdue(due_before, now, limit).await
+    }
+    async fn skip_occurrences(&self, keys: &[TaskKey], reason: &str) -> StoreResult<u64> {
+        self.inner.skip_occurrences(keys, reason).await
+    }
+    async fn list_dead(
+        &self,
+        filter: &DeadFilter,
+        page: &PageRequest,
+    ) -> StoreResult<Page<Occurrence>> {
+        self.inner.list_dead(filter, page).await
+    }
+    async fn redrive(&self, what: Redrive, now: Timestamp) -> StoreResult<u64> {
+        self.inner.redrive(what, now).await
+    }
+    async fn due_in_bucket(
+        &self,
+        bucket: Bucket,
+        from: Timestamp,
+        to: Timestamp,
+        limit: u32,
+    ) -> StoreResult<Vec<(TaskKey, Timestamp)>> {
+        self.inner.due_in_bucket(bucket, from, to, limit).await
+    }
+}

@@ -1,0 +1,46 @@
+//! A timer and a claimed occurrence of it, for the delivery-target tests.
+
+use chime_domain::{
+    Bucket, CallbackInput, ClaimedOccurrence, Clock, ScheduleInput, SystemClock, TaskKey, Timer,
+    TimerId,
+};
+
+/// An hourly timer of app `ops` delivering to `callback`.
+pub fn timer(callback: CallbackInput) -> Timer {
+    let now = SystemClock.now();
+    let mut spec = chime_storage::contract::spec_with(
+        "ops",
+        "target",
+        &ScheduleInput {
+            every: Some("1h".into()),
+            ..Default::default()
+        },
+        now,
+    );
+    spec.callback = callback.parse().unwrap();
+    Timer {
+        id: TimerId::new(7).unwrap(),
+        spec,
+        enabled: true,
+        version: 1,
+        bucket: Bucket::from_stored(0),
+        created_at: now,
+        updated_at: now,
+        deleted_at: None,
+        paused: None,
+    }
+}
+
+/// Its occurrence due now, claimed for a first attempt.
+pub fn claimed(t: &Timer) -> ClaimedOccurrence {
+    let now = SystemClock.now();
+    ClaimedOccurrence {
+        key: TaskKey::new(t.id, now),
+        timer_version: 1,
+        bucket: t.bucket,
+        attempt: 1,
+        due: now,
+        backfill: false,
+        timer_now: Some(1),
+    }
+}
