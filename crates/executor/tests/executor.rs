@@ -6,153 +6,19 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chime_domain::{
-    AppName, CallbackInput, ClaimedOccurrence, Clock, NewOccurrence, NewTimer, Occurrence,
-    OccurrenceStatus, Outcome, ScheduleInput, SystemClock, TargetKind, TaskKey, Timer, TimerName,
-    TimerSpec,
+    AppName, CallbackInput, ClaimedOccurrence, Clock, NewOccurrence, Occurrence, OccurrenceStatus,
+    Outcome, SystemClock, TargetKind, TaskKey, Timer,
 };
 use chime_executor::{
     Attempt, CallbackSettings, DeliveryTarget, Executor, ExecutorSettings, HttpTarget, Stopping,
     Targets,
 };
-use chime_storage::testkit::{self, PgFixture};
 use chime_storage::{Activity, OccurrenceStore, TimerStore};
-use chime_test_support::sink::Sink;
 
 mod support {
-    pub mod counting;
+    pub mod pg;
 }
-use support::counting::Counting;
-
-struct Setup {
-    db: PgFixture,
-    sink: Sink,
-}
-
-async fn setup() -> Setup {
-    Setup {
-        db: testkit::pg().await,
-        sink: Sink::start().await.unwrap(),
-    }
-}
-
-/// An executor configured as `chime-executor` would be, with `max_in_flight` from config.
-fn executor(s: &Setup, max_in_flight: usize) -> Arc<Executor> {
-    let mut config = chime_runtime::Config::default();
-    config.executor.max_in_flight = max_in_flight;
-    // The sink is on loopback.
-    config.callbacks.allow_networks = vec!["127.0.0.0/8".into()];
-    Executor::start(
-        s.db.store(),
-        s.db.store(),
-        None,
-        Arc::new(SystemClock),
-        Targets::new(HttpTarget::new(CallbackSettings::from_config(&config)).unwrap()),
-        ExecutorSettings::from_config(&config),
-    )
-}
-
-async fn timer(s: &Setup, name: &str, url: String, headers: &[(&str, &str)]) -> Timer {
-    let now = SystemClock.now();
-    let spec = TimerSpec {
-        app: AppName::parse("ops").unwrap(),
-        name: TimerName::parse(name).unwrap(),
-        schedule: ScheduleInput {
-            every: Some("1h".into()),
-            ..Default::default()
-        }
-        .resolve(now, None, None)
-        .unwrap(),
-        callback: CallbackInput {
-            url: Some(url),
-            method: Some("PUT".into()),
-            headers: headers
-                .iter()
-                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-                .collect(),
-            body: Some("{\"kind\":\"test\"}".into()),
-            timeout: Some("2s".into()),
-            ..Default::default()
-        }
-        .parse()
-        .unwrap(),
-        retry: Default::default(),
-        misfire: Default::default(),
-        delivery: Default::default(),
-        labels: Default::default(),
-        on_complete: Default::default(),
-        catch_up_window: None,
-        overlap: Default::default(),
-        window: None,
-        exclude_calendars: Vec::new(),
-    };
-    s.db.store
-        .create_timer(
-            NewTimer {
-                spec,
-                enabled: true,
-            },
-            chime_domain::Horizon::DEFAULT,
-        )
-        .await
-        .unwrap()
-        .timer
-}
-
-/// An occurrence of `t` due now, at the timer's current version.
-async fn due_now(s: &Setup, t: &Timer, offset_ms: i64) -> TaskKey {
-    let key = TaskKey::new(t.id, SystemClock.now().add_millis(offset_ms));
-    s.db.store
-        .insert_occurrences(&[NewOccurrence {
-            key,
-            timer_version: t.version,
-            bucket: t.bucket,
-            due: None,
-        }])
-        .await
-        .unwrap();
-    key
-}
-
-async fn wait_for<F, Fut>(what: &str, mut cond: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while !cond().await {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
-/// Waits until `key`'s occurrence satisfies `cond`, and returns it.
-async fn occurrence_when(
-    s: &Setup,
-    key: TaskKey,
-    what: &str,
-    cond: fn(&Occurrence) -> bool,
-) -> Occurrence {
-    let store = s.db.store.clone();
-    wait_for(what, || {
-        let store = store.clone();
-        async move {
-            store
-                .get_occurrence(key)
-                .await
-                .unwrap()
-                .is_some_and(|o| cond(&o))
-        }
-    })
-    .await;
-    store.get_occurrence(key).await.unwrap().unwrap()
-}
-
-async fn finished(s: &Setup, key: TaskKey) -> Occurrence {
-    occurrence_when(s, key, "an outcome", |o| o.status.is_terminal()).await
-}
+use support::pg::*;
 
 #[tokio::test]
 async fn fires_the_callback_with_chime_headers_and_records_success() {
@@ -214,54 +80,6 @@ async fn a_key_offered_ahead_is_claimed_at_once_and_fired_at_its_due_time() {
         "called back {} ms before due",
         key.run_at.as_millis() - got[0].at_ms
     );
-}
-
-#[tokio::test]
-async fn keys_handed_off_ahead_one_at_a_time_share_claims_and_outcome_writes() {
-    let s = setup().await;
-    let t = timer(&s, "linger", s.sink.url("/linger"), &[]).await;
-    // 60 keys due 1 ms apart, half a second ahead, offered one at a time as a steady rate's
-    // hand-offs come: without waiting for each other, each would be a claim and an outcome
-    // statement of its own.
-    let first = SystemClock.now().add_millis(500);
-    let keys: Vec<TaskKey> = (0..60)
-        .map(|i| TaskKey::new(t.id, first.add_millis(i)))
-        .collect();
-    let rows: Vec<NewOccurrence> = keys
-        .iter()
-        .map(|key| NewOccurrence {
-            key: *key,
-            timer_version: t.version,
-            bucket: t.bucket,
-            due: None,
-        })
-        .collect();
-    s.db.store.insert_occurrences(&rows).await.unwrap();
-    let counting = Counting::new(s.db.store());
-    let mut config = chime_runtime::Config::default();
-    config.callbacks.allow_networks = vec!["127.0.0.0/8".into()];
-    let exec = Executor::start(
-        s.db.store(),
-        counting.clone(),
-        None,
-        Arc::new(SystemClock),
-        Targets::new(HttpTarget::new(CallbackSettings::from_config(&config)).unwrap()),
-        ExecutorSettings::from_config(&config),
-    );
-    for key in &keys {
-        assert_eq!(exec.offer(&[*key]).unwrap().accepted, 1);
-        // Pacing the offers, as hand-offs arrive; nothing waits on it.
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
-    for key in &keys {
-        assert_eq!(finished(&s, *key).await.status, OccurrenceStatus::Succeeded);
-    }
-    let got = s.sink.received();
-    assert_eq!(got.len(), 60);
-    let claims = counting.claims.load(std::sync::atomic::Ordering::SeqCst);
-    let records = counting.records.load(std::sync::atomic::Ordering::SeqCst);
-    assert!(claims <= 10, "{claims} claim statements for 60 keys");
-    assert!(records <= 20, "{records} outcome statements for 60 keys");
 }
 
 #[tokio::test]

@@ -41,6 +41,7 @@ impl TimeControl for chime_domain::ManualClock {
 }
 
 pub mod activity;
+pub mod backfill;
 pub mod calendars;
 pub mod credentials;
 pub mod lifecycle;
@@ -1517,10 +1518,15 @@ macro_rules! storage_contract {
             buffer_one_keeps_one_occurrence_waiting_and_skips_the_rest,
             racing_exclusive_claims_of_one_timer_start_one,
             windowed_occurrences_are_due_at_their_place,
-            backfilled_occurrences_are_marked_and_added_once,
-            backfilled_occurrences_are_claimed_under_their_own_policy,
             cancel_other_ends_the_earlier_occurrence_in_flight,
             claims_tell_the_timer_version_now,
+        ]);
+    };
+    (backfill, $make:expr) => {
+        $crate::storage_contract!(@cases backfill, $make, store, [
+            backfilled_occurrences_are_marked_and_added_once,
+            backfilled_occurrences_are_claimed_under_their_own_policy,
+            only_backfills_under_their_own_policy_are_held_for_exclusive_claims,
         ]);
     };
     (activity, $make:expr) => {

@@ -263,6 +263,16 @@ pub trait OccurrenceStore: Send + Sync + 'static {
     /// [`Self::claim_exclusive`].
     async fn claim(&self, keys: &[TaskKey], claim: Claim) -> StoreResult<Vec<ClaimedOccurrence>>;
 
+    /// Those of `keys` that [`Self::claim`] leaves to [`Self::claim_exclusive`]: backfilled
+    /// occurrences under `skip`, `buffer_one` or `cancel_other`, claimable at `now`. One
+    /// statement for all the keys a batch claim did not take; most of those were taken or
+    /// finished already (a key handed off twice), and need no statement of their own.
+    async fn held_for_exclusive(
+        &self,
+        keys: &[TaskKey],
+        now: Timestamp,
+    ) -> StoreResult<Vec<TaskKey>>;
+
     /// Claims `key` only while no other occurrence of its timer is in flight (a live claim)
     /// or waiting to retry. Otherwise `overlap: skip` marks it `skipped`; `buffer_one`
     /// leaves it pending to be offered again ([`Exclusive::Waiting`]) unless an earlier

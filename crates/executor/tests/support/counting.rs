@@ -16,6 +16,8 @@ pub struct Counting {
     inner: Arc<dyn OccurrenceStore>,
     pub claims: AtomicUsize,
     pub records: AtomicUsize,
+    pub held: AtomicUsize,
+    pub exclusive: AtomicUsize,
 }
 
 impl Counting {
@@ -24,6 +26,8 @@ impl Counting {
             inner,
             claims: AtomicUsize::new(0),
             records: AtomicUsize::new(0),
+            held: AtomicUsize::new(0),
+            exclusive: AtomicUsize::new(0),
         })
     }
 }
@@ -37,12 +41,21 @@ impl OccurrenceStore for Counting {
         self.claims.fetch_add(1, Ordering::SeqCst);
         self.inner.claim(keys, claim).await
     }
+    async fn held_for_exclusive(
+        &self,
+        keys: &[TaskKey],
+        now: Timestamp,
+    ) -> StoreResult<Vec<TaskKey>> {
+        self.held.fetch_add(1, Ordering::SeqCst);
+        self.inner.held_for_exclusive(keys, now).await
+    }
     async fn claim_exclusive(
         &self,
         key: TaskKey,
         claim: Claim,
         overlap: OverlapPolicy,
     ) -> StoreResult<Exclusive> {
+        self.exclusive.fetch_add(1, Ordering::SeqCst);
         self.inner.claim_exclusive(key, claim, overlap).await
     }
     async fn still_running(&self, claims: &[(TaskKey, u32)]) -> StoreResult<Vec<TaskKey>> {

@@ -181,6 +181,29 @@ impl OccurrenceStore for MySqlStore {
         Ok(claimed)
     }
 
+    async fn held_for_exclusive(
+        &self,
+        keys: &[TaskKey],
+        now: Timestamp,
+    ) -> StoreResult<Vec<TaskKey>> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let found = sqlx::query(concat!(
+            "SELECT o.timer_id, o.run_at FROM ",
+            keys_table!(),
+            " STRAIGHT_JOIN occurrences o ON o.timer_id = k.timer_id AND o.run_at = k.run_at \
+             WHERE o.backfill IS NOT NULL AND o.backfill <> 'allow_all' \
+               AND (o.status IN ('pending', 'retrying') \
+                    OR (o.status = 'running' AND o.lease_until < ?))"
+        ))
+        .bind(keys_json(keys))
+        .bind(now.as_millis())
+        .fetch_all(&self.pool)
+        .await?;
+        found.iter().map(rows::task_key).collect()
+    }
+
     async fn claim_exclusive(
         &self,
         key: TaskKey,

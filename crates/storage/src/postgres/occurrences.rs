@@ -69,6 +69,35 @@ impl OccurrenceStore for PgStore {
         rows.iter().map(rows::claimed).collect()
     }
 
+    async fn held_for_exclusive(
+        &self,
+        keys: &[TaskKey],
+        now: Timestamp,
+    ) -> StoreResult<Vec<TaskKey>> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (ids, run_ats) = split_keys(keys);
+        // The run_at range prunes the other day partitions from a cached generic plan.
+        let (from, to) = span(&run_ats);
+        let rows = sqlx::query(
+            "SELECT o.timer_id, o.run_at FROM UNNEST($1::bigint[], $2::bigint[]) AS k(timer_id, run_at) \
+             JOIN occurrences o ON o.timer_id = k.timer_id AND o.run_at = k.run_at \
+             WHERE o.run_at BETWEEN $4 AND $5 \
+               AND o.backfill IS NOT NULL AND o.backfill <> 'allow_all' \
+               AND (o.status IN ('pending', 'retrying') \
+                    OR (o.status = 'running' AND o.lease_until < $3))",
+        )
+        .bind(ids)
+        .bind(run_ats)
+        .bind(now.as_millis())
+        .bind(from)
+        .bind(to)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(rows::task_key).collect()
+    }
+
     async fn claim_exclusive(
         &self,
         key: TaskKey,

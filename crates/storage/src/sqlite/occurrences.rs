@@ -41,6 +41,28 @@ impl OccurrenceStore for SqliteStore {
         rows.iter().map(rows::claimed).collect()
     }
 
+    async fn held_for_exclusive(
+        &self,
+        keys: &[TaskKey],
+        now: Timestamp,
+    ) -> StoreResult<Vec<TaskKey>> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let found = sqlx::query(
+            "SELECT timer_id, run_at FROM occurrences \
+             WHERE (timer_id, run_at) IN (SELECT value ->> 0, value ->> 1 FROM json_each(?1)) \
+               AND backfill IS NOT NULL AND backfill <> 'allow_all' \
+               AND (status IN ('pending', 'retrying') \
+                    OR (status = 'running' AND lease_until < ?2))",
+        )
+        .bind(keys_json(keys))
+        .bind(now.as_millis())
+        .fetch_all(&self.writer)
+        .await?;
+        found.iter().map(rows::task_key).collect()
+    }
+
     async fn claim_exclusive(
         &self,
         key: TaskKey,

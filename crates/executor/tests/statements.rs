@@ -1,0 +1,125 @@
+//! How many statements the executor spends: claims and outcome writes shared by the keys of
+//! a batch, and keys handed off twice costing no statement of their own.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use chime_domain::{Clock, NewOccurrence, OccurrenceStatus, OverlapPolicy, SystemClock, TaskKey};
+use chime_executor::{CallbackSettings, Executor, ExecutorSettings, HttpTarget, Targets};
+use chime_storage::OccurrenceStore;
+
+mod support {
+    pub mod counting;
+    pub mod pg;
+}
+use support::counting::Counting;
+use support::pg::*;
+
+/// An executor over `counting`, configured as `chime-executor` would be.
+fn counted(s: &Setup, counting: Arc<Counting>) -> Arc<Executor> {
+    let mut config = chime_runtime::Config::default();
+    config.callbacks.allow_networks = vec!["127.0.0.0/8".into()];
+    Executor::start(
+        s.db.store(),
+        counting,
+        None,
+        Arc::new(SystemClock),
+        Targets::new(HttpTarget::new(CallbackSettings::from_config(&config)).unwrap()),
+        ExecutorSettings::from_config(&config),
+    )
+}
+
+#[tokio::test]
+async fn keys_handed_off_ahead_one_at_a_time_share_claims_and_outcome_writes() {
+    let s = setup().await;
+    let t = timer(&s, "linger", s.sink.url("/linger"), &[]).await;
+    // 60 keys due 1 ms apart, half a second ahead, offered one at a time as a steady rate's
+    // hand-offs come: without waiting for each other, each would be a claim and an outcome
+    // statement of its own.
+    let first = SystemClock.now().add_millis(500);
+    let keys: Vec<TaskKey> = (0..60)
+        .map(|i| TaskKey::new(t.id, first.add_millis(i)))
+        .collect();
+    let rows: Vec<NewOccurrence> = keys
+        .iter()
+        .map(|key| NewOccurrence {
+            key: *key,
+            timer_version: t.version,
+            bucket: t.bucket,
+            due: None,
+        })
+        .collect();
+    s.db.store.insert_occurrences(&rows).await.unwrap();
+    let counting = Counting::new(s.db.store());
+    let exec = counted(&s, counting.clone());
+    for key in &keys {
+        assert_eq!(exec.offer(&[*key]).unwrap().accepted, 1);
+        // Pacing the offers, as hand-offs arrive; nothing waits on it.
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    for key in &keys {
+        assert_eq!(finished(&s, *key).await.status, OccurrenceStatus::Succeeded);
+    }
+    let got = s.sink.received();
+    assert_eq!(got.len(), 60);
+    let claims = counting.claims.load(Ordering::SeqCst);
+    let records = counting.records.load(Ordering::SeqCst);
+    assert!(claims <= 10, "{claims} claim statements for 60 keys");
+    assert!(records <= 20, "{records} outcome statements for 60 keys");
+}
+
+#[tokio::test]
+async fn keys_handed_off_again_after_they_ran_cost_no_statement_each() {
+    let s = setup().await;
+    let t = timer(&s, "again", s.sink.url("/again"), &[]).await;
+    let mut keys = Vec::new();
+    for i in 0..50 {
+        keys.push(due_now(&s, &t, -i * 1_000).await);
+    }
+    // They run once, on one executor.
+    let first = executor(&s, 100);
+    assert_eq!(first.offer(&keys).unwrap().accepted, 50);
+    for key in &keys {
+        assert_eq!(finished(&s, *key).await.status, OccurrenceStatus::Succeeded);
+    }
+    // A backfilled run under `skip` is left by the batch claim to the exclusive one.
+    let backfilled = TaskKey::new(t.id, SystemClock.now().add_millis(-3_600_000));
+    s.db.store
+        .backfill(
+            &[NewOccurrence {
+                key: backfilled,
+                timer_version: t.version,
+                bucket: t.bucket,
+                due: Some(SystemClock.now()),
+            }],
+            OverlapPolicy::Skip,
+        )
+        .await
+        .unwrap();
+    // Then all of them are handed off again, as the sweeper does with keys still queued in
+    // a burst: the finished ones are not called back, and cost no statement of their own.
+    let counting = Counting::new(s.db.store());
+    let second = counted(&s, counting.clone());
+    let again = [keys.clone(), vec![backfilled]].concat();
+    assert_eq!(second.offer(&again).unwrap().accepted, 51);
+    assert_eq!(
+        finished(&s, backfilled).await.status,
+        OccurrenceStatus::Succeeded
+    );
+    wait_for("the second executor to finish", || async {
+        second.in_flight() == 0
+    })
+    .await;
+    assert_eq!(s.sink.count(), 51);
+    let claims = counting.claims.load(Ordering::SeqCst);
+    let held = counting.held.load(Ordering::SeqCst);
+    let exclusive = counting.exclusive.load(Ordering::SeqCst);
+    assert_eq!(exclusive, 1, "exclusive claims: only the backfilled run's");
+    assert!(
+        held <= claims,
+        "{held} look-ups for {claims} claim statements"
+    );
+}

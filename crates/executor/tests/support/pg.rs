@@ -1,0 +1,147 @@
+//! The executor tests' fixture: a real PostgreSQL, a loopback sink, timers calling it back,
+//! and waits with a deadline. Each test binary uses part of it.
+
+#![allow(dead_code)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chime_domain::{
+    AppName, CallbackInput, Clock, NewOccurrence, NewTimer, Occurrence, ScheduleInput, SystemClock,
+    TaskKey, Timer, TimerName, TimerSpec,
+};
+use chime_executor::{CallbackSettings, Executor, ExecutorSettings, HttpTarget, Targets};
+use chime_storage::testkit::{self, PgFixture};
+use chime_storage::{OccurrenceStore, TimerStore};
+use chime_test_support::sink::Sink;
+
+pub struct Setup {
+    pub db: PgFixture,
+    pub sink: Sink,
+}
+
+pub async fn setup() -> Setup {
+    Setup {
+        db: testkit::pg().await,
+        sink: Sink::start().await.unwrap(),
+    }
+}
+
+/// An executor configured as `chime-executor` would be, with `max_in_flight` from config.
+pub fn executor(s: &Setup, max_in_flight: usize) -> Arc<Executor> {
+    let mut config = chime_runtime::Config::default();
+    config.executor.max_in_flight = max_in_flight;
+    // The sink is on loopback.
+    config.callbacks.allow_networks = vec!["127.0.0.0/8".into()];
+    Executor::start(
+        s.db.store(),
+        s.db.store(),
+        None,
+        Arc::new(SystemClock),
+        Targets::new(HttpTarget::new(CallbackSettings::from_config(&config)).unwrap()),
+        ExecutorSettings::from_config(&config),
+    )
+}
+
+pub async fn timer(s: &Setup, name: &str, url: String, headers: &[(&str, &str)]) -> Timer {
+    let now = SystemClock.now();
+    let spec = TimerSpec {
+        app: AppName::parse("ops").unwrap(),
+        name: TimerName::parse(name).unwrap(),
+        schedule: ScheduleInput {
+            every: Some("1h".into()),
+            ..Default::default()
+        }
+        .resolve(now, None, None)
+        .unwrap(),
+        callback: CallbackInput {
+            url: Some(url),
+            method: Some("PUT".into()),
+            headers: headers
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+            body: Some("{\"kind\":\"test\"}".into()),
+            timeout: Some("2s".into()),
+            ..Default::default()
+        }
+        .parse()
+        .unwrap(),
+        retry: Default::default(),
+        misfire: Default::default(),
+        delivery: Default::default(),
+        labels: Default::default(),
+        on_complete: Default::default(),
+        catch_up_window: None,
+        overlap: Default::default(),
+        window: None,
+        exclude_calendars: Vec::new(),
+    };
+    s.db.store
+        .create_timer(
+            NewTimer {
+                spec,
+                enabled: true,
+            },
+            chime_domain::Horizon::DEFAULT,
+        )
+        .await
+        .unwrap()
+        .timer
+}
+
+/// An occurrence of `t` due now, at the timer's current version.
+pub async fn due_now(s: &Setup, t: &Timer, offset_ms: i64) -> TaskKey {
+    let key = TaskKey::new(t.id, SystemClock.now().add_millis(offset_ms));
+    s.db.store
+        .insert_occurrences(&[NewOccurrence {
+            key,
+            timer_version: t.version,
+            bucket: t.bucket,
+            due: None,
+        }])
+        .await
+        .unwrap();
+    key
+}
+
+pub async fn wait_for<F, Fut>(what: &str, mut cond: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !cond().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Waits until `key`'s occurrence satisfies `cond`, and returns it.
+pub async fn occurrence_when(
+    s: &Setup,
+    key: TaskKey,
+    what: &str,
+    cond: fn(&Occurrence) -> bool,
+) -> Occurrence {
+    let store = s.db.store.clone();
+    wait_for(what, || {
+        let store = store.clone();
+        async move {
+            store
+                .get_occurrence(key)
+                .await
+                .unwrap()
+                .is_some_and(|o| cond(&o))
+        }
+    })
+    .await;
+    store.get_occurrence(key).await.unwrap().unwrap()
+}
+
+pub async fn finished(s: &Setup, key: TaskKey) -> Occurrence {
+    occurrence_when(s, key, "an outcome", |o| o.status.is_terminal()).await
+}
