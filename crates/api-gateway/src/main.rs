@@ -1,5 +1,9 @@
 //! `chime-gateway`: the timer API (REST and gRPC) over the configured database.
 
+// mimalloc, not glibc malloc: ~15 % less CPU per firing in the executors (docs/performance.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::sync::Arc;
 
 use anyhow::Context;

@@ -1,6 +1,10 @@
 //! `chime`: Chime in one process for development (`chime dev`), and the command-line client
 //! of a running Chime (`chime timers …`).
 
+// mimalloc, not glibc malloc: ~15 % less CPU per firing in the executors (docs/performance.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod apply;
 mod args;
 mod calendars;

@@ -1,5 +1,9 @@
 //! `chime-executor`: fires the occurrences schedulers hand it.
 
+// mimalloc, not glibc malloc: ~15 % less CPU per firing in the executors (docs/performance.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::sync::Arc;
 
 use anyhow::Context;

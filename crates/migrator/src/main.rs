@@ -1,6 +1,10 @@
 //! `chime-migrator`: `migrate` applies the schema migrations and exits (a Kubernetes Job);
 //! without a subcommand it runs the migrator service.
 
+// mimalloc, not glibc malloc: ~15 % less CPU per firing in the executors (docs/performance.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::sync::Arc;
 
 use anyhow::Context;

@@ -1,5 +1,9 @@
 //! `chime-scheduler`: the scheduler-trigger service.
 
+// mimalloc, not glibc malloc: ~15 % less CPU per firing in the executors (docs/performance.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::sync::Arc;
 use std::time::Duration;
 
