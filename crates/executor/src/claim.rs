@@ -1,0 +1,334 @@
+//! The claim side of the pipeline: queued keys gathered into batches, claimed in one
+//! statement, checked against their timers, and their callbacks started at the due instant.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chime_domain::{
+    Claim, ClaimedOccurrence, Clock, OccurrenceStatus, Outcome, OverlapPolicy, TaskKey, Timer,
+};
+use chime_storage::{Exclusive, StoreResult};
+use tokio::sync::mpsc;
+use tracing::Instrument;
+
+use crate::outcome::{completes, skip_reason};
+use crate::{Backoff, CLAIM_MARGIN, Done, Inner, Job, hosts, settle, timers};
+
+/// Claims queued keys a batch at a time: whatever queued up while the previous round trip
+/// ran forms the next batch, so batching adds no wait of its own.
+pub(crate) async fn claim_loop(inner: Arc<Inner>, mut jobs: mpsc::UnboundedReceiver<Job>) {
+    let mut batch = Vec::with_capacity(inner.settings.batch);
+    while jobs.recv_many(&mut batch, inner.settings.batch).await > 0 {
+        gather(&inner, &mut jobs, &mut batch).await;
+        let mut pending = std::mem::take(&mut batch);
+        let mut backoff = Backoff::new();
+        let claimed = loop {
+            match inner.clone().claim_and_fire(&mut pending).await {
+                Err(e) if e.is_retryable() => backoff.pause("claim", &e).await,
+                done => break done,
+            }
+        };
+        if let Err(e) = claimed {
+            // Left pending in the database: the sweeper hands them out again.
+            tracing::error!(error = %e, keys = pending.len(), "claim failed; dropping batch");
+        }
+    }
+}
+
+/// Lets `batch` wait for more keys while its earliest is due later than the linger plus
+/// [`CLAIM_MARGIN`]; a key due sooner arriving meanwhile ends the wait. A burst, a retry or
+/// a late hand-off is claimed at once.
+async fn gather(inner: &Inner, jobs: &mut mpsc::UnboundedReceiver<Job>, batch: &mut Vec<Job>) {
+    let linger = inner.settings.claim_linger;
+    let now = inner.clock.now();
+    let Some(earliest) = batch.iter().map(|j| j.key.run_at).min() else {
+        return;
+    };
+    if linger.is_zero() {
+        return;
+    }
+    let wait = |earliest: chime_domain::Timestamp| {
+        let ahead = earliest.as_millis() - now.as_millis();
+        let spare = ahead - CLAIM_MARGIN.as_millis() as i64;
+        Duration::from_millis(spare.clamp(0, linger.as_millis() as i64) as u64)
+    };
+    let start = tokio::time::Instant::now();
+    let mut until = start + wait(earliest);
+    while batch.len() < inner.settings.batch {
+        match tokio::time::timeout_at(until, jobs.recv()).await {
+            Ok(Some(job)) => {
+                // A key due sooner shortens the wait to what it can spare.
+                until = until.min(start + wait(job.key.run_at));
+                batch.push(job);
+            }
+            Ok(None) | Err(_) => break,
+        }
+    }
+}
+
+impl Inner {
+    /// Claims `jobs` and starts their callbacks. On error `jobs` is left untouched.
+    async fn claim_and_fire(self: Arc<Self>, jobs: &mut Vec<Job>) -> StoreResult<()> {
+        let mut ids: Vec<_> = jobs.iter().map(|j| j.key.timer_id).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        let (mut timers, missing) = self.cache.lookup(&ids);
+        if !missing.is_empty() {
+            let read: Vec<Arc<Timer>> = self
+                .timers
+                .get_timers(&missing)
+                .await?
+                .into_iter()
+                .map(Arc::new)
+                .collect();
+            let now = self.clock.now();
+            self.cache
+                .keep(read.iter().filter(|t| timers::fires_soon(t, now)));
+            timers.extend(read.into_iter().map(|t| (t.id, t)));
+        }
+        let longest = timers
+            .values()
+            .map(|t| t.spec.callback.timeout.get())
+            .max()
+            .unwrap_or_default();
+        let now = self.clock.now();
+        let claim = Claim {
+            now,
+            lease_until: now.saturating_add(longest + self.settings.lease_margin),
+        };
+        // A key over its host's cap is not claimed now: it waits for the host, or is
+        // handed back for later.
+        let mut slots: HashMap<TaskKey, hosts::HostSlot> = HashMap::new();
+        let mut deferred = Vec::new();
+        jobs.retain(|job| {
+            let Some(timer) = timers.get(&job.key.timer_id) else {
+                return true;
+            };
+            match self
+                .hosts
+                .admit(&hosts::host_of(timer), job.key, timer.bucket, &job.span)
+            {
+                hosts::Admission::Run(slot) => {
+                    slots.insert(job.key, slot);
+                    true
+                }
+                hosts::Admission::Queued => false,
+                hosts::Admission::Defer => {
+                    deferred.push((job.key, timer.bucket));
+                    false
+                }
+            }
+        });
+        self.hosts.defer(deferred);
+        // Timers with an overlap policy (`skip`, `buffer_one`) are claimed one at a time,
+        // each beside no other of its occurrences in flight; the rest in one statement.
+        let (exclusive, keys): (Vec<TaskKey>, Vec<TaskKey>) =
+            jobs.iter().map(|j| j.key).partition(|k| {
+                timers
+                    .get(&k.timer_id)
+                    .is_some_and(|t| !t.spec.overlap.is_allow_all())
+            });
+        let claiming = match jobs.first() {
+            Some(j) => tracing::info_span!(parent: &j.span, "claim", keys = keys.len()),
+            None => tracing::Span::none(),
+        };
+        let claimed = self
+            .occurrences
+            .claim(&keys, claim)
+            .instrument(claiming)
+            .await?;
+        let mut claimed: HashMap<TaskKey, ClaimedOccurrence> =
+            claimed.into_iter().map(|c| (c.key, c)).collect();
+        // The batch leaves backfilled occurrences under `skip` or `buffer_one` alone; one
+        // statement tells which of the keys it did not claim are those. The rest were taken
+        // or finished already: in a burst, the sweeper hands off keys still queued here, and
+        // a transaction for each of those stalled this loop (measured: a third of the rate).
+        let unclaimed: Vec<TaskKey> = keys
+            .iter()
+            .filter(|k| !claimed.contains_key(k))
+            .copied()
+            .collect();
+        let held = if unclaimed.is_empty() {
+            Vec::new()
+        } else {
+            self.occurrences.held_for_exclusive(&unclaimed, now).await?
+        };
+        let mut waiting = Vec::new();
+        for key in exclusive.into_iter().chain(held) {
+            let Some(timer) = timers.get(&key.timer_id) else {
+                continue;
+            };
+            match self
+                .occurrences
+                .claim_exclusive(key, claim, timer.spec.overlap)
+                .await?
+            {
+                Exclusive::Claimed(c) => {
+                    claimed.insert(key, c);
+                }
+                Exclusive::Skipped { beside } => {
+                    tracing::debug!(task = %key, beside = %beside, "skipped: overlap");
+                    metrics::counter!("chime_executor_overlap_skipped_total").increment(1);
+                }
+                // `buffer_one`: offered again shortly, until the one in flight has ended.
+                Exclusive::Waiting { beside } => {
+                    tracing::debug!(task = %key, beside = %beside, "waiting: overlap");
+                    metrics::counter!("chime_executor_overlap_waiting_total").increment(1);
+                    waiting.push((key, timer.bucket));
+                }
+                Exclusive::NotClaimable => {}
+            }
+        }
+        self.hosts.offer_later(waiting);
+        let unreadable = self.refresh_changed(&mut timers, &claimed).await;
+        for job in jobs.drain(..) {
+            if unreadable.contains(&job.key.timer_id) {
+                continue;
+            }
+            // `remove`: a key offered twice (two hand-offs of it in one batch) fires once.
+            let Some(occurrence) = claimed.remove(&job.key) else {
+                // Taken by another executor, finished already, or gone: nothing to do.
+                metrics::counter!("chime_executor_not_claimed_total").increment(1);
+                continue;
+            };
+            let timer = timers.get(&job.key.timer_id);
+            if let Some(reason) = skip_reason(timer.map(Arc::as_ref), &occurrence, now) {
+                metrics::counter!("chime_executor_skipped_total").increment(1);
+                let outcome = Outcome::ended(
+                    job.key,
+                    occurrence.attempt,
+                    OccurrenceStatus::Skipped,
+                    None,
+                    Some(reason),
+                );
+                let _ = self.done.send(Done {
+                    completes: completes(timer.map(Arc::as_ref), &outcome),
+                    app: None,
+                    offset_ms: 0,
+                    outcome,
+                    bucket: occurrence.bucket,
+                    permit: job.permit,
+                });
+                continue;
+            }
+            let Some(timer) = timer.cloned() else {
+                continue;
+            };
+            let mut slot = slots.remove(&job.key);
+            let inner = self.clone();
+            let span = tracing::info_span!(
+                parent: &job.span,
+                "callback",
+                task = %job.key,
+                attempt = occurrence.attempt,
+                trace_id = tracing::field::Empty,
+                span_id = tracing::field::Empty,
+            );
+            chime_runtime::record_ids(&span);
+            let watch = (timer.spec.overlap == OverlapPolicy::CancelOther)
+                .then(|| self.cancels.watch(job.key, occurrence.attempt));
+            let fire = async move {
+                let deliver = async {
+                    wait_until(inner.clock.as_ref(), occurrence.due).await;
+                    if let Some(s) = slot.as_mut() {
+                        s.begin();
+                    }
+                    inner
+                        .targets
+                        .deliver(&timer, occurrence, inner.clock.as_ref())
+                        .await
+                };
+                let outcome = match &watch {
+                    None => settle(&timer, deliver.await, inner.clock.now(), rand::random()),
+                    Some(w) => tokio::select! {
+                        attempt = deliver => settle(&timer, attempt, inner.clock.now(), rand::random()),
+                        () = w.cancelled() => {
+                            tracing::debug!("callback aborted: a newer occurrence cancelled it");
+                            // Its row is skipped already: this outcome is not recorded.
+                            Outcome::ended(
+                                job.key,
+                                occurrence.attempt,
+                                OccurrenceStatus::Skipped,
+                                None,
+                                Some("overlap: cancelled by a newer occurrence".into()),
+                            )
+                        }
+                    },
+                };
+                drop(watch);
+                // The host's next waiting key may go.
+                drop(slot);
+                tracing::debug!(status = outcome.status.as_str(), "callback done");
+                let _ = inner.done.send(Done {
+                    completes: completes(Some(&timer), &outcome),
+                    app: Some(timer.spec.app.clone()),
+                    offset_ms: if occurrence.backfill {
+                        occurrence.due.as_millis() - job.key.run_at.as_millis()
+                    } else {
+                        timer
+                            .due_of(job.key.run_at)
+                            .map_or(0, |d| d.as_millis() - job.key.run_at.as_millis())
+                    },
+                    outcome,
+                    bucket: occurrence.bucket,
+                    permit: job.permit,
+                });
+            };
+            self.tracker.spawn(fire.instrument(span));
+        }
+        Ok(())
+    }
+}
+
+impl Inner {
+    /// Reads again the timers whose version the claims say changed since they were cached
+    /// (or that are gone), so no occurrence fires with an outdated timer. Returns those it
+    /// could not read now (the database went away): their claimed runs are left to the
+    /// sweeper once their lease runs out.
+    async fn refresh_changed(
+        &self,
+        timers: &mut HashMap<chime_domain::TimerId, Arc<Timer>>,
+        claimed: &HashMap<TaskKey, ClaimedOccurrence>,
+    ) -> Vec<chime_domain::TimerId> {
+        let mut changed: Vec<_> = claimed
+            .values()
+            .filter(|c| timers.get(&c.key.timer_id).map(|t| t.version) != c.timer_now)
+            .map(|c| c.key.timer_id)
+            .collect();
+        if changed.is_empty() {
+            return changed;
+        }
+        changed.sort_unstable();
+        changed.dedup();
+        self.cache.forget(&changed);
+        for id in &changed {
+            timers.remove(id);
+        }
+        match self.timers.get_timers(&changed).await {
+            Ok(read) => {
+                let read: Vec<Arc<Timer>> = read.into_iter().map(Arc::new).collect();
+                let now = self.clock.now();
+                self.cache
+                    .keep(read.iter().filter(|t| timers::fires_soon(t, now)));
+                timers.extend(read.into_iter().map(|t| (t.id, t)));
+                Vec::new()
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, timers = changed.len(), "cannot read changed timers; their claimed runs wait for the sweeper");
+                changed
+            }
+        }
+    }
+}
+
+/// The most a claimed key waits for its due time. Schedulers hand keys off only a little
+/// ahead; this bounds what a clock far off could hold a permit for.
+const MAX_EARLY: Duration = Duration::from_secs(5);
+
+/// Waits until `due` by `clock`: keys are handed off (and claimed) a little ahead, so the
+/// claim's round trips are done by the due instant and the callback goes out on time.
+async fn wait_until(clock: &dyn Clock, due: chime_domain::Timestamp) {
+    let latest = clock.now().saturating_add(MAX_EARLY);
+    clock.sleep_until(due.min(latest)).await;
+}
