@@ -3,12 +3,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use chime_domain::{Clock, NewOccurrence, OccurrenceStatus, OverlapPolicy, SystemClock, TaskKey};
-use chime_executor::{CallbackSettings, Executor, ExecutorSettings, HttpTarget, Targets};
 use chime_storage::OccurrenceStore;
 
 mod support {
@@ -18,18 +16,9 @@ mod support {
 use support::counting::Counting;
 use support::pg::*;
 
-/// An executor over `counting`, configured as `chime-executor` would be.
-fn counted(s: &Setup, counting: Arc<Counting>) -> Arc<Executor> {
-    let mut config = chime_runtime::Config::default();
-    config.callbacks.allow_networks = vec!["127.0.0.0/8".into()];
-    Executor::start(
-        s.db.store(),
-        counting,
-        None,
-        Arc::new(SystemClock),
-        Targets::new(HttpTarget::new(CallbackSettings::from_config(&config)).unwrap()),
-        ExecutorSettings::from_config(&config),
-    )
+/// The executor's default room.
+fn max_in_flight() -> usize {
+    chime_runtime::Config::default().executor.max_in_flight
 }
 
 #[tokio::test]
@@ -54,7 +43,7 @@ async fn keys_handed_off_ahead_one_at_a_time_share_claims_and_outcome_writes() {
         .collect();
     s.db.store.insert_occurrences(&rows).await.unwrap();
     let counting = Counting::new(s.db.store());
-    let exec = counted(&s, counting.clone());
+    let exec = executor_over(&s, counting.clone(), max_in_flight());
     for key in &keys {
         assert_eq!(exec.offer(&[*key]).unwrap().accepted, 1);
         // Pacing the offers, as hand-offs arrive; nothing waits on it.
@@ -102,7 +91,7 @@ async fn keys_handed_off_again_after_they_ran_cost_no_statement_each() {
     // Then all of them are handed off again, as the sweeper does with keys still queued in
     // a burst: the finished ones are not called back, and cost no statement of their own.
     let counting = Counting::new(s.db.store());
-    let second = counted(&s, counting.clone());
+    let second = executor_over(&s, counting.clone(), max_in_flight());
     let again = [keys.clone(), vec![backfilled]].concat();
     assert_eq!(second.offer(&again).unwrap().accepted, 51);
     assert_eq!(

@@ -29,13 +29,22 @@ pub async fn setup() -> Setup {
 
 /// An executor configured as `chime-executor` would be, with `max_in_flight` from config.
 pub fn executor(s: &Setup, max_in_flight: usize) -> Arc<Executor> {
+    executor_over(s, s.db.store(), max_in_flight)
+}
+
+/// [`executor`], keeping its occurrences in `occurrences` (a wrapper that counts, say).
+pub fn executor_over(
+    s: &Setup,
+    occurrences: Arc<dyn OccurrenceStore>,
+    max_in_flight: usize,
+) -> Arc<Executor> {
     let mut config = chime_runtime::Config::default();
     config.executor.max_in_flight = max_in_flight;
     // The sink is on loopback.
     config.callbacks.allow_networks = vec!["127.0.0.0/8".into()];
     Executor::start(
         s.db.store(),
-        s.db.store(),
+        occurrences,
         None,
         Arc::new(SystemClock),
         Targets::new(HttpTarget::new(CallbackSettings::from_config(&config)).unwrap()),
