@@ -36,6 +36,7 @@ mod harness;
 mod materialize;
 mod peers;
 mod periodic;
+mod pgwork;
 mod population;
 mod workers;
 
@@ -46,6 +47,7 @@ use harness::*;
 use materialize::*;
 use peers::*;
 use periodic::*;
+use pgwork::*;
 use population::*;
 use workers::*;
 

@@ -159,6 +159,8 @@ pub(super) struct Periodic {
     rss: RssTrace,
     /// PostgreSQL's checkpoints and autovacuums during the firing, seen every 5 s.
     events: Vec<PgEvent>,
+    /// What PostgreSQL wrote per firing (PostgreSQL setups).
+    pg: Option<PgWork>,
 }
 
 /// RSS is sampled this often during a periodic run.
@@ -202,6 +204,8 @@ pub(super) async fn periodic(
     if let Some(pause) = paused {
         pause.resume().await?;
     }
+    let pg_pool = d._db.pg().ok().map(|f| f.store.pool().clone());
+    let pg0 = PgCounters::take(pg_pool.as_ref()).await;
     let cpu0 = CpuSample::take(&d.processes());
     let end = start + seconds as i64 * 1000;
     let mut watched = d.processes();
@@ -210,13 +214,13 @@ pub(super) async fn periodic(
             .into_iter()
             .map(|p| ("redis-server".to_owned(), p)),
     );
-    let pg_pool = d._db.pg().ok().map(|f| f.store.pool().clone());
+    let watch_pool = pg_pool.clone();
     let memory = tokio::spawn(async move {
         let mut trace = RssTrace {
             period_ms: RSS_PERIOD.as_millis() as u64,
             ..Default::default()
         };
-        let mut watch = match pg_pool {
+        let mut watch = match watch_pool {
             Some(pool) => Some(PgWatch::start(pool).await),
             None => None,
         };
@@ -238,6 +242,7 @@ pub(super) async fn periodic(
     });
     until(end).await;
     let cpu1 = CpuSample::take(&d.processes());
+    let pg1 = PgCounters::take(pg_pool.as_ref()).await;
     let (rss, events) = memory.await?;
     let api = match creating {
         Some(task) => task.await??,
@@ -259,7 +264,9 @@ pub(super) async fn periodic(
     dump(args, name, &ds)?;
     let (delivered, duplicates) = report_delivery(&mut o, rate, created, expected, &ds);
     let cpu = cpu0.per_thousand(&cpu1, delivered);
+    let pg = pg0.zip(pg1).map(|(a, b)| a.per_firing(&b, delivered));
     o.figures = json!({
+        "postgres_per_firing": pg,
         "rate_per_second": rate,
         "seconds": seconds,
         "expected": expected,
@@ -277,6 +284,7 @@ pub(super) async fn periodic(
         purged,
         rss,
         events,
+        pg,
     })
 }
 
@@ -374,6 +382,7 @@ fn timed_windows(run: Periodic, limit_ms: i64) -> Outcome {
         cpu,
         rss,
         events,
+        pg,
         ..
     } = run;
     let overall = Lateness::of(&ds);
@@ -421,6 +430,9 @@ fn timed_windows(run: Periodic, limit_ms: i64) -> Outcome {
             format!("{secs:.3} s / 1,000 firings"),
             "",
         );
+    }
+    if let Some(pg) = pg {
+        o.row("postgres writes per firing", pg.describe(), "");
     }
     // Warm-up: the first fifth of the run, at most a minute.
     let seconds = o.figures["seconds"].as_u64().unwrap_or(0);
