@@ -29,6 +29,7 @@ use chime_bench::measure::{
 };
 use chime_test_support::sink::Sink;
 
+mod beside;
 mod burst;
 mod creates;
 mod events;
@@ -40,6 +41,7 @@ mod pgwork;
 mod population;
 mod workers;
 
+use beside::*;
 use burst::*;
 use creates::*;
 use events::*;
@@ -63,6 +65,8 @@ pub enum Scenario {
     #[value(name = "every-second")]
     EverySecond,
     Population,
+    #[value(name = "beside-burst")]
+    BesideBurst,
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -72,7 +76,7 @@ pub struct Args {
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "burst,steady,every-second,sparse,materialize,api,purge,workers,population"
+        default_value = "burst,beside-burst,steady,every-second,sparse,materialize,api,purge,workers,population"
     )]
     pub scenarios: Vec<Scenario>,
     /// burst (and workers, once to workers and once over HTTP): one-shot timers due at the
@@ -92,6 +96,12 @@ pub struct Args {
     /// every-second: seconds of firing.
     #[arg(long, default_value_t = 120)]
     pub fast_duration: u64,
+    /// beside-burst: every-second timers firing while a burst of `--burst` drains.
+    #[arg(long, default_value_t = 1_000)]
+    pub beside_rate: usize,
+    /// beside-burst: seconds of every-second firing (the burst falls due a third of the way).
+    #[arg(long, default_value_t = 15)]
+    pub beside_duration: u64,
     /// sparse: firings per second.
     #[arg(long, default_value_t = 200)]
     pub sparse_rate: usize,
@@ -311,6 +321,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 Scenario::Workers => workers(&args).await,
                 Scenario::EverySecond => every_second_scenario(&args).await,
                 Scenario::Population => population(&args).await,
+                Scenario::BesideBurst => beside_burst(&args).await,
             }
             .with_context(|| format!("scenario {s:?} on {}", setup.name()))?;
             outcome.setup = setup;
