@@ -11,7 +11,7 @@
 //! unclaimed, in its host's queue (bounded in total); when one of that host's callbacks ends
 //! the next waiting key takes a permit again and goes back to the claim queue. A key that
 //! finds the queue full, or no permit when its turn comes, is handed back to the hot index a
-//! little later. Unclaimed keys are still pending in the database, so one waiting in an
+//! little later. Keys on time wait ahead of a backlog's (`chime_domain::BACKLOG_AFTER`). Unclaimed keys are still pending in the database, so one waiting in an
 //! executor that dies is found by the sweeper.
 
 use std::collections::{HashMap, VecDeque};
@@ -38,6 +38,8 @@ pub(crate) struct Waiting {
     key: TaskKey,
     bucket: Bucket,
     span: tracing::Span,
+    /// Not part of a backlog when it came: it waits ahead of those that were.
+    on_time: bool,
 }
 
 #[derive(Default)]
@@ -148,15 +150,24 @@ impl Hosts {
             return Admission::Defer;
         }
         state.waiting_total += 1;
-        state
-            .waiting
-            .entry(host.to_owned())
-            .or_default()
-            .push_back(Waiting {
+        let on_time = !chime_domain::in_backlog(key.run_at, self.clock.now());
+        let queue = state.waiting.entry(host.to_owned()).or_default();
+        // Keys on time go ahead of a backlog's, in the order they came (they are few: a
+        // backlog is what fills a queue).
+        let at = if on_time {
+            queue.iter().position(|w| !w.on_time).unwrap_or(queue.len())
+        } else {
+            queue.len()
+        };
+        queue.insert(
+            at,
+            Waiting {
                 key,
                 bucket,
                 span: span.clone(),
-            });
+                on_time,
+            },
+        );
         metrics::counter!("chime_executor_host_waits_total").increment(1);
         Admission::Queued
     }
@@ -312,6 +323,32 @@ mod tests {
             "the resumed key holds a permit"
         );
         assert_eq!(hosts.waiting(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_key_on_time_waits_ahead_of_a_backlog_for_its_host() {
+        let permits = Arc::new(Semaphore::new(10));
+        let (queue, mut jobs) = mpsc::unbounded_channel();
+        let hosts = Hosts::new(1, 10, permits, queue, None, Arc::new(SystemClock));
+        let span = tracing::Span::none();
+        let b = Bucket::from_stored(0);
+        // `key(n)` is long overdue: a backlog.
+        let Admission::Run(first) = hosts.admit("slow:80", key(1), b, &span) else {
+            panic!("first runs")
+        };
+        for n in [2, 3] {
+            assert!(matches!(
+                hosts.admit("slow:80", key(n), b, &span),
+                Admission::Queued
+            ));
+        }
+        let on_time = TaskKey::new(TimerId::new(9).unwrap(), SystemClock.now());
+        assert!(matches!(
+            hosts.admit("slow:80", on_time, b, &span),
+            Admission::Queued
+        ));
+        drop(first);
+        assert_eq!(jobs.recv().await.unwrap().key, on_time);
     }
 
     #[tokio::test]

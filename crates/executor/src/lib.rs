@@ -157,7 +157,10 @@ struct Inner {
 pub struct Executor {
     inner: Arc<Inner>,
     permits: Arc<Semaphore>,
+    /// Keys of a backlog ([`chime_domain::BACKLOG_AFTER`] late), and waiting keys resumed.
     queue: mpsc::UnboundedSender<Job>,
+    /// Keys on time: claimed before any of `queue`.
+    on_time: mpsc::UnboundedSender<Job>,
     stopping: AtomicBool,
     /// Stops the activity tallies' writer.
     stop_activity: CancellationToken,
@@ -194,6 +197,7 @@ impl Executor {
             log
         });
         let (queue, jobs) = mpsc::unbounded_channel();
+        let (on_time, on_time_jobs) = mpsc::unbounded_channel();
         let (done, outcomes) = mpsc::unbounded_channel();
         let permits = Arc::new(Semaphore::new(settings.max_in_flight));
         let hosts = hosts::Hosts::new(
@@ -221,7 +225,7 @@ impl Executor {
             activity,
             cache: timers::TimerCache::new(settings_cache),
         });
-        tokio::spawn(claim::claim_loop(inner.clone(), jobs));
+        tokio::spawn(claim::claim_loop(inner.clone(), on_time_jobs, jobs));
         tokio::spawn(record::outcome_loop(
             inner.clone(),
             outcomes,
@@ -231,6 +235,7 @@ impl Executor {
             inner,
             permits,
             queue,
+            on_time,
             stopping: AtomicBool::new(false),
             stop_activity,
         })
@@ -248,6 +253,7 @@ impl Executor {
             return Err(Stopping);
         }
         let mut accepted = 0;
+        let now = self.inner.clock.now();
         for key in keys {
             let Ok(permit) = self.permits.clone().try_acquire_owned() else {
                 break;
@@ -257,7 +263,14 @@ impl Executor {
                 permit,
                 span: span.clone(),
             };
-            if self.queue.send(job).is_err() {
+            // A retry or a backfill is due later than its run time, so counts as backlog
+            // here; it is claimed behind keys on time, as a backlog's keys are.
+            let lane = if chime_domain::in_backlog(key.run_at, now) {
+                &self.queue
+            } else {
+                &self.on_time
+            };
+            if lane.send(job).is_err() {
                 break;
             }
             accepted += 1;

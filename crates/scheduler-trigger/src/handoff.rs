@@ -20,6 +20,14 @@ pub trait Handoff: Send + Sync + 'static {
     /// Hands over `keys`; returns how many, from the front, some executor accepted. The rest
     /// were refused (every executor full or unreachable) and stay with the caller.
     async fn hand_off(&self, keys: &[TaskKey]) -> usize;
+
+    /// [`Handoff::hand_off`] of keys whose first `on_time` are on time and the rest a
+    /// backlog ([`chime_domain::BACKLOG_AFTER`]). Where offers are merged, the keys on time
+    /// of every offer go before any backlog.
+    async fn hand_off_ordered(&self, keys: &[TaskKey], on_time: usize) -> usize {
+        let _ = on_time;
+        self.hand_off(keys).await
+    }
 }
 
 /// The executor fleet over gRPC. Each batch starts at the next replica in turn; what one
@@ -164,6 +172,8 @@ const MERGE_WINDOW: Duration = Duration::from_millis(1);
 
 struct Offer {
     keys: Vec<TaskKey>,
+    /// The first `on_time` keys are on time, the rest a backlog.
+    on_time: usize,
     reply: tokio::sync::oneshot::Sender<usize>,
 }
 
@@ -189,12 +199,17 @@ impl Merged {
 #[async_trait]
 impl Handoff for Merged {
     async fn hand_off(&self, keys: &[TaskKey]) -> usize {
+        self.hand_off_ordered(keys, keys.len()).await
+    }
+
+    async fn hand_off_ordered(&self, keys: &[TaskKey], on_time: usize) -> usize {
         if keys.is_empty() {
             return 0;
         }
         let (reply, answer) = tokio::sync::oneshot::channel();
         let offer = Offer {
             keys: keys.to_vec(),
+            on_time: on_time.min(keys.len()),
             reply,
         };
         if self.queue().send(offer).is_err() {
@@ -235,13 +250,27 @@ async fn merge(
         }
         let inner = inner.clone();
         tokio::spawn(async move {
-            let all: Vec<TaskKey> = batch.iter().flat_map(|o| o.keys.iter().copied()).collect();
-            // Accepted from the front: earlier offers first, the one straddling in part.
-            let mut left = inner.hand_off(&all).await;
+            // Every offer's keys on time, then every offer's backlog: executors take from the
+            // front, so a backlog never takes the room another shard's keys on time need.
+            let on_time: usize = batch.iter().map(|o| o.on_time).sum();
+            let all: Vec<TaskKey> = batch
+                .iter()
+                .flat_map(|o| &o.keys[..o.on_time])
+                .chain(batch.iter().flat_map(|o| &o.keys[o.on_time..]))
+                .copied()
+                .collect();
+            let taken = inner.hand_off_ordered(&all, on_time).await;
+            // What each offer had taken, from its front: its keys on time in offer order,
+            // then its backlog in offer order (a backlog is reached only once every key on
+            // time was taken).
+            let (mut timely_left, mut backlog_left) =
+                (taken.min(on_time), taken.saturating_sub(on_time));
             for o in batch {
-                let n = o.keys.len().min(left);
-                left -= n;
-                let _ = o.reply.send(n);
+                let t = o.on_time.min(timely_left);
+                timely_left -= t;
+                let b = (o.keys.len() - o.on_time).min(backlog_left);
+                backlog_left -= b;
+                let _ = o.reply.send(t + b);
             }
         });
     }
@@ -304,5 +333,43 @@ mod merge_tests {
         let calls = limited.calls.lock().unwrap().clone();
         assert!(calls.iter().all(|&n| n <= 25), "{calls:?}");
         assert_eq!(calls.iter().sum::<usize>(), 40);
+    }
+
+    /// Takes at most `room` keys a call, and notes the keys of each call.
+    struct Noting {
+        room: usize,
+        calls: Mutex<Vec<Vec<TaskKey>>>,
+    }
+
+    #[async_trait]
+    impl Handoff for Noting {
+        async fn hand_off(&self, keys: &[TaskKey]) -> usize {
+            self.calls.lock().unwrap().push(keys.to_vec());
+            keys.len().min(self.room)
+        }
+    }
+
+    #[tokio::test]
+    async fn keys_on_time_of_every_offer_go_before_any_backlog() {
+        let noting = Arc::new(Noting {
+            room: 15,
+            calls: Mutex::new(Vec::new()),
+        });
+        let merged = Arc::new(Merged::new(noting.clone(), 1_000));
+        // A: 2 keys on time, then 8 of a backlog; B: 10 on time.
+        let (a, b) = (keys(1, 10), keys(101, 10));
+        let (taken_a, taken_b) = tokio::join!(
+            merged.hand_off_ordered(&a, 2),
+            merged.hand_off_ordered(&b, 10)
+        );
+        let calls = noting.calls.lock().unwrap().clone();
+        assert_eq!(calls.len(), 1, "one merged call");
+        let expected: Vec<TaskKey> = a[..2].iter().chain(&b).chain(&a[2..]).copied().collect();
+        assert_eq!(
+            calls[0], expected,
+            "A's on time, B's on time, then A's backlog"
+        );
+        // 15 taken: the 12 on time and the first 3 of A's backlog, a prefix of each offer.
+        assert_eq!((taken_a, taken_b), (5, 10));
     }
 }

@@ -20,7 +20,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use chime_domain::{BucketCount, Clock, ShardKey, TaskKey, Ticker, Timestamp};
+use chime_domain::{BucketCount, Clock, ShardKey, TaskKey, Ticker, Timestamp, in_backlog};
 use chime_runtime::Roster;
 use chime_storage::{HotIndex, LeaseToken, Leases, OccurrenceStore, TimerStore};
 use tokio::task::JoinHandle;
@@ -131,6 +131,14 @@ struct Round {
     refused: bool,
     /// Every member read was handed off.
     drained: bool,
+}
+
+/// One hand-off's members: the first `on_time` on time, the rest a backlog.
+struct Ordered<'a> {
+    members: &'a [Member],
+    on_time: usize,
+    /// When the shard's next key on time, not in this batch, is to be handed off.
+    next_on_time: Option<Timestamp>,
 }
 
 /// Whether a shard lease is still this replica's.
@@ -410,7 +418,10 @@ impl Scheduler {
     }
 
     /// Hands `due` off batch by batch, each when its first member is `dispatch_ahead` from
-    /// due, until the next poll.
+    /// due, until the next poll. Members of a backlog (over [`BACKLOG_AFTER`] late) go at
+    /// once, but behind the members on time: each batch takes those due within the
+    /// hand-off window first and fills up with the backlog, so a burst's backlog delays only
+    /// itself.
     async fn dispatch(
         &self,
         shard: ShardKey,
@@ -424,9 +435,11 @@ impl Scheduler {
         let ahead = i64::try_from(s.dispatch_ahead.as_millis()).unwrap_or(0);
         let every = s.handoff_every.min(s.dispatch_ahead / 2);
         let mut earliest = self.clock.now();
-        let mut rest = due;
+        // `due` is in due order: the backlog is its front.
+        let split = due.partition_point(|(_, d)| in_backlog(*d, earliest));
+        let (mut backlog, mut timely) = due.split_at(split);
         let grid = i64::try_from(every.as_millis()).unwrap_or(0).max(1);
-        while let Some(&(_, first_due)) = rest.first() {
+        while let Some(&(_, first_due)) = backlog.first().or(timely.first()) {
             let mut send_at = first_due.add_millis(-ahead).max(earliest);
             if send_at > self.clock.now() {
                 // On a grid every shard shares, so this replica's shards hand off on the
@@ -439,19 +452,32 @@ impl Scheduler {
             }
             let now = self.clock.now();
             let horizon = now.add_millis(ahead);
-            let n = rest
+            let on_time = timely
                 .iter()
                 .take(s.batch)
                 .take_while(|(_, d)| *d <= horizon)
                 .count();
+            let late = backlog.len().min(s.batch - on_time);
+            let batch: Vec<Member> = timely[..on_time]
+                .iter()
+                .chain(&backlog[..late])
+                .copied()
+                .collect();
             // A full batch leaves keys already in the window: those go at once.
-            earliest = if n == s.batch {
+            earliest = if batch.len() == s.batch {
                 now
             } else {
                 now.saturating_add(every)
             };
+            // A refused batch waits before the next offer, but not past the next key on time.
+            let next_on_time = timely.get(on_time).map(|(_, d)| d.add_millis(-ahead));
+            let ordered = Ordered {
+                members: &batch,
+                on_time,
+                next_on_time,
+            };
             if !self
-                .hand_off_batch(shard, &rest[..n], now, reader, full_refusals, stop)
+                .hand_off_batch(shard, ordered, now, reader, full_refusals, stop)
                 .await
             {
                 return Round {
@@ -459,11 +485,12 @@ impl Scheduler {
                     drained: false,
                 };
             }
-            rest = &rest[n..];
+            timely = &timely[on_time..];
+            backlog = &backlog[late..];
         }
         Round {
             refused: false,
-            drained: rest.is_empty(),
+            drained: timely.is_empty() && backlog.is_empty(),
         }
     }
 
@@ -473,7 +500,7 @@ impl Scheduler {
     async fn hand_off_batch(
         &self,
         shard: ShardKey,
-        batch: &[Member],
+        batch: Ordered<'_>,
         now: Timestamp,
         reader: &mut ShardReader,
         full_refusals: &mut u32,
@@ -483,8 +510,10 @@ impl Scheduler {
         // Members overdue beyond the misfire threshold (this shard was not worked for a
         // while) are the sweeper's: it applies the timers' misfire policies.
         let misfired_before = now.saturating_sub(s.misfire_threshold);
-        let (late, due): (Vec<Member>, Vec<Member>) =
-            batch.iter().partition(|(_, d)| *d < misfired_before);
+        let (late, due): (Vec<Member>, Vec<Member>) = batch
+            .members
+            .iter()
+            .partition(|(_, d)| *d < misfired_before);
         if !late.is_empty() {
             let late: Vec<TaskKey> = late.iter().map(|(k, _)| *k).collect();
             tracing::info!(%shard, misfired = late.len(), "leaving misfired members to the sweeper");
@@ -500,7 +529,9 @@ impl Scheduler {
         if let Err(e) = reader.forget(&keys).await {
             tracing::warn!(%shard, error = %e, "cannot remove members before handing them off");
         }
-        let accepted = self.handoff.hand_off(&keys).await;
+        // The misfired are all backlog: the first `on_time` members are still first.
+        let on_time = batch.on_time.min(keys.len());
+        let accepted = self.handoff.hand_off_ordered(&keys, on_time).await;
         for (_, d) in &due[..accepted] {
             let late = (now.as_millis() - d.as_millis()).max(0);
             metrics::histogram!("chime_scheduler_handoff_lateness_seconds")
@@ -532,8 +563,11 @@ impl Scheduler {
         } else {
             tracing::debug!(%shard, refused, "executors refused keys; retrying");
         }
-        self.pause_until(self.clock.now().saturating_add(wait), stop)
-            .await;
+        let mut until = self.clock.now().saturating_add(wait);
+        if let Some(next) = batch.next_on_time {
+            until = until.min(next);
+        }
+        self.pause_until(until, stop).await;
         false
     }
 

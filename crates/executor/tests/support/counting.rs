@@ -18,6 +18,10 @@ pub struct Counting {
     pub records: AtomicUsize,
     pub held: AtomicUsize,
     pub exclusive: AtomicUsize,
+    /// The keys of each claim statement, in order.
+    pub claimed: std::sync::Mutex<Vec<Vec<TaskKey>>>,
+    /// Claims wait while a test holds this for writing.
+    pub gate: tokio::sync::RwLock<()>,
 }
 
 impl Counting {
@@ -28,6 +32,8 @@ impl Counting {
             records: AtomicUsize::new(0),
             held: AtomicUsize::new(0),
             exclusive: AtomicUsize::new(0),
+            claimed: std::sync::Mutex::new(Vec::new()),
+            gate: tokio::sync::RwLock::new(()),
         })
     }
 }
@@ -39,6 +45,8 @@ impl OccurrenceStore for Counting {
     }
     async fn claim(&self, keys: &[TaskKey], claim: Claim) -> StoreResult<Vec<ClaimedOccurrence>> {
         self.claims.fetch_add(1, Ordering::SeqCst);
+        self.claimed.lock().unwrap().push(keys.to_vec());
+        let _open = self.gate.read().await;
         self.inner.claim(keys, claim).await
     }
     async fn held_for_exclusive(

@@ -1,0 +1,71 @@
+//! Keys on time are claimed before a backlog's: a burst that outruns the executor delays
+//! only itself (real PostgreSQL, callbacks to a loopback sink).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::atomic::Ordering;
+
+use chime_domain::{Clock, NewOccurrence, OccurrenceStatus, SystemClock, TaskKey};
+use chime_storage::OccurrenceStore;
+
+mod support {
+    pub mod counting;
+    pub mod pg;
+}
+use support::counting::Counting;
+use support::pg::*;
+
+#[tokio::test]
+async fn a_key_on_time_is_claimed_before_a_backlog_queued_ahead_of_it() {
+    let s = setup().await;
+    let t = timer(&s, "lanes", s.sink.url("/lanes"), &[]).await;
+    let now = SystemClock.now();
+    let occurrence = |key: TaskKey| NewOccurrence {
+        key,
+        timer_version: t.version,
+        bucket: t.bucket,
+        due: None,
+    };
+    // More backlog than one claim takes (512 keys), two seconds overdue, and one key due
+    // in a moment.
+    let first = TaskKey::new(t.id, now.add_millis(-3_000));
+    let backlog: Vec<TaskKey> = (0..600)
+        .map(|i| TaskKey::new(t.id, now.add_millis(-2_000 - i)))
+        .collect();
+    let on_time = TaskKey::new(t.id, now.add_millis(300));
+    let rows: Vec<NewOccurrence> = [first, on_time]
+        .iter()
+        .chain(&backlog)
+        .map(|k| occurrence(*k))
+        .collect();
+    s.db.store.insert_occurrences(&rows).await.unwrap();
+
+    let counting = Counting::new(s.db.store());
+    let exec = executor_over(&s, counting.clone(), 1_000);
+    // One claim in progress, held, while the backlog and then the key on time queue up.
+    let held = counting.gate.write().await;
+    assert_eq!(exec.offer(&[first]).unwrap().accepted, 1);
+    wait_for("the first claim to start", || async {
+        counting.claims.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    assert_eq!(exec.offer(&backlog).unwrap().accepted, 600);
+    assert_eq!(exec.offer(&[on_time]).unwrap().accepted, 1);
+    drop(held);
+
+    assert_eq!(
+        finished(&s, on_time).await.status,
+        OccurrenceStatus::Succeeded
+    );
+    for key in &backlog {
+        assert_eq!(finished(&s, *key).await.status, OccurrenceStatus::Succeeded);
+    }
+    let claimed = counting.claimed.lock().unwrap().clone();
+    assert!(
+        claimed[1].first() == Some(&on_time),
+        "the claim after the held one starts with the key on time, not behind {} keys of \
+         backlog (claims: {:?})",
+        backlog.len(),
+        claimed.iter().map(Vec::len).collect::<Vec<_>>()
+    );
+}
