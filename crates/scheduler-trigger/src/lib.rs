@@ -418,7 +418,7 @@ impl Scheduler {
     }
 
     /// Hands `due` off batch by batch, each when its first member is `dispatch_ahead` from
-    /// due, until the next poll. Members of a backlog (over [`BACKLOG_AFTER`] late) go at
+    /// due, until the next poll. Members of a backlog (over [`chime_domain::BACKLOG_AFTER`] late) go at
     /// once, but behind the members on time: each batch takes those due within the
     /// hand-off window first and fills up with the backlog, so a burst's backlog delays only
     /// itself.
@@ -563,8 +563,11 @@ impl Scheduler {
         } else {
             tracing::debug!(%shard, refused, "executors refused keys; retrying");
         }
-        let mut until = self.clock.now().saturating_add(wait);
-        if let Some(next) = batch.next_on_time {
+        let now = self.clock.now();
+        let mut until = now.saturating_add(wait);
+        // Woken early for a key on time still to come, not for one already in the window
+        // (more than a batch on time): offering again at once would flood full executors.
+        if let Some(next) = batch.next_on_time.filter(|next| *next > now) {
             until = until.min(next);
         }
         self.pause_until(until, stop).await;

@@ -135,3 +135,80 @@ async fn keys_due_while_a_backlog_drains_are_handed_off_on_time() {
         );
     }
 }
+
+/// Refuses every offer until `until`, counting the calls; takes everything after.
+struct FullUntil {
+    until: Timestamp,
+    calls: Mutex<usize>,
+    got: Mutex<usize>,
+}
+
+#[async_trait]
+impl Handoff for FullUntil {
+    async fn hand_off(&self, keys: &[TaskKey]) -> usize {
+        if SystemClock.now() < self.until {
+            *self.calls.lock().unwrap() += 1;
+            return 0;
+        }
+        *self.got.lock().unwrap() += keys.len();
+        keys.len()
+    }
+}
+
+#[tokio::test]
+async fn more_keys_on_time_than_a_batch_do_not_flood_full_executors() {
+    let (db, redis) = (testkit::pg().await, testkit::redis().await);
+    let now = SystemClock.now();
+    // Four batches' worth of keys on time in each shard, due in 200 ms.
+    let keys: Vec<_> = (0..160)
+        .map(|i| key(1_000 + i, now.add_millis(200)))
+        .collect();
+    let entries: Vec<HotEntry> = keys
+        .iter()
+        .map(|(k, b)| HotEntry::new(*k, k.run_at, *b))
+        .collect();
+    let index = redis.hot_index();
+    index.add(&entries).await.unwrap();
+    let shards: Vec<ShardKey> = entries.iter().map(|e| e.shard).collect();
+    index.touch(&shards).await.unwrap();
+    // Full for 800 ms: past the keys' due and their quarter second on time.
+    let executors = Arc::new(FullUntil {
+        until: now.add_millis(800),
+        calls: Mutex::new(0),
+        got: Mutex::new(0),
+    });
+    let mut settings = SchedulerSettings::new(
+        BucketCount::new(BUCKETS).unwrap(),
+        Duration::from_secs(2),
+        Duration::from_secs(1),
+    );
+    settings.batch = 10;
+    settings.tick = Duration::from_millis(100);
+    settings.sweep_after = Duration::from_secs(600);
+    settings.misfire_threshold = Duration::from_secs(600);
+    let scheduler = Scheduler::new(
+        db.store(),
+        index,
+        redis.leases(),
+        db.store(),
+        executors.clone(),
+        Arc::new(SystemClock),
+        settings,
+    );
+    let stop = CancellationToken::new();
+    let run = tokio::spawn(scheduler.run(stop.clone(), Duration::from_secs(5)));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while *executors.got.lock().unwrap() < keys.len() {
+        assert!(tokio::time::Instant::now() < deadline, "not all handed off");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    stop.cancel();
+    run.await.unwrap();
+    // Each shard backs off (20 ms, doubling, up to the 200-ms poll): a few dozen offers in
+    // all, not one per Redis round trip.
+    let refused = *executors.calls.lock().unwrap();
+    assert!(
+        refused <= 100,
+        "{refused} offers to full executors in 800 ms"
+    );
+}
