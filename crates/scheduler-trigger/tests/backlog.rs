@@ -48,6 +48,48 @@ fn key(id: i64, due: Timestamp) -> (TaskKey, Bucket) {
     )
 }
 
+/// The keys' shards in the hot index, built as the migrator leaves them.
+async fn built(redis: &testkit::RedisFixture, keys: impl Iterator<Item = &(TaskKey, Bucket)>) {
+    let entries: Vec<HotEntry> = keys.map(|(k, b)| HotEntry::new(*k, k.run_at, *b)).collect();
+    let index = redis.hot_index();
+    index.add(&entries).await.unwrap();
+    let shards: Vec<ShardKey> = entries.iter().map(|e| e.shard).collect();
+    index.touch(&shards).await.unwrap();
+}
+
+/// Quick ticks; the sweeper and misfires kept off the keys these tests hand off.
+fn settings() -> SchedulerSettings {
+    let mut settings = SchedulerSettings::new(
+        BucketCount::new(BUCKETS).unwrap(),
+        Duration::from_secs(2),
+        Duration::from_secs(1),
+    );
+    settings.tick = Duration::from_millis(100);
+    settings.sweep_after = Duration::from_secs(600);
+    settings.misfire_threshold = Duration::from_secs(600);
+    settings
+}
+
+fn start(
+    db: &testkit::PgFixture,
+    redis: &testkit::RedisFixture,
+    executors: Arc<dyn Handoff>,
+    settings: SchedulerSettings,
+) -> (CancellationToken, tokio::task::JoinHandle<()>) {
+    let scheduler = Scheduler::new(
+        db.store(),
+        redis.hot_index(),
+        redis.leases(),
+        db.store(),
+        executors,
+        Arc::new(SystemClock),
+        settings,
+    );
+    let stop = CancellationToken::new();
+    let run = tokio::spawn(scheduler.run(stop.clone(), Duration::from_secs(5)));
+    (stop, run)
+}
+
 #[tokio::test]
 async fn keys_due_while_a_backlog_drains_are_handed_off_on_time() {
     let (db, redis) = (testkit::pg().await, testkit::redis().await);
@@ -60,41 +102,16 @@ async fn keys_due_while_a_backlog_drains_are_handed_off_on_time() {
     let on_time: Vec<_> = (0..12)
         .map(|i| key(5_000 + i, now.add_millis(400 + i * 50)))
         .collect();
-    let entries: Vec<HotEntry> = backlog
-        .iter()
-        .chain(&on_time)
-        .map(|(k, b)| HotEntry::new(*k, k.run_at, *b))
-        .collect();
-    let index = redis.hot_index();
-    index.add(&entries).await.unwrap();
-    let shards: Vec<ShardKey> = entries.iter().map(|e| e.shard).collect();
-    index.touch(&shards).await.unwrap();
+    built(&redis, backlog.iter().chain(&on_time)).await;
 
     let executors = Arc::new(Saturated {
         room: 5,
         takes: Duration::from_millis(15),
         got: Mutex::new(Vec::new()),
     });
-    let mut settings = SchedulerSettings::new(
-        BucketCount::new(BUCKETS).unwrap(),
-        Duration::from_secs(2),
-        Duration::from_secs(1),
-    );
-    settings.tick = Duration::from_millis(100);
+    let mut settings = settings();
     settings.poll = Duration::from_millis(100);
-    settings.sweep_after = Duration::from_secs(600);
-    settings.misfire_threshold = Duration::from_secs(600);
-    let scheduler = Scheduler::new(
-        db.store(),
-        index,
-        redis.leases(),
-        db.store(),
-        executors.clone(),
-        Arc::new(SystemClock),
-        settings,
-    );
-    let stop = CancellationToken::new();
-    let run = tokio::spawn(scheduler.run(stop.clone(), Duration::from_secs(5)));
+    let (stop, run) = start(&db, &redis, executors.clone(), settings);
 
     let all = backlog.len() + on_time.len();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
@@ -163,40 +180,16 @@ async fn more_keys_on_time_than_a_batch_do_not_flood_full_executors() {
     let keys: Vec<_> = (0..160)
         .map(|i| key(1_000 + i, now.add_millis(200)))
         .collect();
-    let entries: Vec<HotEntry> = keys
-        .iter()
-        .map(|(k, b)| HotEntry::new(*k, k.run_at, *b))
-        .collect();
-    let index = redis.hot_index();
-    index.add(&entries).await.unwrap();
-    let shards: Vec<ShardKey> = entries.iter().map(|e| e.shard).collect();
-    index.touch(&shards).await.unwrap();
+    built(&redis, keys.iter()).await;
     // Full for 800 ms: past the keys' due and their quarter second on time.
     let executors = Arc::new(FullUntil {
         until: now.add_millis(800),
         calls: Mutex::new(0),
         got: Mutex::new(0),
     });
-    let mut settings = SchedulerSettings::new(
-        BucketCount::new(BUCKETS).unwrap(),
-        Duration::from_secs(2),
-        Duration::from_secs(1),
-    );
+    let mut settings = settings();
     settings.batch = 10;
-    settings.tick = Duration::from_millis(100);
-    settings.sweep_after = Duration::from_secs(600);
-    settings.misfire_threshold = Duration::from_secs(600);
-    let scheduler = Scheduler::new(
-        db.store(),
-        index,
-        redis.leases(),
-        db.store(),
-        executors.clone(),
-        Arc::new(SystemClock),
-        settings,
-    );
-    let stop = CancellationToken::new();
-    let run = tokio::spawn(scheduler.run(stop.clone(), Duration::from_secs(5)));
+    let (stop, run) = start(&db, &redis, executors.clone(), settings);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     while *executors.got.lock().unwrap() < keys.len() {
         assert!(tokio::time::Instant::now() < deadline, "not all handed off");
