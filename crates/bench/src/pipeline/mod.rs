@@ -102,6 +102,13 @@ pub struct Args {
     /// beside-burst: seconds of every-second firing (the burst falls due a third of the way).
     #[arg(long, default_value_t = 15)]
     pub beside_duration: u64,
+    /// workers: one-shots per second delivered to workers, paced rather than at one
+    /// instant (the lateness a worker adds at an ordinary load; target p99 ≤ 20 ms).
+    #[arg(long, default_value_t = 150)]
+    pub workers_rate: usize,
+    /// workers: seconds of paced firing.
+    #[arg(long, default_value_t = 20)]
+    pub workers_duration: u64,
     /// sparse: firings per second.
     #[arg(long, default_value_t = 200)]
     pub sparse_rate: usize,

@@ -1,7 +1,9 @@
 //! workers: the same burst (one-shots due at one instant) delivered to registered workers
 //! over gRPC streams, and as HTTP callbacks to the sink, each on a deployment of its own:
-//! drain rate and lateness side by side. The workers run in this process (the `chime-worker`
-//! client, acking at once), two per executor, and record what they receive as the sink does.
+//! drain rate and lateness side by side. Then one-shots paced at an ordinary rate to workers:
+//! the lateness a worker adds when nothing queues (target p99 ≤ 20 ms). The workers run in
+//! this process (the `chime-worker` client, acking at once), two per executor, and record
+//! what they receive as the sink does.
 
 use std::sync::Mutex;
 
@@ -13,6 +15,39 @@ use super::*;
 /// Deliveries each worker takes at once.
 const CREDITS: u32 = 256;
 
+/// When the one-shots of a run fall due.
+#[derive(Clone, Copy)]
+enum Shape {
+    /// `n` at one instant.
+    Burst(usize),
+    /// `rate` a second for `seconds`, evenly spaced.
+    Paced { rate: usize, seconds: u64 },
+}
+
+impl Shape {
+    fn count(self) -> usize {
+        match self {
+            Shape::Burst(n) => n,
+            Shape::Paced { rate, seconds } => rate * seconds as usize,
+        }
+    }
+
+    /// The due instant of the `i`-th one-shot, the first at `first`.
+    fn due(self, first: i64, i: usize) -> i64 {
+        match self {
+            Shape::Burst(_) => first,
+            Shape::Paced { rate, .. } => first + (i as i64) * 1_000 / rate.max(1) as i64,
+        }
+    }
+
+    fn span_ms(self) -> i64 {
+        match self {
+            Shape::Burst(_) => 0,
+            Shape::Paced { seconds, .. } => seconds as i64 * 1_000,
+        }
+    }
+}
+
 struct Burst {
     created: Duration,
     deliveries: Vec<Delivery>,
@@ -22,8 +57,8 @@ struct Burst {
 pub(super) async fn workers(args: &Args) -> anyhow::Result<Outcome> {
     let mut o = Outcome::new("workers");
     let n = args.burst;
-    let http = burst_via(args, false).await?;
-    let worker = burst_via(args, true).await?;
+    let http = burst_via(args, false, Shape::Burst(n)).await?;
+    let worker = burst_via(args, true, Shape::Burst(n)).await?;
     let mut figures = serde_json::Map::new();
     let mut drains = Vec::new();
     for (label, run) in [("HTTP", &http), ("worker", &worker)] {
@@ -67,17 +102,57 @@ pub(super) async fn workers(args: &Args) -> anyhow::Result<Outcome> {
     let ratio = drains[1] / drains[0].max(1.0);
     o.row("worker / HTTP drain", format!("{ratio:.2}×"), "");
     figures.insert("worker_to_http_drain".into(), json!(ratio));
+
+    let paced = Shape::Paced {
+        rate: args.workers_rate,
+        seconds: args.workers_duration,
+    };
+    let run = burst_via(args, true, paced).await?;
+    let (delivered, duplicates) = distinct_and_duplicates(&run.deliveries);
+    let want = paced.count();
+    if delivered < want {
+        o.failed.push(format!(
+            "worker, paced: {} of {want} not delivered",
+            want - delivered
+        ));
+    }
+    let lateness = Lateness::of(&run.deliveries);
+    o.row(
+        "worker, paced",
+        format!(
+            "{} a second for {} s ({delivered} of {want}, {duplicates} dup)",
+            args.workers_rate, args.workers_duration
+        ),
+        "",
+    );
+    lateness_row(&mut o, "worker, paced: lateness", &lateness, "p99 ≤ 20 ms");
+    o.target(
+        lateness.p99_ms <= 20,
+        format!("worker, paced: p99 {} ms (target ≤ 20)", lateness.p99_ms),
+    );
+    figures.insert(
+        "worker_paced".into(),
+        json!({
+            "rate": args.workers_rate,
+            "seconds": args.workers_duration,
+            "delivered": delivered,
+            "duplicates": duplicates,
+            "lateness": lateness,
+            "cpu_seconds_per_1000": run.cpu_per_1000,
+        }),
+    );
     o.figures = Value::Object(figures);
     Ok(o)
 }
 
-/// One burst of `args.burst` on a deployment of its own, to workers or to the sink.
-async fn burst_via(args: &Args, to_workers: bool) -> anyhow::Result<Burst> {
-    let n = args.burst;
-    let name = if to_workers {
-        "bench-workers"
-    } else {
-        "bench-workers-http"
+/// One run of one-shots shaped by `shape` on a deployment of its own, to workers or to the
+/// sink.
+async fn burst_via(args: &Args, to_workers: bool, shape: Shape) -> anyhow::Result<Burst> {
+    let n = shape.count();
+    let name = match (to_workers, shape) {
+        (false, _) => "bench-workers-http",
+        (true, Shape::Burst(_)) => "bench-workers",
+        (true, Shape::Paced { .. }) => "bench-workers-paced",
     };
     let d = Deployment::start(args, name, &[]).await?;
     let received: Arc<Mutex<Vec<Delivery>>> = Arc::default();
@@ -148,7 +223,7 @@ async fn burst_via(args: &Args, to_workers: bool) -> anyhow::Result<Burst> {
             spec_to(
                 format!("burst-{i}"),
                 callback.clone(),
-                pb::schedule::Kind::At(pb_time(due)),
+                pb::schedule::Kind::At(pb_time(shape.due(due, i))),
             )
         })
         .collect();
@@ -159,7 +234,9 @@ async fn burst_via(args: &Args, to_workers: bool) -> anyhow::Result<Burst> {
     );
     until(due - 200).await;
     let cpu0 = CpuSample::take(&d.processes());
-    let deadline = Instant::now() + Duration::from_secs(60 + n as u64 / 1_000);
+    let deadline = Instant::now()
+        + Duration::from_millis(shape.span_ms() as u64)
+        + Duration::from_secs(60 + n as u64 / 1_000);
     let count = || {
         if to_workers {
             received.lock().unwrap_or_else(|p| p.into_inner()).len()
