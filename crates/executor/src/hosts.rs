@@ -11,18 +11,18 @@
 //! unclaimed, in its host's queue (bounded in total); when one of that host's callbacks ends
 //! the next waiting key takes a permit again and goes back to the claim queue. A key that
 //! finds the queue full, or no permit when its turn comes, is handed back to the hot index a
-//! little later. Keys on time wait ahead of a backlog's (`chime_domain::BACKLOG_AFTER`). Unclaimed keys are still pending in the database, so one waiting in an
-//! executor that dies is found by the sweeper.
+//! little later. Keys on time wait ahead of a backlog's (`chime_domain::BACKLOG_AFTER`) and
+//! resume into their own claim queue. Unclaimed keys are still pending in the database, so
+//! one waiting in an executor that dies is found by the sweeper.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::Job;
+use crate::lanes::{Lanes, Permits};
 use chime_domain::{Bucket, Clock, TaskKey};
 use chime_storage::{HotEntry, HotIndex};
-use tokio::sync::{Semaphore, mpsc};
-
-use crate::Job;
 
 /// Callbacks answered within this (moving average) make a host fast: not held to the cap.
 pub(crate) const FAST: Duration = Duration::from_millis(100);
@@ -55,8 +55,8 @@ pub(crate) struct Hosts {
     per_host: usize,
     max_waiting: usize,
     state: Mutex<State>,
-    permits: Arc<Semaphore>,
-    queue: mpsc::UnboundedSender<Job>,
+    permits: Arc<Permits>,
+    lanes: Lanes,
     index: Option<Arc<dyn HotIndex>>,
     clock: Arc<dyn Clock>,
 }
@@ -105,8 +105,8 @@ impl Hosts {
     pub(crate) fn new(
         per_host: usize,
         max_waiting: usize,
-        permits: Arc<Semaphore>,
-        queue: mpsc::UnboundedSender<Job>,
+        permits: Arc<Permits>,
+        lanes: Lanes,
         index: Option<Arc<dyn HotIndex>>,
         clock: Arc<dyn Clock>,
     ) -> Arc<Self> {
@@ -115,7 +115,7 @@ impl Hosts {
             max_waiting,
             state: Mutex::new(State::default()),
             permits,
-            queue,
+            lanes,
             index,
             clock,
         })
@@ -206,9 +206,10 @@ impl Hosts {
         next
     }
 
-    /// Sends a waiting key back to be claimed, with a permit, or defers it.
+    /// Sends a waiting key back to be claimed, with a permit, in the lane it came in, or
+    /// defers it.
     fn resume(&self, next: Waiting) {
-        let Ok(permit) = self.permits.clone().try_acquire_owned() else {
+        let Some(permit) = self.permits.try_take(next.on_time) else {
             self.defer(vec![(next.key, next.bucket)]);
             return;
         };
@@ -217,8 +218,8 @@ impl Hosts {
             permit,
             span: next.span,
         };
-        if let Err(lost) = self.queue.send(job) {
-            self.defer(vec![(lost.0.key, next.bucket)]);
+        if let Err(lost) = self.lanes.send(job, next.on_time) {
+            self.defer(vec![(lost.key, next.bucket)]);
         }
     }
 
@@ -281,6 +282,14 @@ pub(crate) fn host_of(timer: &chime_domain::Timer) -> String {
 mod tests {
     use super::*;
     use chime_domain::{SystemClock, TimerId, Timestamp};
+    use tokio::sync::mpsc::UnboundedReceiver;
+
+    /// Two claim lanes, and their receivers: on time, backlog.
+    fn lanes() -> (Lanes, UnboundedReceiver<Job>, UnboundedReceiver<Job>) {
+        let (on_time, on_time_jobs) = tokio::sync::mpsc::unbounded_channel();
+        let (backlog, backlog_jobs) = tokio::sync::mpsc::unbounded_channel();
+        (Lanes { on_time, backlog }, on_time_jobs, backlog_jobs)
+    }
 
     fn key(n: i64) -> TaskKey {
         TaskKey::new(TimerId::new(n).unwrap(), Timestamp::from_millis(1_000))
@@ -288,9 +297,9 @@ mod tests {
 
     #[tokio::test]
     async fn a_host_at_its_cap_queues_then_defers_and_a_freed_slot_resumes_the_next() {
-        let permits = Arc::new(Semaphore::new(10));
-        let (queue, mut jobs) = mpsc::unbounded_channel();
-        let hosts = Hosts::new(2, 2, permits.clone(), queue, None, Arc::new(SystemClock));
+        let permits = Permits::new(10);
+        let (lanes, _, mut jobs) = lanes();
+        let hosts = Hosts::new(2, 2, permits.clone(), lanes, None, Arc::new(SystemClock));
         let span = tracing::Span::none();
         let b = Bucket::from_stored(0);
         let run = |n| match hosts.admit("slow:80", key(n), b, &span) {
@@ -317,19 +326,15 @@ mod tests {
         drop(first);
         let resumed = jobs.recv().await.unwrap();
         assert_eq!(resumed.key, key(3));
-        assert_eq!(
-            permits.available_permits(),
-            9,
-            "the resumed key holds a permit"
-        );
+        assert_eq!(permits.available(), 9, "the resumed key holds a permit");
         assert_eq!(hosts.waiting(), 1);
     }
 
     #[tokio::test]
     async fn a_key_on_time_waits_ahead_of_a_backlog_for_its_host() {
-        let permits = Arc::new(Semaphore::new(10));
-        let (queue, mut jobs) = mpsc::unbounded_channel();
-        let hosts = Hosts::new(1, 10, permits, queue, None, Arc::new(SystemClock));
+        let permits = Permits::new(10);
+        let (lanes, mut on_time_jobs, mut backlog_jobs) = lanes();
+        let hosts = Hosts::new(1, 10, permits, lanes, None, Arc::new(SystemClock));
         let span = tracing::Span::none();
         let b = Bucket::from_stored(0);
         // `key(n)` is long overdue: a backlog.
@@ -348,15 +353,17 @@ mod tests {
             Admission::Queued
         ));
         drop(first);
-        assert_eq!(jobs.recv().await.unwrap().key, on_time);
+        // Resumed first, and into the claim queue for keys on time.
+        assert_eq!(on_time_jobs.recv().await.unwrap().key, on_time);
+        assert!(backlog_jobs.try_recv().is_err());
     }
 
     #[tokio::test]
     async fn a_host_that_answers_fast_is_not_held_to_the_cap() {
-        let permits = Arc::new(Semaphore::new(10));
-        let (queue, _jobs) = mpsc::unbounded_channel();
+        let permits = Permits::new(10);
+        let (lanes, _on_time_jobs, _jobs) = lanes();
         let clock = chime_domain::ManualClock::new(Timestamp::from_millis(0));
-        let hosts = Hosts::new(1, 4, permits, queue, None, Arc::new(clock.clone()));
+        let hosts = Hosts::new(1, 4, permits, lanes, None, Arc::new(clock.clone()));
         let span = tracing::Span::none();
         let b = Bucket::from_stored(0);
         let admit = |n| hosts.admit("h:80", key(n), b, &span);

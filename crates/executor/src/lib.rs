@@ -11,7 +11,8 @@
 //! ```
 //! Every accepted key holds one permit from acceptance until its outcome is written, so
 //! `max_in_flight` bounds memory and work, "full" is exact, and draining on shutdown is
-//! waiting for every permit to come back.
+//! waiting for every permit to come back. A backlog may hold three quarters of them; the
+//! rest are kept for keys on time (`lanes`).
 
 mod activity;
 mod cancel;
@@ -19,6 +20,7 @@ mod catalog;
 mod claim;
 pub mod grpc;
 mod hosts;
+mod lanes;
 mod outcome;
 mod record;
 pub mod targets;
@@ -31,11 +33,12 @@ use std::time::Duration;
 
 use chime_domain::{Bucket, Clock, Outcome, TaskKey};
 use chime_storage::{Activity, HotIndex, OccurrenceStore, TimerStore};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 pub use catalog::METRICS;
+pub use lanes::BACKLOG_SHARE;
 pub use outcome::settle;
 pub use targets::{
     AmqpTarget, Attempt, CallbackSettings, DeliveryTarget, HostLookup, HttpTarget, NatsTarget,
@@ -115,7 +118,7 @@ pub struct Offered {
 
 struct Job {
     key: TaskKey,
-    permit: OwnedSemaphorePermit,
+    permit: lanes::Permit,
     /// The hand-off that brought it: its callback's span is a child of it.
     span: tracing::Span,
 }
@@ -131,7 +134,7 @@ struct Done {
     offset_ms: i64,
     /// Where a retry is indexed.
     bucket: Bucket,
-    permit: OwnedSemaphorePermit,
+    permit: lanes::Permit,
 }
 
 struct Inner {
@@ -156,11 +159,8 @@ struct Inner {
 
 pub struct Executor {
     inner: Arc<Inner>,
-    permits: Arc<Semaphore>,
-    /// Keys of a backlog ([`chime_domain::BACKLOG_AFTER`] late), and waiting keys resumed.
-    queue: mpsc::UnboundedSender<Job>,
-    /// Keys on time: claimed before any of `queue`.
-    on_time: mpsc::UnboundedSender<Job>,
+    permits: Arc<lanes::Permits>,
+    lanes: lanes::Lanes,
     stopping: AtomicBool,
     /// Stops the activity tallies' writer.
     stop_activity: CancellationToken,
@@ -196,16 +196,17 @@ impl Executor {
             tokio::spawn(log.clone().run(stop_activity.clone()));
             log
         });
-        let (queue, jobs) = mpsc::unbounded_channel();
+        let (backlog, jobs) = mpsc::unbounded_channel();
         let (on_time, on_time_jobs) = mpsc::unbounded_channel();
+        let lanes = lanes::Lanes { on_time, backlog };
         let (done, outcomes) = mpsc::unbounded_channel();
-        let permits = Arc::new(Semaphore::new(settings.max_in_flight));
+        let permits = lanes::Permits::new(settings.max_in_flight);
         let hosts = hosts::Hosts::new(
             settings.max_per_host.max(1),
             // Waiting keys hold no permit; this bounds their memory.
             settings.max_in_flight.saturating_mul(4),
             permits.clone(),
-            queue.clone(),
+            lanes.clone(),
             index.clone(),
             clock.clone(),
         );
@@ -234,8 +235,7 @@ impl Executor {
         Arc::new(Self {
             inner,
             permits,
-            queue,
-            on_time,
+            lanes,
             stopping: AtomicBool::new(false),
             stop_activity,
         })
@@ -255,7 +255,10 @@ impl Executor {
         let mut accepted = 0;
         let now = self.inner.clock.now();
         for key in keys {
-            let Ok(permit) = self.permits.clone().try_acquire_owned() else {
+            // A retry or a backfill is due later than its run time, so counts as backlog
+            // here; it is claimed behind keys on time, as a backlog's keys are.
+            let on_time = !chime_domain::in_backlog(key.run_at, now);
+            let Some(permit) = self.permits.try_take(on_time) else {
                 break;
             };
             let job = Job {
@@ -263,14 +266,7 @@ impl Executor {
                 permit,
                 span: span.clone(),
             };
-            // A retry or a backfill is due later than its run time, so counts as backlog
-            // here; it is claimed behind keys on time, as a backlog's keys are.
-            let lane = if chime_domain::in_backlog(key.run_at, now) {
-                &self.queue
-            } else {
-                &self.on_time
-            };
-            if lane.send(job).is_err() {
+            if self.lanes.send(job, on_time).is_err() {
                 break;
             }
             accepted += 1;
@@ -283,13 +279,13 @@ impl Executor {
         }
         Ok(Offered {
             accepted,
-            available: self.permits.available_permits(),
+            available: self.permits.available(),
         })
     }
 
     /// Keys accepted and not finished yet.
     pub fn in_flight(&self) -> usize {
-        self.inner.settings.max_in_flight - self.permits.available_permits()
+        self.permits.in_flight()
     }
 
     /// Stops taking work and waits up to `grace` for every accepted key to be fired and its
@@ -297,10 +293,10 @@ impl Executor {
     /// stay claimed or pending in the database, for the sweeper).
     pub async fn drain(&self, grace: Duration) -> usize {
         self.stopping.store(true, Ordering::Release);
-        let all = u32::try_from(self.inner.settings.max_in_flight).unwrap_or(u32::MAX);
-        let left = match tokio::time::timeout(grace, self.permits.acquire_many(all)).await {
-            Ok(_) => 0,
-            Err(_) => self.in_flight(),
+        let left = if self.permits.all_back(grace).await {
+            0
+        } else {
+            self.in_flight()
         };
         self.stop_activity.cancel();
         if let Some(log) = &self.inner.activity {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use chime_domain::{Bucket, OccurrenceStatus, Outcome, TimerId};
 use chime_storage::HotEntry;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
+use tokio::sync::mpsc;
 
 use crate::{Backoff, Done, Inner};
 
@@ -14,7 +14,7 @@ use crate::{Backoff, Done, Inner};
 pub(crate) async fn outcome_loop(
     inner: Arc<Inner>,
     mut done: mpsc::UnboundedReceiver<Done>,
-    permits: Arc<Semaphore>,
+    permits: Arc<crate::lanes::Permits>,
 ) {
     let mut batch = Vec::with_capacity(inner.settings.batch);
     while done.recv_many(&mut batch, inner.settings.batch).await > 0 {
@@ -37,7 +37,7 @@ pub(crate) async fn outcome_loop(
         let offsets: Vec<i64> = batch.iter().map(|d| d.offset_ms).collect();
         let apps: Vec<Option<chime_domain::AppName>> =
             batch.iter_mut().map(|d| d.app.take()).collect();
-        let (outcomes, held): (Vec<Outcome>, Vec<(Bucket, OwnedSemaphorePermit)>) = batch
+        let (outcomes, held): (Vec<Outcome>, Vec<(Bucket, crate::lanes::Permit)>) = batch
             .drain(..)
             .map(|d| (d.outcome, (d.bucket, d.permit)))
             .unzip();
@@ -104,7 +104,7 @@ pub(crate) async fn outcome_loop(
             );
         }
         drop(held);
-        let in_flight = inner.settings.max_in_flight - permits.available_permits();
+        let in_flight = permits.in_flight();
         metrics::gauge!("chime_executor_in_flight").set(in_flight as f64);
     }
 }

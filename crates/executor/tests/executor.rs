@@ -266,16 +266,19 @@ async fn failures_are_retried_failed_or_dead_by_kind_and_policy() {
 async fn says_full_beyond_max_in_flight_and_takes_work_again_once_done() {
     let s = setup().await;
     let slow = timer(&s, "slow", s.sink.url("/delay/300"), &[]).await;
+    // On time: a backlog would be held to three quarters of the permits.
     let mut keys = Vec::new();
     for i in 0..5 {
-        keys.push(due_now(&s, &slow, -i * 10_000).await);
+        keys.push(due_now(&s, &slow, i).await);
     }
     let exec = executor(&s, 2);
     let first = exec.offer(&keys).unwrap();
     assert_eq!((first.accepted, first.available), (2, 0));
     assert_eq!(exec.offer(&keys[2..]).unwrap().accepted, 0, "full");
     wait_for("room", || async { exec.in_flight() == 0 }).await;
-    assert_eq!(exec.offer(&keys[2..]).unwrap().accepted, 2);
+    // Keys on time again: the first ones are a backlog by now.
+    let more = [due_now(&s, &slow, 0).await, due_now(&s, &slow, 1).await];
+    assert_eq!(exec.offer(&more).unwrap().accepted, 2);
 }
 
 #[tokio::test]
@@ -386,10 +389,11 @@ async fn a_second_full_wave_of_callbacks_reuses_the_first_waves_connections() {
     // Slow answers keep a whole wave in flight at once, so it needs WAVE connections.
     let t = timer(&s, "wave", s.sink.url("/delay/300"), &[]).await;
     let exec = executor(&s, WAVE);
-    let now = SystemClock.now();
     for wave in 0..2 {
+        // On time (a backlog would be held to three quarters of the permits), and distinct.
+        let now = SystemClock.now();
         let keys: Vec<TaskKey> = (0..WAVE)
-            .map(|i| TaskKey::new(t.id, now.add_millis(-((wave * WAVE + i) as i64))))
+            .map(|i| TaskKey::new(t.id, now.add_millis((wave * WAVE + i) as i64)))
             .collect();
         let rows: Vec<NewOccurrence> = keys
             .iter()

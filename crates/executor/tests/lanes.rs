@@ -69,3 +69,52 @@ async fn a_key_on_time_is_claimed_before_a_backlog_queued_ahead_of_it() {
         claimed.iter().map(Vec::len).collect::<Vec<_>>()
     );
 }
+
+#[tokio::test]
+async fn a_backlog_that_fills_an_executor_leaves_room_for_keys_on_time() {
+    let s = setup().await;
+    let t = timer(&s, "room", s.sink.url("/room"), &[]).await;
+    let now = SystemClock.now();
+    let occurrence = |key: TaskKey| NewOccurrence {
+        key,
+        timer_version: t.version,
+        bucket: t.bucket,
+        due: None,
+    };
+    // A backlog of more keys than the executor holds, two seconds overdue, and keys on
+    // time.
+    let backlog: Vec<TaskKey> = (0..100)
+        .map(|i| TaskKey::new(t.id, now.add_millis(-2_000 - i)))
+        .collect();
+    let on_time: Vec<TaskKey> = (0..10)
+        .map(|i| TaskKey::new(t.id, now.add_millis(200 + i)))
+        .collect();
+    let rows: Vec<NewOccurrence> = backlog
+        .iter()
+        .chain(&on_time)
+        .map(|k| occurrence(*k))
+        .collect();
+    s.db.store.insert_occurrences(&rows).await.unwrap();
+
+    let counting = Counting::new(s.db.store());
+    let exec = executor_over(&s, counting.clone(), 40);
+    // Claims held: nothing accepted finishes while the offers are made.
+    let held = counting.gate.write().await;
+    let taken = exec.offer(&backlog).unwrap().accepted;
+    assert_eq!(
+        taken, 30,
+        "a backlog holds three quarters of the 40 permits"
+    );
+    let offered = exec.offer(&on_time).unwrap();
+    assert_eq!(
+        offered.accepted, 10,
+        "keys on time are taken beside a full backlog"
+    );
+    assert_eq!(offered.available, 0);
+    assert_eq!(exec.offer(&backlog[taken..]).unwrap().accepted, 0);
+    drop(held);
+
+    for key in on_time.iter().chain(&backlog[..taken]) {
+        assert_eq!(finished(&s, *key).await.status, OccurrenceStatus::Succeeded);
+    }
+}
