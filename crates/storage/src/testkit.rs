@@ -117,6 +117,12 @@ impl Drop for PgFixture {
         let schema = self.schema.clone();
         cleanup_blocking(move || async move {
             if let Ok(mut conn) = sqlx::PgConnection::connect(&database_url()).await {
+                // A test that left a transaction open on its schema (a task of its runtime,
+                // stopped mid-way) would make the drop wait for ever: better a schema left
+                // behind than a hung run.
+                let _ = sqlx::query("SET lock_timeout = '20s'")
+                    .execute(&mut conn)
+                    .await;
                 let _ = sqlx::query(AssertSqlSafe(format!(
                     "DROP SCHEMA IF EXISTS {schema} CASCADE"
                 )))
