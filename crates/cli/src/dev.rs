@@ -56,6 +56,13 @@ impl Handoff for LocalExecutor {
     async fn hand_off(&self, keys: &[TaskKey]) -> usize {
         self.0.offer(keys).map(|o| o.accepted).unwrap_or(0)
     }
+
+    async fn hand_off_ordered(&self, keys: &[TaskKey], on_time: usize) -> usize {
+        self.0
+            .offer_ordered(keys, on_time)
+            .map(|o| o.accepted)
+            .unwrap_or(0)
+    }
 }
 
 /// `/v1/echo`: a callback target for trying Chime out. Logs what arrived and how late.

@@ -134,10 +134,13 @@ impl Inner {
             let Some(timer) = timers.get(&job.key.timer_id) else {
                 return true;
             };
-            match self
-                .hosts
-                .admit(&hosts::host_of(timer), job.key, timer.bucket, &job.span)
-            {
+            match self.hosts.admit(
+                &hosts::host_of(timer),
+                job.key,
+                timer.bucket,
+                job.on_time,
+                &job.span,
+            ) {
                 hosts::Admission::Run(slot) => {
                     slots.insert(job.key, slot);
                     true

@@ -39,8 +39,9 @@ impl ExecutorService for ExecutorGrpc {
         );
         chime_runtime::adopt_context(&span, request.metadata());
         chime_runtime::record_ids(&span);
+        let request = request.into_inner();
+        let on_time = request.on_time.map(|n| n as usize);
         let keys = request
-            .into_inner()
             .tasks
             .into_iter()
             .map(|t| {
@@ -51,7 +52,7 @@ impl ExecutorService for ExecutorGrpc {
             .collect::<Result<Vec<_>, _>>()?;
         let offered = self
             .executor
-            .offer_in(&keys, span)
+            .offer_in(&keys, on_time, span)
             .map_err(|e| Status::unavailable(e.to_string()))?;
         Ok(Response::new(ExecuteResponse {
             accepted: u32::try_from(offered.accepted).unwrap_or(u32::MAX),

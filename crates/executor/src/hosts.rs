@@ -130,6 +130,7 @@ impl Hosts {
         host: &str,
         key: TaskKey,
         bucket: Bucket,
+        on_time: bool,
         span: &tracing::Span,
     ) -> Admission {
         let mut state = self.state();
@@ -150,12 +151,16 @@ impl Hosts {
             return Admission::Defer;
         }
         state.waiting_total += 1;
-        let on_time = !chime_domain::in_backlog(key.run_at, self.clock.now());
+        let now = self.clock.now();
         let queue = state.waiting.entry(host.to_owned()).or_default();
         // Keys on time go ahead of a backlog's, in the order they came (they are few: a
-        // backlog is what fills a queue).
+        // backlog is what fills a queue). A burst's keys queued while still on time are a
+        // backlog once late: a key on time goes ahead of them too, not behind thousands.
         let at = if on_time {
-            queue.iter().position(|w| !w.on_time).unwrap_or(queue.len())
+            queue
+                .iter()
+                .position(|w| !w.on_time || chime_domain::in_backlog(w.key.run_at, now))
+                .unwrap_or(queue.len())
         } else {
             queue.len()
         };
@@ -217,6 +222,7 @@ impl Hosts {
             key: next.key,
             permit,
             span: next.span,
+            on_time: next.on_time,
         };
         if let Err(lost) = self.lanes.send(job, next.on_time) {
             self.defer(vec![(lost.key, next.bucket)]);
@@ -302,22 +308,22 @@ mod tests {
         let hosts = Hosts::new(2, 2, permits.clone(), lanes, None, Arc::new(SystemClock));
         let span = tracing::Span::none();
         let b = Bucket::from_stored(0);
-        let run = |n| match hosts.admit("slow:80", key(n), b, &span) {
+        let run = |n| match hosts.admit("slow:80", key(n), b, false, &span) {
             Admission::Run(slot) => Some(slot),
             _ => None,
         };
         let first = run(1).unwrap();
         let _second = run(2).unwrap();
         assert!(matches!(
-            hosts.admit("slow:80", key(3), b, &span),
+            hosts.admit("slow:80", key(3), b, false, &span),
             Admission::Queued
         ));
         assert!(matches!(
-            hosts.admit("slow:80", key(4), b, &span),
+            hosts.admit("slow:80", key(4), b, false, &span),
             Admission::Queued
         ));
         assert!(matches!(
-            hosts.admit("slow:80", key(5), b, &span),
+            hosts.admit("slow:80", key(5), b, false, &span),
             Admission::Defer
         ));
         // Another host is not held up.
@@ -338,18 +344,18 @@ mod tests {
         let span = tracing::Span::none();
         let b = Bucket::from_stored(0);
         // `key(n)` is long overdue: a backlog.
-        let Admission::Run(first) = hosts.admit("slow:80", key(1), b, &span) else {
+        let Admission::Run(first) = hosts.admit("slow:80", key(1), b, false, &span) else {
             panic!("first runs")
         };
         for n in [2, 3] {
             assert!(matches!(
-                hosts.admit("slow:80", key(n), b, &span),
+                hosts.admit("slow:80", key(n), b, false, &span),
                 Admission::Queued
             ));
         }
         let on_time = TaskKey::new(TimerId::new(9).unwrap(), SystemClock.now());
         assert!(matches!(
-            hosts.admit("slow:80", on_time, b, &span),
+            hosts.admit("slow:80", on_time, b, true, &span),
             Admission::Queued
         ));
         drop(first);
@@ -366,7 +372,7 @@ mod tests {
         let hosts = Hosts::new(1, 4, permits, lanes, None, Arc::new(clock.clone()));
         let span = tracing::Span::none();
         let b = Bucket::from_stored(0);
-        let admit = |n| hosts.admit("h:80", key(n), b, &span);
+        let admit = |n| hosts.admit("h:80", key(n), b, false, &span);
         // Not measured yet: capped.
         let Admission::Run(mut first) = admit(1) else {
             panic!("first runs")
@@ -395,7 +401,7 @@ mod tests {
 
     fn run_other(hosts: &Arc<Hosts>, span: &tracing::Span) -> bool {
         matches!(
-            hosts.admit("fast:80", key(9), Bucket::from_stored(0), span),
+            hosts.admit("fast:80", key(9), Bucket::from_stored(0), false, span),
             Admission::Run(_)
         )
     }

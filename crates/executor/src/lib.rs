@@ -11,8 +11,8 @@
 //! ```
 //! Every accepted key holds one permit from acceptance until its outcome is written, so
 //! `max_in_flight` bounds memory and work, "full" is exact, and draining on shutdown is
-//! waiting for every permit to come back. A backlog may hold three quarters of them; the
-//! rest are kept for keys on time (`lanes`).
+//! waiting for every permit to come back. A backlog may hold a quarter of them; the rest
+//! are kept for keys on time (`lanes`).
 
 mod activity;
 mod cancel;
@@ -121,6 +121,8 @@ struct Job {
     permit: lanes::Permit,
     /// The hand-off that brought it: its callback's span is a child of it.
     span: tracing::Span,
+    /// Not part of a backlog: claimed, and waiting for its host, ahead of those that are.
+    on_time: bool,
 }
 
 struct Done {
@@ -164,6 +166,8 @@ pub struct Executor {
     stopping: AtomicBool,
     /// Stops the activity tallies' writer.
     stop_activity: CancellationToken,
+    /// The activity tallies' writer, whose last write the drain waits for.
+    activity_writer: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 impl Executor {
@@ -191,9 +195,10 @@ impl Executor {
         settings: ExecutorSettings,
     ) -> Arc<Self> {
         let stop_activity = CancellationToken::new();
+        let mut activity_writer = None;
         let activity = activity.map(|store| {
             let log = activity::ActivityLog::new(store, clock.clone());
-            tokio::spawn(log.clone().run(stop_activity.clone()));
+            activity_writer = Some(tokio::spawn(log.clone().run(stop_activity.clone())));
             log
         });
         let (backlog, jobs) = mpsc::unbounded_channel();
@@ -238,26 +243,42 @@ impl Executor {
             lanes,
             stopping: AtomicBool::new(false),
             stop_activity,
+            activity_writer: std::sync::Mutex::new(activity_writer),
         })
     }
 
     /// Takes as many of `keys` as there is room for, from the front.
     pub fn offer(&self, keys: &[TaskKey]) -> Result<Offered, Stopping> {
-        self.offer_in(keys, tracing::Span::current())
+        self.offer_in(keys, None, tracing::Span::current())
+    }
+
+    /// [`Executor::offer`] of keys whose first `on_time` are on time and the rest a backlog,
+    /// as a scheduler tells them apart ([`chime_domain::Backlog`]).
+    pub fn offer_ordered(&self, keys: &[TaskKey], on_time: usize) -> Result<Offered, Stopping> {
+        self.offer_in(keys, Some(on_time), tracing::Span::current())
     }
 
     /// [`Executor::offer`] for keys a traced hand-off brought: their claim and callbacks
-    /// are spans under `span`.
-    pub fn offer_in(&self, keys: &[TaskKey], span: tracing::Span) -> Result<Offered, Stopping> {
+    /// are spans under `span`. `on_time`: how many from the front are on time, when the
+    /// hand-off says; otherwise each key's run time tells.
+    pub fn offer_in(
+        &self,
+        keys: &[TaskKey],
+        on_time: Option<usize>,
+        span: tracing::Span,
+    ) -> Result<Offered, Stopping> {
         if self.stopping.load(Ordering::Acquire) {
             return Err(Stopping);
         }
         let mut accepted = 0;
         let now = self.inner.clock.now();
-        for key in keys {
+        for (i, key) in keys.iter().enumerate() {
             // A retry or a backfill is due later than its run time, so counts as backlog
             // here; it is claimed behind keys on time, as a backlog's keys are.
-            let on_time = !chime_domain::in_backlog(key.run_at, now);
+            let on_time = match on_time {
+                Some(n) => i < n,
+                None => !chime_domain::in_backlog(key.run_at, now),
+            };
             let Some(permit) = self.permits.try_take(on_time) else {
                 break;
             };
@@ -265,6 +286,7 @@ impl Executor {
                 key: *key,
                 permit,
                 span: span.clone(),
+                on_time,
             };
             if self.lanes.send(job, on_time).is_err() {
                 break;
@@ -298,9 +320,22 @@ impl Executor {
         } else {
             self.in_flight()
         };
+        // The writer writes once more when stopped. Waited for rather than written beside:
+        // two writes at once each hold a transaction on the same rows, and the one left
+        // unfinished when the caller's runtime stopped kept its lock (a test's cleanup then
+        // waited on it for ever).
         self.stop_activity.cancel();
-        if let Some(log) = &self.inner.activity {
-            log.flush().await;
+        let writer = self
+            .activity_writer
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(writer) = writer
+            && tokio::time::timeout(grace.max(Duration::from_secs(1)), writer)
+                .await
+                .is_err()
+        {
+            tracing::warn!("activity tallies not written within the grace period");
         }
         left
     }

@@ -70,6 +70,18 @@ impl GrpcExecutors {
 #[async_trait]
 impl Handoff for GrpcExecutors {
     async fn hand_off(&self, keys: &[TaskKey]) -> usize {
+        self.send(keys, None).await
+    }
+
+    async fn hand_off_ordered(&self, keys: &[TaskKey], on_time: usize) -> usize {
+        self.send(keys, Some(on_time)).await
+    }
+}
+
+impl GrpcExecutors {
+    /// Offers `keys` replica by replica; `on_time`, when known, says how many of them, from
+    /// the front, are on time.
+    async fn send(&self, keys: &[TaskKey], on_time: Option<usize>) -> usize {
         let replicas = self.fleet.replicas().await;
         if replicas.is_empty() || keys.is_empty() {
             return 0;
@@ -94,8 +106,10 @@ impl Handoff for GrpcExecutors {
                         run_at_ms: k.run_at.as_millis(),
                     })
                     .collect();
+                let on_time =
+                    on_time.map(|n| u32::try_from(n.saturating_sub(done)).unwrap_or(u32::MAX));
                 match ExecutorServiceClient::new(replica.channel.clone())
-                    .execute(traced(&span, ExecuteRequest { tasks }))
+                    .execute(traced(&span, ExecuteRequest { tasks, on_time }))
                     .await
                 {
                     Ok(answer) => {
@@ -198,8 +212,10 @@ impl Merged {
 
 #[async_trait]
 impl Handoff for Merged {
+    /// Keys offered without saying which are on time are the sweeper's, all overdue: a
+    /// backlog.
     async fn hand_off(&self, keys: &[TaskKey]) -> usize {
-        self.hand_off_ordered(keys, keys.len()).await
+        self.hand_off_ordered(keys, 0).await
     }
 
     async fn hand_off_ordered(&self, keys: &[TaskKey], on_time: usize) -> usize {

@@ -20,7 +20,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use chime_domain::{BucketCount, Clock, ShardKey, TaskKey, Ticker, Timestamp, in_backlog};
+use chime_domain::{Backlog, BucketCount, Clock, ShardKey, TaskKey, Ticker, Timestamp};
 use chime_runtime::Roster;
 use chime_storage::{HotIndex, LeaseToken, Leases, OccurrenceStore, TimerStore};
 use tokio::task::JoinHandle;
@@ -329,6 +329,7 @@ impl Scheduler {
         // before the next offer, up to a poll, so executors saturated for long are not
         // flooded with offers (nor Redis with the refused going back and forth).
         let mut full_refusals: u32 = 0;
+        let mut backlog = Backlog::default();
         tracing::debug!(%shard, "working shard");
         let finished = loop {
             if stop.is_cancelled() {
@@ -369,7 +370,7 @@ impl Scheduler {
                     &due,
                     poll_until,
                     &mut reader,
-                    &mut full_refusals,
+                    (&mut full_refusals, &mut backlog),
                     &stop,
                 )
                 .await;
@@ -418,28 +419,39 @@ impl Scheduler {
     }
 
     /// Hands `due` off batch by batch, each when its first member is `dispatch_ahead` from
-    /// due, until the next poll. Members of a backlog (over [`chime_domain::BACKLOG_AFTER`] late) go at
-    /// once, but behind the members on time: each batch takes those due within the
-    /// hand-off window first and fills up with the backlog, so a burst's backlog delays only
-    /// itself.
+    /// due, until the next poll. Members of the shard's backlog ([`Backlog`]: those over
+    /// [`chime_domain::BACKLOG_AFTER`] late when it was found) go at once, but behind the
+    /// members on time: each batch takes those due within the hand-off window first and
+    /// fills up with the backlog, so a burst's backlog delays only itself.
     async fn dispatch(
         &self,
         shard: ShardKey,
         due: &[Member],
         poll_until: Timestamp,
         reader: &mut ShardReader,
-        full_refusals: &mut u32,
+        (full_refusals, backlog): (&mut u32, &mut Backlog),
         stop: &CancellationToken,
     ) -> Round {
         let s = self.settings;
         let ahead = i64::try_from(s.dispatch_ahead.as_millis()).unwrap_or(0);
         let every = s.handoff_every.min(s.dispatch_ahead / 2);
         let mut earliest = self.clock.now();
-        // `due` is in due order: the backlog is its front.
-        let split = due.partition_point(|(_, d)| in_backlog(*d, earliest));
-        let (mut backlog, mut timely) = due.split_at(split);
+        // `due` is in due order: the backlog is its front, and then the keys due later than
+        // their run time (handed back by a full executor, or retries), each in its turn.
+        let boundary = backlog.boundary(due.first().map(|(_, d)| *d), earliest);
+        let split = due.partition_point(|(_, d)| boundary.is_some_and(|b| *d <= b));
+        let (pile, rest) = due.split_at(split);
+        let (later, timely): (Vec<Member>, Vec<Member>) =
+            rest.iter().partition(|(k, d)| k.run_at < *d);
+        let backlog: Vec<Member> = pile.iter().copied().chain(later).collect();
+        let (mut backlog, mut timely) = (&backlog[..], &timely[..]);
         let grid = i64::try_from(every.as_millis()).unwrap_or(0).max(1);
-        while let Some(&(_, first_due)) = backlog.first().or(timely.first()) {
+        while let Some(first_due) = [backlog.first(), timely.first()]
+            .into_iter()
+            .flatten()
+            .map(|(_, d)| *d)
+            .min()
+        {
             let mut send_at = first_due.add_millis(-ahead).max(earliest);
             if send_at > self.clock.now() {
                 // On a grid every shard shares, so this replica's shards hand off on the
@@ -457,7 +469,11 @@ impl Scheduler {
                 .take(s.batch)
                 .take_while(|(_, d)| *d <= horizon)
                 .count();
-            let late = backlog.len().min(s.batch - on_time);
+            let late = backlog
+                .iter()
+                .take(s.batch - on_time)
+                .take_while(|(_, d)| *d <= horizon)
+                .count();
             let batch: Vec<Member> = timely[..on_time]
                 .iter()
                 .chain(&backlog[..late])

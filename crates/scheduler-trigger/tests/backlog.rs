@@ -205,3 +205,92 @@ async fn more_keys_on_time_than_a_batch_do_not_flood_full_executors() {
         "{refused} offers to full executors in 800 ms"
     );
 }
+
+/// Refuses every offer until `opens`; then takes `room` keys a call, each call lasting
+/// `takes`, noting each key taken with when.
+struct OpensAt {
+    opens: Timestamp,
+    room: usize,
+    takes: Duration,
+    got: Mutex<Vec<(TaskKey, Timestamp)>>,
+}
+
+#[async_trait]
+impl Handoff for OpensAt {
+    async fn hand_off(&self, keys: &[TaskKey]) -> usize {
+        if SystemClock.now() < self.opens {
+            return 0;
+        }
+        tokio::time::sleep(self.takes).await;
+        let n = keys.len().min(self.room);
+        let now = SystemClock.now();
+        self.got
+            .lock()
+            .unwrap()
+            .extend(keys[..n].iter().map(|k| (*k, now)));
+        n
+    }
+}
+
+#[tokio::test]
+async fn keys_refused_beside_a_burst_stay_ahead_of_it_once_late() {
+    let (db, redis) = (testkit::pg().await, testkit::redis().await);
+    let now = SystemClock.now();
+    // A burst due at one instant, and keys due just after it: both on time at first.
+    let burst_at = now.add_millis(500);
+    let burst: Vec<_> = (0..400).map(|i| key(1_000 + i, burst_at)).collect();
+    let after: Vec<_> = (0..12)
+        .map(|i| key(5_000 + i, burst_at.add_millis(50 + i * 10)))
+        .collect();
+    built(&redis, burst.iter().chain(&after)).await;
+    // The executors are full until the keys after the burst are over 250 ms late (as while
+    // they fire the burst's first keys), then drain it slowly.
+    let opens = burst_at.add_millis(700);
+    let executors = Arc::new(OpensAt {
+        opens,
+        room: 5,
+        takes: Duration::from_millis(15),
+        got: Mutex::new(Vec::new()),
+    });
+    let mut settings = settings();
+    settings.poll = Duration::from_millis(100);
+    let (stop, run) = start(&db, &redis, executors.clone(), settings);
+
+    let all = burst.len() + after.len();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while executors.got.lock().unwrap().len() < all {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} of {all} handed off",
+            executors.got.lock().unwrap().len()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    stop.cancel();
+    run.await.unwrap();
+
+    let got = executors.got.lock().unwrap().clone();
+    let burst_done = got
+        .iter()
+        .filter(|(k, _)| k.timer_id.get() < 5_000)
+        .map(|(_, at)| *at)
+        .max()
+        .unwrap();
+    assert!(
+        burst_done.as_millis() - opens.as_millis() > 500,
+        "the burst drained in {} ms: no contention to test",
+        burst_done.as_millis() - opens.as_millis()
+    );
+    for (k, _) in &after {
+        let (_, at) = got.iter().find(|(g, _)| g == k).unwrap();
+        let waited = at.as_millis() - opens.as_millis();
+        // The first calls after the executors open (15 ms each; refused shards back off
+        // for up to a poll), not behind the burst.
+        assert!(
+            waited <= 300,
+            "{k} handed off {waited} ms after the executors opened, behind the burst \
+             (drained after {} ms)",
+            burst_done.as_millis() - opens.as_millis()
+        );
+    }
+}
