@@ -228,7 +228,7 @@ async fn batch(
 /// A slow endpoint (5 s per callback, 500 timers) and a fast one (500 timers) due in the same
 /// second, pairwise at the same instants, on one executor with fewer in-flight slots (400)
 /// than the slow timers: without the per-host cap (100) the slow callbacks take every slot
-/// within the second and the fast ones wait 5 s; with it they arrive on time. (Not all in
+/// within the second and the fast ones wait 5 s; with it they arrive in time. (Not all in
 /// one millisecond: 500 callbacks due at one instant are 150-200 ms late at p99 on the
 /// debug binaries on this 2-core machine, slow endpoint or not.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -281,7 +281,10 @@ async fn a_slow_endpoint_does_not_starve_a_fast_one() {
         lateness[lateness.len() / 2],
         lateness[lateness.len() - 1]
     );
-    assert!(p99 <= 100, "fast p99 lateness {p99} ms");
+    // Starved, they would wait for the slow callbacks (5 s). The bound leaves room for this
+    // shared machine's noise beside the other end-to-end tests (p99 153 ms seen once, 9-57
+    // ms alone); lateness as a figure is the bench's.
+    assert!(p99 <= 1_000, "fast p99 lateness {p99} ms");
     // The slow ones are all delivered too, a hundred at a time.
     chime_e2e::timers::wait_delivered(&slow, &slow_keys, Duration::from_secs(90)).await;
     c.stop().await;
