@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chime_domain::{
-    AppName, CallbackInput, ClaimedOccurrence, Clock, NewOccurrence, Occurrence, OccurrenceStatus,
-    Outcome, SystemClock, TargetKind, TaskKey, Timer,
+    AppName, CallbackInput, ClaimedOccurrence, Clock, Occurrence, OccurrenceStatus, Outcome,
+    SystemClock, TargetKind, TaskKey, Timer,
 };
 use chime_executor::{
     Attempt, CallbackSettings, DeliveryTarget, Executor, ExecutorSettings, HttpTarget, Stopping,
@@ -415,16 +415,7 @@ async fn a_second_full_wave_of_callbacks_reuses_the_first_waves_connections() {
         let keys: Vec<TaskKey> = (0..WAVE)
             .map(|i| TaskKey::new(t.id, now.add_millis((wave * WAVE + i) as i64)))
             .collect();
-        let rows: Vec<NewOccurrence> = keys
-            .iter()
-            .map(|&key| NewOccurrence {
-                key,
-                timer_version: t.version,
-                bucket: t.bucket,
-                due: None,
-            })
-            .collect();
-        s.db.store.insert_occurrences(&rows).await.unwrap();
+        insert(&s, &t, &keys).await;
         assert_eq!(exec.offer(&keys).unwrap().accepted, WAVE);
         for key in keys {
             assert_eq!(finished(&s, key).await.status, OccurrenceStatus::Succeeded);

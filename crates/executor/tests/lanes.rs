@@ -5,8 +5,7 @@
 
 use std::sync::atomic::Ordering;
 
-use chime_domain::{Clock, NewOccurrence, OccurrenceStatus, SystemClock, TaskKey};
-use chime_storage::OccurrenceStore;
+use chime_domain::{Clock, OccurrenceStatus, SystemClock, TaskKey};
 
 mod support {
     pub mod counting;
@@ -20,12 +19,6 @@ async fn a_key_on_time_is_claimed_before_a_backlog_queued_ahead_of_it() {
     let s = setup().await;
     let t = timer(&s, "lanes", s.sink.url("/lanes"), &[]).await;
     let now = SystemClock.now();
-    let occurrence = |key: TaskKey| NewOccurrence {
-        key,
-        timer_version: t.version,
-        bucket: t.bucket,
-        due: None,
-    };
     // More backlog than one claim takes (512 keys), two seconds overdue, and one key due
     // in a moment.
     let first = TaskKey::new(t.id, now.add_millis(-3_000));
@@ -33,12 +26,7 @@ async fn a_key_on_time_is_claimed_before_a_backlog_queued_ahead_of_it() {
         .map(|i| TaskKey::new(t.id, now.add_millis(-2_000 - i)))
         .collect();
     let on_time = TaskKey::new(t.id, now.add_millis(300));
-    let rows: Vec<NewOccurrence> = [first, on_time]
-        .iter()
-        .chain(&backlog)
-        .map(|k| occurrence(*k))
-        .collect();
-    s.db.store.insert_occurrences(&rows).await.unwrap();
+    insert(&s, &t, &[vec![first, on_time], backlog.clone()].concat()).await;
 
     let counting = Counting::new(s.db.store());
     // Room for the whole backlog: it may hold a quarter of the permits.
@@ -76,12 +64,6 @@ async fn a_backlog_that_fills_an_executor_leaves_room_for_keys_on_time() {
     let s = setup().await;
     let t = timer(&s, "room", s.sink.url("/room"), &[]).await;
     let now = SystemClock.now();
-    let occurrence = |key: TaskKey| NewOccurrence {
-        key,
-        timer_version: t.version,
-        bucket: t.bucket,
-        due: None,
-    };
     // A backlog of more keys than the executor holds, two seconds overdue, and keys on
     // time.
     let backlog: Vec<TaskKey> = (0..100)
@@ -90,12 +72,7 @@ async fn a_backlog_that_fills_an_executor_leaves_room_for_keys_on_time() {
     let on_time: Vec<TaskKey> = (0..30)
         .map(|i| TaskKey::new(t.id, now.add_millis(200 + i)))
         .collect();
-    let rows: Vec<NewOccurrence> = backlog
-        .iter()
-        .chain(&on_time)
-        .map(|k| occurrence(*k))
-        .collect();
-    s.db.store.insert_occurrences(&rows).await.unwrap();
+    insert(&s, &t, &[backlog.clone(), on_time.clone()].concat()).await;
 
     let counting = Counting::new(s.db.store());
     let exec = executor_over(&s, counting.clone(), 40);

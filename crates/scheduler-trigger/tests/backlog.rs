@@ -17,10 +17,11 @@ use tokio_util::sync::CancellationToken;
 
 const BUCKETS: u32 = 4;
 
-/// A saturated executor fleet: each call takes `room` keys from the front and lasts
-/// `takes` (a gRPC round trip to executors that are busy), and every key taken is noted
-/// with when.
+/// A saturated executor fleet: it refuses every offer until `opens`; then each call takes
+/// `room` keys from the front and lasts `takes` (a gRPC round trip to executors that are
+/// busy), and every key taken is noted with when.
 struct Saturated {
+    opens: Timestamp,
     room: usize,
     takes: Duration,
     got: Mutex<Vec<(TaskKey, Timestamp)>>,
@@ -29,6 +30,9 @@ struct Saturated {
 #[async_trait]
 impl Handoff for Saturated {
     async fn hand_off(&self, keys: &[TaskKey]) -> usize {
+        if SystemClock.now() < self.opens {
+            return 0;
+        }
         tokio::time::sleep(self.takes).await;
         let n = keys.len().min(self.room);
         let now = SystemClock.now();
@@ -90,6 +94,35 @@ fn start(
     (stop, run)
 }
 
+/// Waits until `executors` took `all` keys, stops the scheduler, and returns what was taken.
+async fn taken_all(
+    executors: &Saturated,
+    all: usize,
+    (stop, run): (CancellationToken, tokio::task::JoinHandle<()>),
+) -> Vec<(TaskKey, Timestamp)> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while executors.got.lock().unwrap().len() < all {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} of {all} handed off",
+            executors.got.lock().unwrap().len()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    stop.cancel();
+    run.await.unwrap();
+    executors.got.lock().unwrap().clone()
+}
+
+/// When the last key of a timer numbered below `id` was taken.
+fn last_taken_below(got: &[(TaskKey, Timestamp)], id: i64) -> Timestamp {
+    got.iter()
+        .filter(|(k, _)| k.timer_id.get() < id)
+        .map(|(_, at)| *at)
+        .max()
+        .unwrap()
+}
+
 #[tokio::test]
 async fn keys_due_while_a_backlog_drains_are_handed_off_on_time() {
     let (db, redis) = (testkit::pg().await, testkit::redis().await);
@@ -105,34 +138,17 @@ async fn keys_due_while_a_backlog_drains_are_handed_off_on_time() {
     built(&redis, backlog.iter().chain(&on_time)).await;
 
     let executors = Arc::new(Saturated {
+        opens: now,
         room: 5,
         takes: Duration::from_millis(15),
         got: Mutex::new(Vec::new()),
     });
     let mut settings = settings();
     settings.poll = Duration::from_millis(100);
-    let (stop, run) = start(&db, &redis, executors.clone(), settings);
+    let scheduler = start(&db, &redis, executors.clone(), settings);
 
-    let all = backlog.len() + on_time.len();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while executors.got.lock().unwrap().len() < all {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{} of {all} handed off",
-            executors.got.lock().unwrap().len()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    stop.cancel();
-    run.await.unwrap();
-
-    let got = executors.got.lock().unwrap().clone();
-    let backlog_done = got
-        .iter()
-        .filter(|(k, _)| k.timer_id.get() < 5_000)
-        .map(|(_, at)| *at)
-        .max()
-        .unwrap();
+    let got = taken_all(&executors, backlog.len() + on_time.len(), scheduler).await;
+    let backlog_done = last_taken_below(&got, 5_000);
     let last_due = on_time.iter().map(|(k, _)| k.run_at).max().unwrap();
     assert!(
         backlog_done > last_due,
@@ -206,32 +222,6 @@ async fn more_keys_on_time_than_a_batch_do_not_flood_full_executors() {
     );
 }
 
-/// Refuses every offer until `opens`; then takes `room` keys a call, each call lasting
-/// `takes`, noting each key taken with when.
-struct OpensAt {
-    opens: Timestamp,
-    room: usize,
-    takes: Duration,
-    got: Mutex<Vec<(TaskKey, Timestamp)>>,
-}
-
-#[async_trait]
-impl Handoff for OpensAt {
-    async fn hand_off(&self, keys: &[TaskKey]) -> usize {
-        if SystemClock.now() < self.opens {
-            return 0;
-        }
-        tokio::time::sleep(self.takes).await;
-        let n = keys.len().min(self.room);
-        let now = SystemClock.now();
-        self.got
-            .lock()
-            .unwrap()
-            .extend(keys[..n].iter().map(|k| (*k, now)));
-        n
-    }
-}
-
 #[tokio::test]
 async fn keys_refused_beside_a_burst_stay_ahead_of_it_once_late() {
     let (db, redis) = (testkit::pg().await, testkit::redis().await);
@@ -246,7 +236,7 @@ async fn keys_refused_beside_a_burst_stay_ahead_of_it_once_late() {
     // The executors are full until the keys after the burst are over 250 ms late (as while
     // they fire the burst's first keys), then drain it slowly.
     let opens = burst_at.add_millis(700);
-    let executors = Arc::new(OpensAt {
+    let executors = Arc::new(Saturated {
         opens,
         room: 5,
         takes: Duration::from_millis(15),
@@ -254,28 +244,10 @@ async fn keys_refused_beside_a_burst_stay_ahead_of_it_once_late() {
     });
     let mut settings = settings();
     settings.poll = Duration::from_millis(100);
-    let (stop, run) = start(&db, &redis, executors.clone(), settings);
+    let scheduler = start(&db, &redis, executors.clone(), settings);
 
-    let all = burst.len() + after.len();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while executors.got.lock().unwrap().len() < all {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{} of {all} handed off",
-            executors.got.lock().unwrap().len()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    stop.cancel();
-    run.await.unwrap();
-
-    let got = executors.got.lock().unwrap().clone();
-    let burst_done = got
-        .iter()
-        .filter(|(k, _)| k.timer_id.get() < 5_000)
-        .map(|(_, at)| *at)
-        .max()
-        .unwrap();
+    let got = taken_all(&executors, burst.len() + after.len(), scheduler).await;
+    let burst_done = last_taken_below(&got, 5_000);
     assert!(
         burst_done.as_millis() - opens.as_millis() > 500,
         "the burst drained in {} ms: no contention to test",

@@ -100,6 +100,20 @@ pub async fn timer(s: &Setup, name: &str, url: String, headers: &[(&str, &str)])
 }
 
 /// An occurrence of `t` due now, at the timer's current version.
+/// Occurrences of `t` at each of `keys`, in the database.
+pub async fn insert(s: &Setup, t: &Timer, keys: &[TaskKey]) {
+    let rows: Vec<NewOccurrence> = keys
+        .iter()
+        .map(|&key| NewOccurrence {
+            key,
+            timer_version: t.version,
+            bucket: t.bucket,
+            due: None,
+        })
+        .collect();
+    s.db.store.insert_occurrences(&rows).await.unwrap();
+}
+
 pub async fn due_now(s: &Setup, t: &Timer, offset_ms: i64) -> TaskKey {
     let key = TaskKey::new(t.id, SystemClock.now().add_millis(offset_ms));
     s.db.store
