@@ -11,8 +11,8 @@
 //! ```
 //! Every accepted key holds one permit from acceptance until its outcome is written, so
 //! `max_in_flight` bounds memory and work, "full" is exact, and draining on shutdown is
-//! waiting for every permit to come back. A backlog may hold a quarter of them; the rest
-//! are kept for keys on time (`lanes`).
+//! waiting for every permit to come back. A backlog may hold a quarter of them, and so may
+//! the keys due at any one instant (a burst); the rest are kept for keys on time (`lanes`).
 
 mod activity;
 mod cancel;
@@ -279,7 +279,7 @@ impl Executor {
                 Some(n) => i < n,
                 None => !chime_domain::in_backlog(key.run_at, now),
             };
-            let Some(permit) = self.permits.try_take(on_time) else {
+            let Some(permit) = self.permits.try_take(on_time, key.run_at) else {
                 break;
             };
             let job = Job {

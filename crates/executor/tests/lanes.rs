@@ -93,3 +93,46 @@ async fn a_backlog_that_fills_an_executor_leaves_room_for_keys_on_time() {
         assert_eq!(finished(&s, *key).await.status, OccurrenceStatus::Succeeded);
     }
 }
+
+#[tokio::test]
+async fn a_burst_due_at_one_instant_leaves_room_for_keys_due_at_others() {
+    let s = setup().await;
+    let now = SystemClock.now();
+    // Twelve timers due at one instant in a moment (a burst, on time), and thirty keys of
+    // another timer due just after it.
+    let at = now.add_millis(300);
+    let mut burst = Vec::new();
+    for i in 0..12 {
+        let t = timer(&s, &format!("burst-{i}"), s.sink.url("/burst"), &[]).await;
+        let key = TaskKey::new(t.id, at);
+        insert(&s, &t, &[key]).await;
+        burst.push(key);
+    }
+    let t = timer(&s, "after", s.sink.url("/after"), &[]).await;
+    let after: Vec<TaskKey> = (1..=30)
+        .map(|i| TaskKey::new(t.id, at.add_millis(i)))
+        .collect();
+    insert(&s, &t, &after).await;
+
+    let counting = Counting::new(s.db.store());
+    let exec = executor_over(&s, counting.clone(), 40);
+    // Claims held: nothing accepted finishes while the offers are made.
+    let held = counting.gate.write().await;
+    let taken = exec.offer(&burst).unwrap().accepted;
+    assert_eq!(taken, 10, "one instant holds a quarter of the 40 permits");
+    let offered = exec.offer(&after).unwrap();
+    assert_eq!(offered.accepted, 30, "keys due at other instants find room");
+    drop(held);
+
+    for key in after.iter().chain(&burst[..taken]) {
+        assert_eq!(finished(&s, *key).await.status, OccurrenceStatus::Succeeded);
+    }
+    assert_eq!(
+        exec.offer(&burst[taken..]).unwrap().accepted,
+        2,
+        "the rest once the first are done"
+    );
+    for key in &burst[taken..] {
+        assert_eq!(finished(&s, *key).await.status, OccurrenceStatus::Succeeded);
+    }
+}
