@@ -16,6 +16,15 @@ pub fn in_backlog(due: Timestamp, now: Timestamp) -> bool {
     due < now.saturating_sub(BACKLOG_AFTER)
 }
 
+/// More keys than this due at one instant in one shard make that instant a burst: its keys
+/// are a backlog from the start, handed off behind the keys due at other instants. On time,
+/// a burst's keys went first in due order, and when executors took only part of them, the
+/// keys due just after it were refused with the rest until the burst was 250 ms late and a
+/// backlog (beside-burst: the every-second firings due in its first 250 ms were ~230 ms
+/// late at the median). Timers spread over the second share an instant by the handful at
+/// most; a cron's minute or one-shots set for one moment share it by the thousand.
+pub const BURST_KEYS: usize = 32;
+
 /// How long a shard's backlog, once found, keeps its boundary (see [`Backlog`]).
 pub const BACKLOG_HELD_FOR: Duration = Duration::from_secs(10);
 

@@ -24,7 +24,7 @@ pub use access::{
     ApiToken, MAX_TOKEN_NAME_CHARS, Scope, Scopes, SigningSecret, TokenId, webhook_signature,
 };
 pub use activity::{Counts, LATENESS_BOUNDS_MS, LATENESS_BUCKETS, Tally, minute_of};
-pub use backlog::{BACKLOG_AFTER, BACKLOG_HELD_FOR, Backlog, in_backlog};
+pub use backlog::{BACKLOG_AFTER, BACKLOG_HELD_FOR, BURST_KEYS, Backlog, in_backlog};
 pub use calendar::{Calendar, CalendarName, DateRange, Exclusions, parse_dates};
 pub use callback::{
     Callback, CallbackBody, CallbackHeaders, CallbackInput, CallbackTimeout, CallbackUrl,

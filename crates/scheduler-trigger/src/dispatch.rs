@@ -1,7 +1,7 @@
 //! One shard's round of hand-offs: its due members split into keys on time and its
 //! backlog, offered batch by batch at their instants, and what executors refuse put back.
 
-use chime_domain::{Backlog, ShardKey, TaskKey, Timestamp};
+use chime_domain::{BURST_KEYS, Backlog, ShardKey, TaskKey, Timestamp};
 use tokio_util::sync::CancellationToken;
 
 use crate::Scheduler;
@@ -26,8 +26,8 @@ struct Ordered<'a> {
 impl Scheduler {
     /// Hands `due` off batch by batch, each when its first member is `dispatch_ahead` from
     /// due, until the next poll. Members of the shard's backlog ([`Backlog`]: those over
-    /// [`chime_domain::BACKLOG_AFTER`] late when it was found) go at once, but behind the
-    /// members on time: each batch takes those due within the hand-off window first and
+    /// [`chime_domain::BACKLOG_AFTER`] late when it was found; those due later than their
+    /// run time; a burst's, [`BURST_KEYS`]) go at once, but behind the members on time: each batch takes those due within the hand-off window first and
     /// fills up with the backlog, so a burst's backlog delays only itself.
     pub(crate) async fn dispatch(
         &self,
@@ -49,6 +49,9 @@ impl Scheduler {
         let (pile, rest) = due.split_at(split);
         let (later, timely): (Vec<Member>, Vec<Member>) =
             rest.iter().partition(|(k, d)| k.run_at < *d);
+        let (burst, timely) = bursts(timely);
+        let mut later: Vec<Member> = later.into_iter().chain(burst).collect();
+        later.sort_by_key(|(_, d)| *d);
         let backlog: Vec<Member> = pile.iter().copied().chain(later).collect();
         let (mut backlog, mut timely) = (&backlog[..], &timely[..]);
         let grid = i64::try_from(every.as_millis()).unwrap_or(0).max(1);
@@ -194,5 +197,57 @@ impl Scheduler {
         }
         self.pause_until(until, stop).await;
         false
+    }
+}
+
+/// Splits members in due order into those due at a burst's instant (more than
+/// [`BURST_KEYS`] due at it) and the rest, each in due order.
+fn bursts(members: Vec<Member>) -> (Vec<Member>, Vec<Member>) {
+    let (mut burst, mut rest) = (Vec::new(), Vec::with_capacity(members.len()));
+    for instant in members.chunk_by(|(_, a), (_, b)| a == b) {
+        if instant.len() > BURST_KEYS {
+            burst.extend_from_slice(instant);
+        } else {
+            rest.extend_from_slice(instant);
+        }
+    }
+    (burst, rest)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chime_domain::TimerId;
+
+    fn members(at: i64, n: i64, first_id: i64) -> Vec<Member> {
+        (first_id..first_id + n)
+            .map(|i| {
+                let due = Timestamp::from_millis(at);
+                (TaskKey::new(TimerId::new(i).unwrap(), due), due)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn an_instant_with_more_than_a_few_dozen_keys_is_a_burst() {
+        let n = BURST_KEYS as i64;
+        let due = [
+            members(10, 3, 1),
+            members(20, n + 1, 100),
+            members(21, n, 1_000),
+            members(30, 1, 2_000),
+        ]
+        .concat();
+        let (burst, rest) = bursts(due);
+        assert_eq!(burst, members(20, n + 1, 100));
+        assert_eq!(
+            rest,
+            [
+                members(10, 3, 1),
+                members(21, n, 1_000),
+                members(30, 1, 2_000)
+            ]
+            .concat()
+        );
     }
 }
