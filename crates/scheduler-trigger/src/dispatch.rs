@@ -27,8 +27,9 @@ impl Scheduler {
     /// Hands `due` off batch by batch, each when its first member is `dispatch_ahead` from
     /// due, until the next poll. Members of the shard's backlog ([`Backlog`]: those over
     /// [`chime_domain::BACKLOG_AFTER`] late when it was found; those due later than their
-    /// run time; a burst's, [`BURST_KEYS`]) go at once, but behind the members on time: each batch takes those due within the hand-off window first and
-    /// fills up with the backlog, so a burst's backlog delays only itself.
+    /// run time; a burst's, [`BURST_KEYS`]) go at once, but behind the members on time:
+    /// each batch takes those due within the hand-off window first and fills up with the
+    /// backlog, so a burst's backlog delays only itself.
     pub(crate) async fn dispatch(
         &self,
         shard: ShardKey,
