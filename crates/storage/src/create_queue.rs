@@ -34,7 +34,7 @@ const CREATE_GROUP: usize = 128;
 /// Writers inserting groups concurrently. One: while it waits on a commit the next group
 /// collects in the queue. Each statement and commit costs PostgreSQL ~0.25 ms of CPU
 /// whatever its size, and a second writer halved the groups, costing more CPU per create for
-/// no gain in throughput (docs/performance.md).
+/// no gain in throughput (docs/performance-creates.md).
 const CREATE_WRITERS: usize = 1;
 
 /// Starts the writers; they stop when every sender is gone.
