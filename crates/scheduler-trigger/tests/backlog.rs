@@ -94,12 +94,24 @@ fn start(
     (stop, run)
 }
 
-/// Waits until `executors` took `all` keys, stops the scheduler, and returns what was taken.
-async fn taken_all(
-    executors: &Saturated,
+/// Starts a scheduler handing off to a [`Saturated`] fleet that opens at `opens` and then
+/// takes 5 keys a 15-ms call; once it took `all` keys, stops the scheduler and returns what
+/// was taken, and when.
+async fn handed_off_slowly(
+    db: &testkit::PgFixture,
+    redis: &testkit::RedisFixture,
+    opens: Timestamp,
     all: usize,
-    (stop, run): (CancellationToken, tokio::task::JoinHandle<()>),
 ) -> Vec<(TaskKey, Timestamp)> {
+    let executors = Arc::new(Saturated {
+        opens,
+        room: 5,
+        takes: Duration::from_millis(15),
+        got: Mutex::new(Vec::new()),
+    });
+    let mut settings = settings();
+    settings.poll = Duration::from_millis(100);
+    let (stop, run) = start(db, redis, executors.clone(), settings);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     while executors.got.lock().unwrap().len() < all {
         assert!(
@@ -112,6 +124,16 @@ async fn taken_all(
     stop.cancel();
     run.await.unwrap();
     executors.got.lock().unwrap().clone()
+}
+
+/// Asserts each of `keys` was handed off on time: up to `dispatch_ahead` before due; a call
+/// in progress (15 ms) and the hand-off grid may put it a little after.
+fn assert_on_time(got: &[(TaskKey, Timestamp)], keys: &[(TaskKey, Bucket)], beside: &str) {
+    for (k, _) in keys {
+        let (_, at) = got.iter().find(|(g, _)| g == k).unwrap();
+        let late = at.as_millis() - k.run_at.as_millis();
+        assert!(late <= 50, "{k} handed off {late} ms after due, {beside}");
+    }
 }
 
 /// When the last key of a timer numbered below `id` was taken.
@@ -137,17 +159,7 @@ async fn keys_due_while_a_backlog_drains_are_handed_off_on_time() {
         .collect();
     built(&redis, backlog.iter().chain(&on_time)).await;
 
-    let executors = Arc::new(Saturated {
-        opens: now,
-        room: 5,
-        takes: Duration::from_millis(15),
-        got: Mutex::new(Vec::new()),
-    });
-    let mut settings = settings();
-    settings.poll = Duration::from_millis(100);
-    let scheduler = start(&db, &redis, executors.clone(), settings);
-
-    let got = taken_all(&executors, backlog.len() + on_time.len(), scheduler).await;
+    let got = handed_off_slowly(&db, &redis, now, backlog.len() + on_time.len()).await;
     let backlog_done = last_taken_below(&got, 5_000);
     let last_due = on_time.iter().map(|(k, _)| k.run_at).max().unwrap();
     assert!(
@@ -157,16 +169,7 @@ async fn keys_due_while_a_backlog_drains_are_handed_off_on_time() {
         backlog_done.as_millis() - now.as_millis(),
         last_due.as_millis() - now.as_millis()
     );
-    for (k, _) in &on_time {
-        let (_, at) = got.iter().find(|(g, _)| g == k).unwrap();
-        let late = at.as_millis() - k.run_at.as_millis();
-        // Handed off up to `dispatch_ahead` before due; a call in progress (15 ms) and
-        // the hand-off grid may put it a little after.
-        assert!(
-            late <= 50,
-            "{k} handed off {late} ms after due while the backlog drained"
-        );
-    }
+    assert_on_time(&got, &on_time, "while the backlog drained");
 }
 
 /// Refuses every offer until `until`, counting the calls; takes everything after.
@@ -236,17 +239,7 @@ async fn keys_refused_beside_a_burst_stay_ahead_of_it_once_late() {
     // The executors are full until the keys after the burst are over 250 ms late (as while
     // they fire the burst's first keys), then drain it slowly.
     let opens = burst_at.add_millis(700);
-    let executors = Arc::new(Saturated {
-        opens,
-        room: 5,
-        takes: Duration::from_millis(15),
-        got: Mutex::new(Vec::new()),
-    });
-    let mut settings = settings();
-    settings.poll = Duration::from_millis(100);
-    let scheduler = start(&db, &redis, executors.clone(), settings);
-
-    let got = taken_all(&executors, burst.len() + after.len(), scheduler).await;
+    let got = handed_off_slowly(&db, &redis, opens, burst.len() + after.len()).await;
     let burst_done = last_taken_below(&got, 5_000);
     assert!(
         burst_done.as_millis() - opens.as_millis() > 500,
@@ -280,17 +273,7 @@ async fn keys_due_just_after_a_burst_are_handed_off_ahead_of_it_while_it_is_on_t
         .collect();
     built(&redis, burst.iter().chain(&after)).await;
     // Open from the start, but a few keys a call: the burst takes over a second.
-    let executors = Arc::new(Saturated {
-        opens: now,
-        room: 5,
-        takes: Duration::from_millis(15),
-        got: Mutex::new(Vec::new()),
-    });
-    let mut settings = settings();
-    settings.poll = Duration::from_millis(100);
-    let scheduler = start(&db, &redis, executors.clone(), settings);
-
-    let got = taken_all(&executors, burst.len() + after.len(), scheduler).await;
+    let got = handed_off_slowly(&db, &redis, now, burst.len() + after.len()).await;
     let burst_done = last_taken_below(&got, 5_000);
     let last_due = after.iter().map(|(k, _)| k.run_at).max().unwrap();
     assert!(
@@ -298,14 +281,5 @@ async fn keys_due_just_after_a_burst_are_handed_off_ahead_of_it_while_it_is_on_t
         "the burst was handed off {} ms after due: no contention to test",
         burst_done.as_millis() - burst_at.as_millis()
     );
-    for (k, _) in &after {
-        let (_, at) = got.iter().find(|(g, _)| g == k).unwrap();
-        let late = at.as_millis() - k.run_at.as_millis();
-        // Handed off up to `dispatch_ahead` before due; a call in progress (15 ms) and
-        // the hand-off grid may put it a little after.
-        assert!(
-            late <= 50,
-            "{k} handed off {late} ms after due, behind the burst's keys"
-        );
-    }
+    assert_on_time(&got, &after, "behind the burst's keys");
 }
