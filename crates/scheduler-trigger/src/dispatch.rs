@@ -1,6 +1,8 @@
 //! One shard's round of hand-offs: its due members split into keys on time and its
 //! backlog, offered batch by batch at their instants, and what executors refuse put back.
 
+use std::collections::VecDeque;
+
 use chime_domain::{BURST_KEYS, Backlog, ShardKey, TaskKey, Timestamp};
 use tokio_util::sync::CancellationToken;
 
@@ -9,10 +11,53 @@ use crate::shard::{Member, ShardReader};
 
 /// How one round of hand-offs from a shard ended.
 pub(crate) struct Round {
-    /// Executors refused keys: they went back into the shard, which is read again at once.
+    /// Executors refused keys and the round ended before they were taken: they went back
+    /// into the shard, which is read again at once.
     pub(crate) refused: bool,
     /// Every member read was handed off.
     pub(crate) drained: bool,
+}
+
+/// What a shard's worker keeps from one round of hand-offs to the next.
+pub(crate) struct Offers {
+    /// Hand-offs in a row that every executor refused outright: each doubles the wait
+    /// before the next offer, up to a poll, so executors saturated for long are not
+    /// flooded with offers (nor Redis with the refused going back and forth).
+    full_refusals: u32,
+    /// The shard's backlog, fixed when found.
+    backlog: Backlog,
+    /// Backlog keys per hand-off, at most: halved to what executors last took when they
+    /// refused some, doubled when they took them all. An executor takes a backlog only
+    /// into its share of room, which a drain keeps taken: offering a whole batch each time
+    /// had executors refuse ~600,000 keys in a 20,000-key burst, each removed from Redis,
+    /// sent, and put back.
+    window: usize,
+}
+
+/// The fewest backlog keys a hand-off offers: enough for the room a drain frees between
+/// two offers of one shard.
+const MIN_WINDOW: usize = 16;
+
+impl Offers {
+    pub(crate) fn new(batch: usize) -> Self {
+        Self {
+            full_refusals: 0,
+            backlog: Backlog::default(),
+            window: batch.max(1),
+        }
+    }
+
+    /// Sizes the next offer's backlog after executors took `taken` of `offered` backlog
+    /// keys.
+    fn backlog_taken(&mut self, taken: usize, offered: usize, batch: usize) {
+        self.window = if taken < offered {
+            (taken * 2).clamp(MIN_WINDOW, batch.max(MIN_WINDOW))
+        } else if offered == self.window {
+            (self.window * 2).min(batch.max(1))
+        } else {
+            self.window
+        };
+    }
 }
 
 /// One hand-off's members: the first `on_time` on time, the rest a backlog.
@@ -23,20 +68,29 @@ struct Ordered<'a> {
     next_on_time: Option<Timestamp>,
 }
 
+/// The members of one hand-off executors did not take, put back into the shard.
+#[derive(Default)]
+struct Refused {
+    on_time: Vec<Member>,
+    backlog: Vec<Member>,
+}
+
 impl Scheduler {
     /// Hands `due` off batch by batch, each when its first member is `dispatch_ahead` from
     /// due, until the next poll. Members of the shard's backlog ([`Backlog`]: those over
     /// [`chime_domain::BACKLOG_AFTER`] late when it was found; those due later than their
     /// run time; a burst's, [`BURST_KEYS`]) go at once, but behind the members on time:
     /// each batch takes those due within the hand-off window first and fills up with the
-    /// backlog, so a burst's backlog delays only itself.
+    /// backlog, so a burst's backlog delays only itself. What executors refuse is offered
+    /// again from memory after a back-off, until the next poll: reading the shard again
+    /// after each refusal read a whole burst's members from Redis every few milliseconds.
     pub(crate) async fn dispatch(
         &self,
         shard: ShardKey,
         due: &[Member],
         poll_until: Timestamp,
         reader: &mut ShardReader,
-        (full_refusals, backlog): (&mut u32, &mut Backlog),
+        offers: &mut Offers,
         stop: &CancellationToken,
     ) -> Round {
         let s = self.settings;
@@ -45,7 +99,9 @@ impl Scheduler {
         let mut earliest = self.clock.now();
         // `due` is in due order: the backlog is its front, and then the keys due later than
         // their run time (handed back by a full executor, or retries), each in its turn.
-        let boundary = backlog.boundary(due.first().map(|(_, d)| *d), earliest);
+        let boundary = offers
+            .backlog
+            .boundary(due.first().map(|(_, d)| *d), earliest);
         let split = due.partition_point(|(_, d)| boundary.is_some_and(|b| *d <= b));
         let (pile, rest) = due.split_at(split);
         let (later, timely): (Vec<Member>, Vec<Member>) =
@@ -53,10 +109,11 @@ impl Scheduler {
         let (burst, timely) = bursts(timely);
         let mut later: Vec<Member> = later.into_iter().chain(burst).collect();
         later.sort_by_key(|(_, d)| *d);
-        let backlog: Vec<Member> = pile.iter().copied().chain(later).collect();
-        let (mut backlog, mut timely) = (&backlog[..], &timely[..]);
+        let mut backlog: VecDeque<Member> = pile.iter().copied().chain(later).collect();
+        let mut timely: VecDeque<Member> = timely.into();
         let grid = i64::try_from(every.as_millis()).unwrap_or(0).max(1);
-        while let Some(first_due) = [backlog.first(), timely.first()]
+        let mut refused = false;
+        while let Some(first_due) = [backlog.front(), timely.front()]
             .into_iter()
             .flatten()
             .map(|(_, d)| *d)
@@ -79,75 +136,82 @@ impl Scheduler {
                 .take(s.batch)
                 .take_while(|(_, d)| *d <= horizon)
                 .count();
+            let room = (s.batch - on_time).min(offers.window);
             let late = backlog
                 .iter()
-                .take(s.batch - on_time)
+                .take(room)
                 .take_while(|(_, d)| *d <= horizon)
                 .count();
-            let batch: Vec<Member> = timely[..on_time]
-                .iter()
-                .chain(&backlog[..late])
-                .copied()
+            let batch: Vec<Member> = timely
+                .drain(..on_time)
+                .chain(backlog.drain(..late))
                 .collect();
-            // A full batch leaves keys already in the window: those go at once.
-            earliest = if batch.len() == s.batch {
+            // A full batch, or a full window of backlog, leaves keys already in the window:
+            // those go at once.
+            earliest = if batch.len() == s.batch || (late > 0 && late == room) {
                 now
             } else {
                 now.saturating_add(every)
             };
             // A refused batch waits before the next offer, but not past the next key on time.
-            let next_on_time = timely.get(on_time).map(|(_, d)| d.add_millis(-ahead));
+            let next_on_time = timely.front().map(|(_, d)| d.add_millis(-ahead));
             let ordered = Ordered {
                 members: &batch,
                 on_time,
                 next_on_time,
             };
-            if !self
-                .hand_off_batch(shard, ordered, now, reader, full_refusals, stop)
-                .await
-            {
-                return Round {
-                    refused: true,
-                    drained: false,
-                };
+            let back = self
+                .hand_off_batch(shard, ordered, now, reader, offers, stop)
+                .await;
+            offers.backlog_taken(late - back.backlog.len(), late, s.batch);
+            refused = !back.on_time.is_empty() || !back.backlog.is_empty();
+            if refused {
+                // Offered again first, in due order, once the back-off is over.
+                for m in back.on_time.into_iter().rev() {
+                    timely.push_front(m);
+                }
+                for m in back.backlog.into_iter().rev() {
+                    backlog.push_front(m);
+                }
+                earliest = self.clock.now();
             }
-            timely = &timely[on_time..];
-            backlog = &backlog[late..];
         }
         Round {
-            refused: false,
+            refused,
             drained: timely.is_empty() && backlog.is_empty(),
         }
     }
 
     /// Hands one batch to executors. Members overdue beyond the misfire threshold are left
     /// to the sweeper; the rest are taken out of the shard and offered, and what executors
-    /// refuse goes back, after a back-off. Returns whether every key was accepted.
+    /// refuse goes back, after a back-off. Returns the members refused.
     async fn hand_off_batch(
         &self,
         shard: ShardKey,
         batch: Ordered<'_>,
         now: Timestamp,
         reader: &mut ShardReader,
-        full_refusals: &mut u32,
+        offers: &mut Offers,
         stop: &CancellationToken,
-    ) -> bool {
+    ) -> Refused {
         let s = self.settings;
         // Members overdue beyond the misfire threshold (this shard was not worked for a
         // while) are the sweeper's: it applies the timers' misfire policies.
         let misfired_before = now.saturating_sub(s.misfire_threshold);
-        let (late, due): (Vec<Member>, Vec<Member>) = batch
+        let (late, due): (Vec<_>, Vec<_>) = batch
             .members
             .iter()
-            .partition(|(_, d)| *d < misfired_before);
+            .enumerate()
+            .map(|(i, m)| (*m, i < batch.on_time))
+            .partition(|((_, d), _)| *d < misfired_before);
         if !late.is_empty() {
-            let late: Vec<TaskKey> = late.iter().map(|(k, _)| *k).collect();
+            let late: Vec<TaskKey> = late.iter().map(|((k, _), _)| *k).collect();
             tracing::info!(%shard, misfired = late.len(), "leaving misfired members to the sweeper");
             if let Err(e) = reader.forget(&late).await {
                 tracing::warn!(%shard, error = %e, "cannot remove misfired members");
             }
         }
-        let keys: Vec<TaskKey> = due.iter().map(|(k, _)| *k).collect();
+        let keys: Vec<TaskKey> = due.iter().map(|((k, _), _)| *k).collect();
         // Removed before the hand-off, not after: an executor may fail a callback and put
         // its retry back into this shard before a later removal would run, which would then
         // delete the retry. If this process dies in between, the occurrences are still
@@ -155,34 +219,40 @@ impl Scheduler {
         if let Err(e) = reader.forget(&keys).await {
             tracing::warn!(%shard, error = %e, "cannot remove members before handing them off");
         }
-        // The misfired are all backlog: the first `on_time` members are still first.
-        let on_time = batch.on_time.min(keys.len());
+        let on_time = due.iter().take_while(|(_, timely)| *timely).count();
         let accepted = self.handoff.hand_off_ordered(&keys, on_time).await;
-        for (_, d) in &due[..accepted] {
+        for ((_, d), _) in &due[..accepted] {
             let late = (now.as_millis() - d.as_millis()).max(0);
             metrics::histogram!("chime_scheduler_handoff_lateness_seconds")
                 .record(late as f64 / 1000.0);
         }
         metrics::counter!("chime_scheduler_handed_off_total").increment(accepted as u64);
         if accepted == keys.len() {
-            *full_refusals = 0;
-            return true;
+            offers.full_refusals = 0;
+            return Refused::default();
         }
         // Never dropped: the refused go back into the shard and are offered again.
-        if let Err(e) = reader.restore(&due[accepted..]).await {
+        let (on_time, backlog): (Vec<_>, Vec<_>) =
+            due[accepted..].iter().partition(|(_, timely)| *timely);
+        let back = Refused {
+            on_time: on_time.into_iter().map(|(m, _)| m).collect(),
+            backlog: backlog.into_iter().map(|(m, _)| m).collect(),
+        };
+        let members: Vec<Member> = due[accepted..].iter().map(|(m, _)| *m).collect();
+        if let Err(e) = reader.restore(&members).await {
             tracing::warn!(%shard, error = %e, "cannot put refused members back; the sweeper will find them");
         }
         let refused = keys.len() - accepted;
         metrics::counter!("chime_scheduler_handoff_deferred_total").increment(refused as u64);
         if accepted > 0 {
-            *full_refusals = 0;
+            offers.full_refusals = 0;
         }
         let wait = s
             .refused_retry
-            .saturating_mul(1 << (*full_refusals).min(16))
+            .saturating_mul(1 << offers.full_refusals.min(16))
             .min(s.poll);
         if accepted == 0 {
-            *full_refusals += 1;
+            offers.full_refusals += 1;
         }
         if wait == s.poll {
             tracing::warn!(%shard, refused, "every executor is full; retrying");
@@ -197,7 +267,7 @@ impl Scheduler {
             until = until.min(next);
         }
         self.pause_until(until, stop).await;
-        false
+        back
     }
 }
 

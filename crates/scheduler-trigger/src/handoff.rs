@@ -106,10 +106,16 @@ impl GrpcExecutors {
                         run_at_ms: k.run_at.as_millis(),
                     })
                     .collect();
-                let on_time =
+                let request_on_time =
                     on_time.map(|n| u32::try_from(n.saturating_sub(done)).unwrap_or(u32::MAX));
                 match ExecutorServiceClient::new(replica.channel.clone())
-                    .execute(traced(&span, ExecuteRequest { tasks, on_time }))
+                    .execute(traced(
+                        &span,
+                        ExecuteRequest {
+                            tasks,
+                            on_time: request_on_time,
+                        },
+                    ))
                     .await
                 {
                     Ok(answer) => {
@@ -120,6 +126,13 @@ impl GrpcExecutors {
                         }
                         metrics::counter!("chime_scheduler_handoff_refused_total", "reason" => "full")
                             .increment(1);
+                        if i + 1 == replicas.len() && on_time.is_some_and(|n| done >= n) {
+                            // Only a backlog was refused, by every replica: its share of
+                            // room is taken. The shard offers it again after its own
+                            // back-off; rounds here would hold up the replies of the keys
+                            // on time merged into this call.
+                            return done;
+                        }
                     }
                     Err(status) => {
                         metrics::counter!("chime_scheduler_handoff_refused_total", "reason" => "error")

@@ -21,7 +21,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use chime_domain::{Backlog, BucketCount, Clock, ShardKey, Ticker, Timestamp};
+use chime_domain::{BucketCount, Clock, ShardKey, Ticker, Timestamp};
 use chime_runtime::Roster;
 use chime_storage::{HotIndex, LeaseToken, Leases, OccurrenceStore, TimerStore};
 use tokio::task::JoinHandle;
@@ -310,11 +310,7 @@ impl Scheduler {
             self.occurrences.clone(),
             s.read_limit,
         );
-        // Hand-offs in a row that every executor refused outright: each doubles the wait
-        // before the next offer, up to a poll, so executors saturated for long are not
-        // flooded with offers (nor Redis with the refused going back and forth).
-        let mut full_refusals: u32 = 0;
-        let mut backlog = Backlog::default();
+        let mut offers = dispatch::Offers::new(s.batch);
         tracing::debug!(%shard, "working shard");
         let finished = loop {
             if stop.is_cancelled() {
@@ -350,14 +346,7 @@ impl Scheduler {
             let poll_until = now.saturating_add(s.poll);
             let full_read = due.len() >= s.read_limit;
             let round = self
-                .dispatch(
-                    shard,
-                    &due,
-                    poll_until,
-                    &mut reader,
-                    (&mut full_refusals, &mut backlog),
-                    &stop,
-                )
+                .dispatch(shard, &due, poll_until, &mut reader, &mut offers, &stop)
                 .await;
             // After a refusal the shard is read again at once: the refused went back into it.
             // After a full read that was all handed off, too: more may be waiting.

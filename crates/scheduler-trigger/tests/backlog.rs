@@ -283,3 +283,57 @@ async fn keys_due_just_after_a_burst_are_handed_off_ahead_of_it_while_it_is_on_t
     );
     assert_on_time(&got, &after, "behind the burst's keys");
 }
+
+/// Takes `room` keys a call and counts every key offered.
+struct Counting {
+    room: usize,
+    offered: Mutex<usize>,
+    got: Mutex<usize>,
+}
+
+#[async_trait]
+impl Handoff for Counting {
+    async fn hand_off(&self, keys: &[TaskKey]) -> usize {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        *self.offered.lock().unwrap() += keys.len();
+        let n = keys.len().min(self.room);
+        *self.got.lock().unwrap() += n;
+        n
+    }
+}
+
+#[tokio::test]
+async fn a_backlog_executors_take_a_few_keys_of_at_a_time_is_offered_a_few_at_a_time() {
+    let (db, redis) = (testkit::pg().await, testkit::redis().await);
+    let now = SystemClock.now();
+    let backlog: Vec<_> = (0..800)
+        .map(|i| key(1_000 + i, now.add_millis(-2_000 + i)))
+        .collect();
+    built(&redis, backlog.iter()).await;
+    let executors = Arc::new(Counting {
+        room: 5,
+        offered: Mutex::new(0),
+        got: Mutex::new(0),
+    });
+    let (stop, run) = start(&db, &redis, executors.clone(), settings());
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while *executors.got.lock().unwrap() < backlog.len() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} of {} handed off",
+            executors.got.lock().unwrap(),
+            backlog.len()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    stop.cancel();
+    run.await.unwrap();
+    // Offering each shard's whole backlog again after every refusal (each time taken out of
+    // Redis, sent, and put back) offered ~40 times the keys here.
+    let offered = *executors.offered.lock().unwrap();
+    assert!(
+        offered <= backlog.len() * 8,
+        "{offered} keys offered to hand off {}",
+        backlog.len()
+    );
+}
