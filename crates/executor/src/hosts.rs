@@ -214,7 +214,10 @@ impl Hosts {
     /// Sends a waiting key back to be claimed, with a permit, in the lane it came in, or
     /// defers it.
     fn resume(&self, next: Waiting) {
-        let Some(permit) = self.permits.try_take(next.on_time, next.key.run_at) else {
+        let Some(permit) = self
+            .permits
+            .try_take(next.on_time, next.key.run_at, self.clock.now())
+        else {
             self.defer(vec![(next.key, next.bucket)]);
             return;
         };

@@ -13,6 +13,8 @@
 //! `max_in_flight` bounds memory and work, "full" is exact, and draining on shutdown is
 //! waiting for every permit to come back. A backlog may hold a quarter of them, and so may
 //! the keys due at any one instant (a burst); the rest are kept for keys on time (`lanes`).
+//! Keys on time and a backlog's are claimed by a loop each, so neither waits for the
+//! other's round trips.
 
 mod activity;
 mod cancel;
@@ -231,7 +233,8 @@ impl Executor {
             activity,
             cache: timers::TimerCache::new(settings_cache),
         });
-        tokio::spawn(claim::claim_loop(inner.clone(), on_time_jobs, jobs));
+        tokio::spawn(claim::claim_loop(inner.clone(), on_time_jobs));
+        tokio::spawn(claim::claim_loop(inner.clone(), jobs));
         tokio::spawn(record::outcome_loop(
             inner.clone(),
             outcomes,
@@ -279,7 +282,7 @@ impl Executor {
                 Some(n) => i < n,
                 None => !chime_domain::in_backlog(key.run_at, now),
             };
-            let Some(permit) = self.permits.try_take(on_time, key.run_at) else {
+            let Some(permit) = self.permits.try_take(on_time, key.run_at, now) else {
                 break;
             };
             let job = Job {

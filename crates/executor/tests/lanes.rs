@@ -1,4 +1,4 @@
-//! Keys on time are claimed before a backlog's: a burst that outruns the executor delays
+//! Keys on time are claimed apart from a backlog's: a burst that outruns the executor delays
 //! only itself (real PostgreSQL, callbacks to a loopback sink).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -15,7 +15,7 @@ use support::counting::Counting;
 use support::pg::*;
 
 #[tokio::test]
-async fn a_key_on_time_is_claimed_before_a_backlog_queued_ahead_of_it() {
+async fn a_key_on_time_is_claimed_apart_from_a_backlog_queued_ahead_of_it() {
     let s = setup().await;
     let t = timer(&s, "lanes", s.sink.url("/lanes"), &[]).await;
     let now = SystemClock.now();
@@ -50,13 +50,46 @@ async fn a_key_on_time_is_claimed_before_a_backlog_queued_ahead_of_it() {
         assert_eq!(finished(&s, *key).await.status, OccurrenceStatus::Succeeded);
     }
     let claimed = counting.claimed.lock().unwrap().clone();
+    let with_it = claimed.iter().find(|c| c.contains(&on_time)).unwrap();
     assert!(
-        claimed[1].first() == Some(&on_time),
-        "the claim after the held one starts with the key on time, not behind {} keys of \
-         backlog (claims: {:?})",
-        backlog.len(),
+        with_it == &[on_time],
+        "the key on time is claimed in a statement of its own, not with the backlog's \
+         (claims: {:?})",
         claimed.iter().map(Vec::len).collect::<Vec<_>>()
     );
+}
+
+#[tokio::test]
+async fn a_key_on_time_is_claimed_while_a_backlog_claim_is_in_progress() {
+    let s = setup().await;
+    let t = timer(&s, "beside", s.sink.url("/beside"), &[]).await;
+    let now = SystemClock.now();
+    let backlog: Vec<TaskKey> = (0..20)
+        .map(|i| TaskKey::new(t.id, now.add_millis(-2_000 - i)))
+        .collect();
+    let on_time = TaskKey::new(t.id, now.add_millis(200));
+    insert(&s, &t, &[backlog.clone(), vec![on_time]].concat()).await;
+
+    let counting = Counting::new(s.db.store());
+    let exec = executor_over(&s, counting.clone(), 100);
+    // The backlog's claim is held (a burst's claim on a busy database) ...
+    *counting.held_key.lock().unwrap() = Some(backlog[0]);
+    let held = counting.key_gate.write().await;
+    assert_eq!(exec.offer(&backlog).unwrap().accepted, backlog.len());
+    wait_for("the backlog's claim to start", || async {
+        counting.claims.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    // ... and the key on time is claimed and fired meanwhile, not behind it.
+    assert_eq!(exec.offer(&[on_time]).unwrap().accepted, 1);
+    assert_eq!(
+        finished(&s, on_time).await.status,
+        OccurrenceStatus::Succeeded
+    );
+    drop(held);
+    for key in &backlog {
+        assert_eq!(finished(&s, *key).await.status, OccurrenceStatus::Succeeded);
+    }
 }
 
 #[tokio::test]

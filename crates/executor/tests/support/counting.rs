@@ -22,6 +22,9 @@ pub struct Counting {
     pub claimed: std::sync::Mutex<Vec<Vec<TaskKey>>>,
     /// Claims wait while a test holds this for writing.
     pub gate: tokio::sync::RwLock<()>,
+    /// Claims of this key wait while a test holds `key_gate` for writing.
+    pub held_key: std::sync::Mutex<Option<TaskKey>>,
+    pub key_gate: tokio::sync::RwLock<()>,
 }
 
 impl Counting {
@@ -34,6 +37,8 @@ impl Counting {
             exclusive: AtomicUsize::new(0),
             claimed: std::sync::Mutex::new(Vec::new()),
             gate: tokio::sync::RwLock::new(()),
+            held_key: std::sync::Mutex::new(None),
+            key_gate: tokio::sync::RwLock::new(()),
         })
     }
 }
@@ -47,6 +52,11 @@ impl OccurrenceStore for Counting {
         self.claims.fetch_add(1, Ordering::SeqCst);
         self.claimed.lock().unwrap().push(keys.to_vec());
         let _open = self.gate.read().await;
+        let held = *self.held_key.lock().unwrap();
+        let _key_open = match held {
+            Some(k) if keys.contains(&k) => Some(self.key_gate.read().await),
+            _ => None,
+        };
         self.inner.claim(keys, claim).await
     }
     async fn held_for_exclusive(
