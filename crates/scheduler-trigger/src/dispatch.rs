@@ -26,11 +26,11 @@ pub(crate) struct Offers {
     full_refusals: u32,
     /// The shard's backlog, fixed when found.
     backlog: Backlog,
-    /// Backlog keys per hand-off, at most: halved to what executors last took when they
-    /// refused some, doubled when they took them all. An executor takes a backlog only
-    /// into its share of room, which a drain keeps taken: offering a whole batch each time
-    /// had executors refuse ~600,000 keys in a 20,000-key burst, each removed from Redis,
-    /// sent, and put back.
+    /// Backlog keys per hand-off, at most: twice what executors took of the last offer's
+    /// when they refused some (at least [`MIN_WINDOW`]), doubled when they took it all.
+    /// An executor takes a backlog only into its share of room, which a drain keeps
+    /// taken: offering a whole batch each time had executors refuse ~570,000 keys in a
+    /// 20,000-key burst, each removed from Redis, sent, and put back.
     window: usize,
 }
 
