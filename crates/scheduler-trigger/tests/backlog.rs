@@ -19,12 +19,13 @@ const BUCKETS: u32 = 4;
 
 /// A saturated executor fleet: it refuses every offer until `opens`; then each call takes
 /// `room` keys from the front and lasts `takes` (a gRPC round trip to executors that are
-/// busy), and every key taken is noted with when.
+/// busy), and every key taken is noted with when, and how many keys were offered.
 struct Saturated {
     opens: Timestamp,
     room: usize,
     takes: Duration,
     got: Mutex<Vec<(TaskKey, Timestamp)>>,
+    offered: Mutex<usize>,
 }
 
 #[async_trait]
@@ -34,6 +35,7 @@ impl Handoff for Saturated {
             return 0;
         }
         tokio::time::sleep(self.takes).await;
+        *self.offered.lock().unwrap() += keys.len();
         let n = keys.len().min(self.room);
         let now = SystemClock.now();
         self.got
@@ -96,18 +98,19 @@ fn start(
 
 /// Starts a scheduler handing off to a [`Saturated`] fleet that opens at `opens` and then
 /// takes 5 keys a 15-ms call; once it took `all` keys, stops the scheduler and returns what
-/// was taken, and when.
+/// was taken, and when, and how many keys were offered.
 async fn handed_off_slowly(
     db: &testkit::PgFixture,
     redis: &testkit::RedisFixture,
     opens: Timestamp,
     all: usize,
-) -> Vec<(TaskKey, Timestamp)> {
+) -> (Vec<(TaskKey, Timestamp)>, usize) {
     let executors = Arc::new(Saturated {
         opens,
         room: 5,
         takes: Duration::from_millis(15),
         got: Mutex::new(Vec::new()),
+        offered: Mutex::new(0),
     });
     let mut settings = settings();
     settings.poll = Duration::from_millis(100);
@@ -123,7 +126,8 @@ async fn handed_off_slowly(
     }
     stop.cancel();
     run.await.unwrap();
-    executors.got.lock().unwrap().clone()
+    let offered = *executors.offered.lock().unwrap();
+    (executors.got.lock().unwrap().clone(), offered)
 }
 
 /// Asserts each of `keys` was handed off on time: up to `dispatch_ahead` before due; a call
@@ -159,7 +163,7 @@ async fn keys_due_while_a_backlog_drains_are_handed_off_on_time() {
         .collect();
     built(&redis, backlog.iter().chain(&on_time)).await;
 
-    let got = handed_off_slowly(&db, &redis, now, backlog.len() + on_time.len()).await;
+    let (got, _) = handed_off_slowly(&db, &redis, now, backlog.len() + on_time.len()).await;
     let backlog_done = last_taken_below(&got, 5_000);
     let last_due = on_time.iter().map(|(k, _)| k.run_at).max().unwrap();
     assert!(
@@ -239,7 +243,7 @@ async fn keys_refused_beside_a_burst_stay_ahead_of_it_once_late() {
     // The executors are full until the keys after the burst are over 250 ms late (as while
     // they fire the burst's first keys), then drain it slowly.
     let opens = burst_at.add_millis(700);
-    let got = handed_off_slowly(&db, &redis, opens, burst.len() + after.len()).await;
+    let (got, _) = handed_off_slowly(&db, &redis, opens, burst.len() + after.len()).await;
     let burst_done = last_taken_below(&got, 5_000);
     assert!(
         burst_done.as_millis() - opens.as_millis() > 500,
@@ -273,7 +277,7 @@ async fn keys_due_just_after_a_burst_are_handed_off_ahead_of_it_while_it_is_on_t
         .collect();
     built(&redis, burst.iter().chain(&after)).await;
     // Open from the start, but a few keys a call: the burst takes over a second.
-    let got = handed_off_slowly(&db, &redis, now, burst.len() + after.len()).await;
+    let (got, _) = handed_off_slowly(&db, &redis, now, burst.len() + after.len()).await;
     let burst_done = last_taken_below(&got, 5_000);
     let last_due = after.iter().map(|(k, _)| k.run_at).max().unwrap();
     assert!(
@@ -284,24 +288,6 @@ async fn keys_due_just_after_a_burst_are_handed_off_ahead_of_it_while_it_is_on_t
     assert_on_time(&got, &after, "behind the burst's keys");
 }
 
-/// Takes `room` keys a call and counts every key offered.
-struct Counting {
-    room: usize,
-    offered: Mutex<usize>,
-    got: Mutex<usize>,
-}
-
-#[async_trait]
-impl Handoff for Counting {
-    async fn hand_off(&self, keys: &[TaskKey]) -> usize {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-        *self.offered.lock().unwrap() += keys.len();
-        let n = keys.len().min(self.room);
-        *self.got.lock().unwrap() += n;
-        n
-    }
-}
-
 #[tokio::test]
 async fn a_backlog_executors_take_a_few_keys_of_at_a_time_is_offered_a_few_at_a_time() {
     let (db, redis) = (testkit::pg().await, testkit::redis().await);
@@ -310,27 +296,9 @@ async fn a_backlog_executors_take_a_few_keys_of_at_a_time_is_offered_a_few_at_a_
         .map(|i| key(1_000 + i, now.add_millis(-2_000 + i)))
         .collect();
     built(&redis, backlog.iter()).await;
-    let executors = Arc::new(Counting {
-        room: 5,
-        offered: Mutex::new(0),
-        got: Mutex::new(0),
-    });
-    let (stop, run) = start(&db, &redis, executors.clone(), settings());
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while *executors.got.lock().unwrap() < backlog.len() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{} of {} handed off",
-            executors.got.lock().unwrap(),
-            backlog.len()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    stop.cancel();
-    run.await.unwrap();
+    let (_, offered) = handed_off_slowly(&db, &redis, now, backlog.len()).await;
     // Offering each shard's whole backlog again after every refusal (each time taken out of
-    // Redis, sent, and put back) offered ~40 times the keys here.
-    let offered = *executors.offered.lock().unwrap();
+    // Redis, sent, and put back) offered ~30 times the keys here (~5 with the window).
     assert!(
         offered <= backlog.len() * 8,
         "{offered} keys offered to hand off {}",
