@@ -33,6 +33,7 @@ mod beside;
 mod burst;
 mod creates;
 mod events;
+mod floor;
 mod harness;
 mod materialize;
 mod peers;
@@ -45,6 +46,7 @@ use beside::*;
 use burst::*;
 use creates::*;
 use events::*;
+use floor::*;
 use harness::*;
 use materialize::*;
 use peers::*;
@@ -67,6 +69,9 @@ pub enum Scenario {
     Population,
     #[value(name = "beside-burst")]
     BesideBurst,
+    /// The executors' HTTP callbacks alone, without Chime around them: the machine's ceiling.
+    #[value(name = "callback-floor")]
+    CallbackFloor,
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -76,7 +81,7 @@ pub struct Args {
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "burst,beside-burst,steady,every-second,sparse,materialize,api,purge,workers,population"
+        default_value = "burst,callback-floor,beside-burst,steady,every-second,sparse,materialize,api,purge,workers,population"
     )]
     pub scenarios: Vec<Scenario>,
     /// burst (and workers, once to workers and once over HTTP): one-shot timers due at the
@@ -309,6 +314,13 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 s,
                 Scenario::Materialize | Scenario::Purge | Scenario::Population
             );
+            if *s == Scenario::CallbackFloor && setup != Setup::PostgresRedis {
+                eprintln!(
+                    "scenario {s:?} on {}: skipped (no database: run once)",
+                    setup.name()
+                );
+                continue;
+            }
             if pg_only_scenario && setup != Setup::PostgresRedis {
                 eprintln!(
                     "scenario {s:?} on {}: skipped (PostgreSQL + Redis only)",
@@ -329,6 +341,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 Scenario::EverySecond => every_second_scenario(&args).await,
                 Scenario::Population => population(&args).await,
                 Scenario::BesideBurst => beside_burst(&args).await,
+                Scenario::CallbackFloor => callback_floor(&args).await,
             }
             .with_context(|| format!("scenario {s:?} on {}", setup.name()))?;
             outcome.setup = setup;
@@ -394,6 +407,13 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         side_by_side(&args.setups, &outcomes);
     }
     let comparison = (!peer_outcomes.is_empty()).then(|| compare(&outcomes, &peer_outcomes));
+    let floor_share = burst_share_of_floor(&outcomes);
+    if let Some(share) = floor_share {
+        println!(
+            "burst drain / callback floor: {:.0} % (the callbacks alone, on this machine now)",
+            share * 100.0
+        );
+    }
     let failed: Vec<String> = outcomes
         .iter()
         .flat_map(|o| {
@@ -434,6 +454,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             "graphile_poll_ms": args.peer.graphile_poll_ms,
         },
         "comparison": comparison,
+        "burst_share_of_callback_floor": floor_share,
         "targets_met": missed.is_empty(),
     });
     if let Some(dir) = args.out.parent() {
@@ -453,4 +474,19 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         bail!("targets missed:\n  {}", missed.join("\n  "));
     }
     Ok(())
+}
+
+/// The burst's drain rate over the callback floor's, when both ran on PostgreSQL + Redis:
+/// how much of what this machine can deliver over HTTP Chime drains, a figure that holds
+/// from one day's machine to another's better than either rate.
+fn burst_share_of_floor(outcomes: &[Outcome]) -> Option<f64> {
+    let figure = |scenario: &str, name: &str| {
+        outcomes
+            .iter()
+            .find(|o| o.scenario == scenario && o.setup == Setup::PostgresRedis)
+            .and_then(|o| o.figures.get(name)?.as_f64())
+    };
+    let drain = figure("burst", "drain_per_second")?;
+    let floor = figure("callback-floor", "callbacks_per_second")?;
+    (floor > 0.0).then(|| drain / floor)
 }

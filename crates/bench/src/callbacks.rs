@@ -1,0 +1,103 @@
+//! One client of the bench's callback-floor scenario (`chime-bench-callbacks`): an
+//! executor's share of a burst of callbacks, sent with the executor's own client and
+//! request (`HttpTarget::deliver`) and nothing around them (no claim, outcome or database).
+
+use std::time::Duration;
+
+use chime_domain::{
+    Bucket, CallbackInput, ClaimedOccurrence, Clock, OccurrenceStatus, ScheduleInput, SystemClock,
+    TaskKey, Timer, TimerId, Timestamp,
+};
+use chime_executor::{CallbackSettings, DeliveryTarget, HttpTarget};
+use futures::StreamExt;
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+#[derive(Debug, Clone, clap::Parser)]
+#[command(
+    name = "chime-bench-callbacks",
+    about = "One client of chime-bench's callback-floor scenario"
+)]
+pub struct ClientArgs {
+    #[arg(long)]
+    pub url: String,
+    #[arg(long)]
+    pub count: usize,
+    /// Callbacks in flight at once.
+    #[arg(long)]
+    pub concurrency: usize,
+    /// Unix ms to start at, so every client starts together.
+    #[arg(long)]
+    pub start_ms: i64,
+    /// This client's number: its keys differ from the others'.
+    #[arg(long)]
+    pub client: i64,
+}
+
+/// Sends the callbacks, prints `done {failed}`, then waits for stdin to close, so the
+/// scenario reads this process's CPU time before it exits.
+pub async fn run(a: ClientArgs) -> anyhow::Result<()> {
+    let mut config = chime_runtime::Config::default();
+    config.callbacks.allow_networks = vec!["127.0.0.0/8".into()];
+    let target = HttpTarget::new(CallbackSettings::from_config(&config))?;
+    let timer = floor_timer(&a.url)?;
+    let wait = a.start_ms - SystemClock.now().as_millis();
+    if wait > 0 {
+        tokio::time::sleep(Duration::from_millis(wait as u64)).await;
+    }
+    let start = Timestamp::from_millis(a.start_ms);
+    let failed = futures::stream::iter(0..a.count)
+        .map(|i| {
+            let id = a.client * 1_000_000_000 + i as i64 + 1;
+            let occurrence = ClaimedOccurrence {
+                key: TaskKey::new(TimerId::new(id).unwrap_or(timer.id), start),
+                timer_version: timer.version,
+                bucket: timer.bucket,
+                attempt: 1,
+                due: start,
+                backfill: false,
+                timer_now: Some(timer.version),
+            };
+            let (target, timer) = (&target, &timer);
+            async move { target.deliver(timer, occurrence, &SystemClock).await }
+        })
+        .buffer_unordered(a.concurrency.max(1))
+        .filter(|attempt| std::future::ready(attempt.outcome.status != OccurrenceStatus::Succeeded))
+        .count()
+        .await;
+    println!("done {failed}");
+    let mut rest = String::new();
+    let _ = BufReader::new(tokio::io::stdin())
+        .read_line(&mut rest)
+        .await;
+    Ok(())
+}
+
+/// A timer calling back `url` as the pipeline scenarios' timers do (POST, no body).
+fn floor_timer(url: &str) -> anyhow::Result<Timer> {
+    let now = SystemClock.now();
+    let mut spec = chime_storage::contract::spec_with(
+        "bench",
+        "floor",
+        &ScheduleInput {
+            every: Some("1h".into()),
+            ..Default::default()
+        },
+        now,
+    );
+    spec.callback = CallbackInput {
+        url: Some(url.to_owned()),
+        ..Default::default()
+    }
+    .parse()?;
+    Ok(Timer {
+        id: TimerId::new(1)?,
+        spec,
+        enabled: true,
+        version: 1,
+        bucket: Bucket::from_stored(0),
+        created_at: now,
+        updated_at: now,
+        deleted_at: None,
+        paused: None,
+    })
+}
