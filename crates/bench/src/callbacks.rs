@@ -2,6 +2,7 @@
 //! executor's share of a burst of callbacks, sent with the executor's own client and
 //! request (`HttpTarget::deliver`) and nothing around them (no claim, outcome or database).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use chime_domain::{
@@ -38,13 +39,14 @@ pub struct ClientArgs {
 pub async fn run(a: ClientArgs) -> anyhow::Result<()> {
     let mut config = chime_runtime::Config::default();
     config.callbacks.allow_networks = vec!["127.0.0.0/8".into()];
-    let target = HttpTarget::new(CallbackSettings::from_config(&config))?;
-    let timer = floor_timer(&a.url)?;
+    let target = Arc::new(HttpTarget::new(CallbackSettings::from_config(&config))?);
+    let timer = Arc::new(floor_timer(&a.url)?);
     let wait = a.start_ms - SystemClock.now().as_millis();
     if wait > 0 {
         tokio::time::sleep(Duration::from_millis(wait as u64)).await;
     }
     let start = Timestamp::from_millis(a.start_ms);
+    // A task per callback, as an executor runs them, spread over the runtime's workers.
     let failed = futures::stream::iter(0..a.count)
         .map(|i| {
             let id = a.client * 1_000_000_000 + i as i64 + 1;
@@ -57,11 +59,14 @@ pub async fn run(a: ClientArgs) -> anyhow::Result<()> {
                 backfill: false,
                 timer_now: Some(timer.version),
             };
-            let (target, timer) = (&target, &timer);
-            async move { target.deliver(timer, occurrence, &SystemClock).await }
+            let (target, timer) = (target.clone(), timer.clone());
+            tokio::spawn(async move {
+                let attempt = target.deliver(&timer, occurrence, &SystemClock).await;
+                attempt.outcome.status == OccurrenceStatus::Succeeded
+            })
         })
         .buffer_unordered(a.concurrency.max(1))
-        .filter(|attempt| std::future::ready(attempt.outcome.status != OccurrenceStatus::Succeeded))
+        .filter(|succeeded| std::future::ready(!matches!(succeeded, Ok(true))))
         .count()
         .await;
     println!("done {failed}");
