@@ -34,9 +34,12 @@ pub(crate) struct Offers {
     window: usize,
 }
 
-/// The fewest backlog keys a hand-off offers: enough for the room a drain frees between
-/// two offers of one shard.
-const MIN_WINDOW: usize = 16;
+/// The fewest backlog keys a hand-off offers. A drain keeps executors' backlog room taken,
+/// so most such offers probe a full executor, and each key refused is taken out of Redis,
+/// sent to every replica and put back: with 16, executors refused ~85,000 keys in a
+/// 20,000-key burst, with 4 ~62,000 (docs/backlog.md, ninth part). A shard whose window is
+/// taken whole doubles it.
+const MIN_WINDOW: usize = 4;
 
 impl Offers {
     pub(crate) fn new(batch: usize) -> Self {
