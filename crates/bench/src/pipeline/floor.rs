@@ -34,7 +34,13 @@ pub(super) async fn callback_floor(args: &Args) -> anyhow::Result<Outcome> {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .kill_on_drop(true)
-            .spawn()?;
+            .spawn()
+            .with_context(|| {
+                format!(
+                    "cannot start {} (built with chime-bench: cargo build -p chime-bench)",
+                    exe.display()
+                )
+            })?;
         children.push(child);
     }
     until(start_ms - 200).await;
