@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chime_domain::{
-    Bucket, CallbackInput, ClaimedOccurrence, Clock, OccurrenceStatus, ScheduleInput, SystemClock,
-    TaskKey, Timer, TimerId, Timestamp,
+    CallbackInput, ClaimedOccurrence, Clock, OccurrenceStatus, ScheduleInput, SystemClock, TaskKey,
+    Timer, TimerId, Timestamp,
 };
 use chime_executor::{CallbackSettings, DeliveryTarget, HttpTarget};
 use futures::StreamExt;
@@ -94,15 +94,5 @@ fn floor_timer(url: &str) -> anyhow::Result<Timer> {
         ..Default::default()
     }
     .parse()?;
-    Ok(Timer {
-        id: TimerId::new(1)?,
-        spec,
-        enabled: true,
-        version: 1,
-        bucket: Bucket::from_stored(0),
-        created_at: now,
-        updated_at: now,
-        deleted_at: None,
-        paused: None,
-    })
+    Ok(chime_storage::contract::unstored_timer(1, spec, now))
 }

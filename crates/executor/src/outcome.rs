@@ -96,54 +96,34 @@ pub(crate) fn completes(timer: Option<&Timer>, outcome: &Outcome) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use chime_domain::{
-        AppName, Bucket, CallbackInput, RetryPolicyInput, ScheduleInput, TaskKey, TimerId,
-        TimerName, TimerSpec,
-    };
+    use chime_domain::{Bucket, CallbackInput, RetryPolicyInput, ScheduleInput, TaskKey, TimerId};
 
     fn timer(delivery: DeliveryMode) -> Timer {
         let now = Timestamp::from_millis(0);
-        Timer {
-            id: TimerId::new(1).unwrap(),
-            spec: TimerSpec {
-                app: AppName::parse("a").unwrap(),
-                name: TimerName::parse("t").unwrap(),
-                schedule: ScheduleInput {
-                    every: Some("1m".into()),
-                    ..Default::default()
-                }
-                .resolve(now, None, None)
-                .unwrap(),
-                callback: CallbackInput {
-                    url: Some("http://x/".into()),
-                    ..Default::default()
-                }
-                .parse()
-                .unwrap(),
-                retry: RetryPolicyInput {
-                    max_attempts: Some(3),
-                    jitter: Some(false),
-                    ..Default::default()
-                }
-                .parse()
-                .unwrap(),
-                misfire: Default::default(),
-                delivery,
-                labels: Default::default(),
-                on_complete: Default::default(),
-                catch_up_window: None,
-                overlap: Default::default(),
-                window: None,
-                exclude_calendars: Vec::new(),
+        let mut spec = chime_storage::contract::spec_with(
+            "a",
+            "t",
+            &ScheduleInput {
+                every: Some("1m".into()),
+                ..Default::default()
             },
-            enabled: true,
-            version: 1,
-            bucket: Bucket::from_stored(0),
-            created_at: now,
-            updated_at: now,
-            deleted_at: None,
-            paused: None,
+            now,
+        );
+        spec.callback = CallbackInput {
+            url: Some("http://x/".into()),
+            ..Default::default()
         }
+        .parse()
+        .unwrap();
+        spec.retry = RetryPolicyInput {
+            max_attempts: Some(3),
+            jitter: Some(false),
+            ..Default::default()
+        }
+        .parse()
+        .unwrap();
+        spec.delivery = delivery;
+        chime_storage::contract::unstored_timer(1, spec, now)
     }
 
     fn failed(attempt: u32, retryable: bool, retry_after: Option<Duration>) -> Attempt {

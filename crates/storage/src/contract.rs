@@ -13,7 +13,8 @@ use std::time::Duration;
 
 use chime_domain::{
     AppName, Bucket, CallbackInput, Claim, Horizon, NewOccurrence, NewTimer, OccurrenceStatus,
-    Outcome, PageSize, ScheduleInput, ShardKey, TaskKey, TimerId, TimerName, TimerSpec, Timestamp,
+    Outcome, PageSize, ScheduleInput, ShardKey, TaskKey, Timer, TimerId, TimerName, TimerSpec,
+    Timestamp,
 };
 
 use crate::{
@@ -85,6 +86,23 @@ pub fn spec_with(app: &str, name: &str, schedule: &ScheduleInput, now: Timestamp
         overlap: Default::default(),
         window: None,
         exclude_calendars: Vec::new(),
+    }
+}
+
+/// Timer `id` as a store hands it back when just created (version 1, enabled, bucket 0),
+/// without a store: for code that takes a `Timer` (delivery targets, the bench's callback
+/// floor).
+pub fn unstored_timer(id: i64, spec: TimerSpec, now: Timestamp) -> Timer {
+    Timer {
+        id: TimerId::new(id).expect("test timer id"),
+        spec,
+        enabled: true,
+        version: 1,
+        bucket: Bucket::from_stored(0),
+        created_at: now,
+        updated_at: now,
+        deleted_at: None,
+        paused: None,
     }
 }
 

@@ -1,8 +1,7 @@
 //! A timer and a claimed occurrence of it, for the delivery-target tests.
 
 use chime_domain::{
-    Bucket, CallbackInput, ClaimedOccurrence, Clock, ScheduleInput, SystemClock, TaskKey, Timer,
-    TimerId,
+    CallbackInput, ClaimedOccurrence, Clock, ScheduleInput, SystemClock, TaskKey, Timer,
 };
 
 /// An hourly timer of app `ops` delivering to `callback`.
@@ -18,17 +17,7 @@ pub fn timer(callback: CallbackInput) -> Timer {
         now,
     );
     spec.callback = callback.parse().unwrap();
-    Timer {
-        id: TimerId::new(7).unwrap(),
-        spec,
-        enabled: true,
-        version: 1,
-        bucket: Bucket::from_stored(0),
-        created_at: now,
-        updated_at: now,
-        deleted_at: None,
-        paused: None,
-    }
+    chime_storage::contract::unstored_timer(7, spec, now)
 }
 
 /// Its occurrence due now, claimed for a first attempt.
