@@ -26,6 +26,24 @@ macro_rules! timer_cols {
     };
 }
 
+/// `occurrences o` joined to the rows of the `JSON_TABLE` aliased `$k`, by its primary key and
+/// nothing else. Left free, MariaDB picks another unique index plus a "rowid filter" built from
+/// a range of `occurrences_running_lease` once most rows are finished; under `FOR UPDATE SKIP
+/// LOCKED` building that filter locks every pending row, so a concurrent claim of a different
+/// key found its row locked and skipped it (fired 2-3 s late by the sweeper). Forcing the key
+/// keeps each statement to the rows it names.
+macro_rules! occurrences_by_key {
+    ($k:literal) => {
+        concat!(
+            " STRAIGHT_JOIN occurrences o FORCE INDEX (PRIMARY) ON o.timer_id = ",
+            $k,
+            ".timer_id AND o.run_at = ",
+            $k,
+            ".run_at"
+        )
+    };
+}
+
 /// `JSON_TABLE` over a parameter holding `[[timer_id, run_at], …]`, as `k`.
 macro_rules! keys_table {
     () => {

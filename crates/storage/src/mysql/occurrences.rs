@@ -64,7 +64,7 @@ async fn existing(conn: &mut MySqlConnection, keys: &[TaskKey]) -> StoreResult<H
     let found = sqlx::query(concat!(
         "SELECT o.timer_id, o.run_at FROM ",
         keys_table!(),
-        " STRAIGHT_JOIN occurrences o ON o.timer_id = k.timer_id AND o.run_at = k.run_at"
+        occurrences_by_key!("k")
     ))
     .bind(keys_json(keys))
     .fetch_all(&mut *conn)
@@ -110,8 +110,8 @@ pub(super) async fn insert_new(
     let adopted = sqlx::query(concat!(
         "UPDATE ",
         new_table!(),
-        " STRAIGHT_JOIN occurrences o ON o.timer_id = n.timer_id AND o.run_at = n.run_at \
-         SET o.bucket = n.bucket, o.next_attempt_at = n.due, o.timer_version = n.version \
+        occurrences_by_key!("n"),
+        " SET o.bucket = n.bucket, o.next_attempt_at = n.due, o.timer_version = n.version \
          WHERE o.status = 'pending' AND o.timer_version < n.version"
     ))
     .bind(&rows)
@@ -146,8 +146,8 @@ impl OccurrenceStore for MySqlStore {
             crate::rows::timer_now_col!(),
             " FROM ",
             keys_table!(),
-            " STRAIGHT_JOIN occurrences o ON o.timer_id = k.timer_id AND o.run_at = k.run_at \
-             WHERE (o.status IN ('pending', 'retrying') \
+            occurrences_by_key!("k"),
+            " WHERE (o.status IN ('pending', 'retrying') \
                     OR (o.status = 'running' AND o.lease_until < ?)) \
                AND (o.backfill IS NULL OR o.backfill = 'allow_all') \
              FOR UPDATE SKIP LOCKED"
@@ -167,8 +167,8 @@ impl OccurrenceStore for MySqlStore {
         sqlx::query(concat!(
             "UPDATE ",
             keys_table!(),
-            " STRAIGHT_JOIN occurrences o ON o.timer_id = k.timer_id AND o.run_at = k.run_at \
-             SET o.status = 'running', o.attempt = o.attempt + 1, o.lease_until = ?"
+            occurrences_by_key!("k"),
+            " SET o.status = 'running', o.attempt = o.attempt + 1, o.lease_until = ?"
         ))
         .bind(keys_json(&taken))
         .bind(claim.lease_until.as_millis())
@@ -192,8 +192,8 @@ impl OccurrenceStore for MySqlStore {
         let found = sqlx::query(concat!(
             "SELECT o.timer_id, o.run_at FROM ",
             keys_table!(),
-            " STRAIGHT_JOIN occurrences o ON o.timer_id = k.timer_id AND o.run_at = k.run_at \
-             WHERE o.backfill IS NOT NULL AND o.backfill <> 'allow_all' \
+            occurrences_by_key!("k"),
+            " WHERE o.backfill IS NOT NULL AND o.backfill <> 'allow_all' \
                AND (o.status IN ('pending', 'retrying') \
                     OR (o.status = 'running' AND o.lease_until < ?))"
         ))
@@ -252,13 +252,13 @@ impl OccurrenceStore for MySqlStore {
                 .iter()
                 .map(|(k, a)| json!([k.timer_id.get(), k.run_at.as_millis(), a])),
         );
-        let found = sqlx::query(
+        let found = sqlx::query(concat!(
             "SELECT o.timer_id, o.run_at FROM JSON_TABLE(?, '$[*]' COLUMNS ( \
                timer_id BIGINT PATH '$[0]', run_at BIGINT PATH '$[1]', \
-               attempt INT PATH '$[2]')) k \
-             STRAIGHT_JOIN occurrences o ON o.timer_id = k.timer_id AND o.run_at = k.run_at \
-             WHERE o.status = 'running' AND o.attempt = k.attempt",
-        )
+               attempt INT PATH '$[2]')) k",
+            occurrences_by_key!("k"),
+            " WHERE o.status = 'running' AND o.attempt = k.attempt"
+        ))
         .bind(rows)
         .fetch_all(&self.pool)
         .await?;
@@ -304,19 +304,19 @@ impl OccurrenceStore for MySqlStore {
                 c.next_attempt_ats[i]
             ])
         }));
-        let done = sqlx::query(
+        let done = sqlx::query(concat!(
             "UPDATE JSON_TABLE(?, '$[*]' COLUMNS (timer_id BIGINT PATH '$[0]', \
                run_at BIGINT PATH '$[1]', attempt INT PATH '$[2]', \
                status VARCHAR(16) PATH '$[3]', fired_at BIGINT PATH '$[4]', \
                http_status INT PATH '$[5]', output LONGTEXT PATH '$[6]', \
-               error LONGTEXT PATH '$[7]', next_attempt_at BIGINT PATH '$[8]')) u \
-             STRAIGHT_JOIN occurrences o ON o.timer_id = u.timer_id AND o.run_at = u.run_at \
-             SET o.status = u.status, o.fired_at = u.fired_at, \
+               error LONGTEXT PATH '$[7]', next_attempt_at BIGINT PATH '$[8]')) u",
+            occurrences_by_key!("u"),
+            " SET o.status = u.status, o.fired_at = u.fired_at, \
                o.lateness_ms = u.fired_at - o.run_at, o.http_status = u.http_status, \
                o.output = u.output, o.error = u.error, o.next_attempt_at = u.next_attempt_at, \
                o.lease_until = NULL \
-             WHERE o.status = 'running' AND o.attempt = u.attempt",
-        )
+             WHERE o.status = 'running' AND o.attempt = u.attempt"
+        ))
         .bind(rows)
         .execute(&self.pool)
         .await?;
@@ -375,8 +375,8 @@ impl OccurrenceStore for MySqlStore {
         let done = sqlx::query(concat!(
             "UPDATE ",
             keys_table!(),
-            " STRAIGHT_JOIN occurrences o ON o.timer_id = k.timer_id AND o.run_at = k.run_at \
-             SET o.status = 'skipped', o.error = ?, o.lease_until = NULL \
+            occurrences_by_key!("k"),
+            " SET o.status = 'skipped', o.error = ?, o.lease_until = NULL \
              WHERE o.status IN ('pending', 'retrying')"
         ))
         .bind(keys_json(keys))

@@ -38,8 +38,8 @@ impl MySqlStore {
         Ok(sqlx::query(concat!(
             "DELETE o FROM ",
             keys_table!(),
-            " STRAIGHT_JOIN occurrences o ON o.timer_id = k.timer_id AND o.run_at = k.run_at \
-             WHERE JSON_CONTAINS(?, JSON_QUOTE(o.status))"
+            occurrences_by_key!("k"),
+            " WHERE JSON_CONTAINS(?, JSON_QUOTE(o.status))"
         ))
         .bind(keys_json(&keys))
         .bind(&statuses)
@@ -82,7 +82,7 @@ impl Retention for MySqlStore {
         let ids = json_rows(ids.into_iter().map(|id| json!(id)));
         let their_rows = sqlx::query(
             "DELETE o FROM JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT PATH '$')) k \
-             STRAIGHT_JOIN occurrences o ON o.timer_id = k.id",
+             STRAIGHT_JOIN occurrences o FORCE INDEX (PRIMARY) ON o.timer_id = k.id",
         )
         .bind(&ids)
         .execute(&mut *tx)
