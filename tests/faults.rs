@@ -83,9 +83,10 @@ async fn kill_a_scheduler(s: Shared, test: &'static str) {
     late.sort_unstable();
     let (p99, worst) = (percentile(&late, 0.99), late[late.len() - 1]);
     // Once the dead replica's buckets are taken over (its membership lapses after 1 s), every
-    // occurrence fires on time through the hot path. One 2-3 s late was handed off, refused
-    // by a claim and fired by the sweeper (`sweep_after`, 2 s): on MariaDB a claim locked
-    // every pending row and its peers skipped theirs (storage/src/mysql/mod.rs).
+    // occurrence fires through the hot path. One fired by the sweeper is at least
+    // `sweep_after` (2 s) late: on MariaDB such were handed off and refused by a claim that
+    // found its row locked by a peer's (storage/src/mysql/mod.rs). 1.9 s leaves a slow
+    // machine's hiccups of the hot path alone.
     let settled: Vec<(i64, i64)> = sink
         .received()
         .iter()
@@ -93,7 +94,7 @@ async fn kill_a_scheduler(s: Shared, test: &'static str) {
             let at = ms(r.header("x-chime-scheduled-at")?);
             (at >= killed_at + 5_000).then_some((at - killed_at, r.at_ms - at))
         })
-        .filter(|(_, late)| *late > 1_500)
+        .filter(|(_, late)| *late > 1_900)
         .collect();
     // A replacement takes its share back.
     let restarted = tokio::time::Instant::now();
@@ -110,8 +111,8 @@ async fn kill_a_scheduler(s: Shared, test: &'static str) {
     assert!(p99 <= 1_500, "p99 lateness after the kill {p99} ms");
     assert!(
         settled.is_empty(),
-        "due at least 5 s after the kill yet over 1.5 s late ((ms after the kill, lateness)): \
-         {settled:?}"
+        "due at least 5 s after the kill yet over 1.9 s late, the sweeper's \
+         ((ms after the kill, lateness)): {settled:?}"
     );
     c.stop().await;
 }
