@@ -2,7 +2,8 @@
 //! trait, as for PostgreSQL; the group commit of single creates is `crate::create_queue`.
 //!
 //! Dialect notes: parameters are positional `?`, each bound once in order; batches travel
-//! as JSON arrays read through `JSON_TABLE`, joined first (`STRAIGHT_JOIN`) so each row is a
+//! as JSON arrays read through `JSON_TABLE`, joined first (`STRAIGHT_JOIN`, and to
+//! `occurrences` by its forced primary key: `occurrences_by_key!`) so each row is a
 //! primary-key probe; `UPDATE … RETURNING` does not exist in MySQL, so claims lock their rows
 //! with `FOR UPDATE SKIP LOCKED`, update them and answer from what they locked. Sessions run
 //! at READ COMMITTED: no gap locks, so concurrent inserts and claims do not deadlock.

@@ -426,7 +426,8 @@ impl TimerStore for MySqlStore {
         .await?;
         sqlx::query(
             "UPDATE JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT PATH '$[0]', \
-               bucket INT PATH '$[1]')) u STRAIGHT_JOIN occurrences o FORCE INDEX (PRIMARY) ON o.timer_id = u.id \
+               bucket INT PATH '$[1]')) u \
+             STRAIGHT_JOIN occurrences o FORCE INDEX (PRIMARY) ON o.timer_id = u.id \
              SET o.bucket = u.bucket WHERE o.status IN ('pending', 'retrying')",
         )
         .bind(&moves)
