@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chime_domain::{
-    CallbackInput, ClaimedOccurrence, Clock, OccurrenceStatus, ScheduleInput, SystemClock, TaskKey,
-    Timer, TimerId, Timestamp,
+    CallbackInput, ClaimedOccurrence, Clock, OccurrenceStatus, SystemClock, TaskKey, Timer,
+    TimerId, Timestamp,
 };
 use chime_executor::{CallbackSettings, DeliveryTarget, HttpTarget};
 use futures::StreamExt;
@@ -80,15 +80,7 @@ pub async fn run(a: ClientArgs) -> anyhow::Result<()> {
 /// A timer calling back `url` as the pipeline scenarios' timers do (POST, no body).
 fn floor_timer(url: &str) -> anyhow::Result<Timer> {
     let now = SystemClock.now();
-    let mut spec = chime_storage::contract::spec_with(
-        "bench",
-        "floor",
-        &ScheduleInput {
-            every: Some("1h".into()),
-            ..Default::default()
-        },
-        now,
-    );
+    let mut spec = chime_storage::contract::spec_every("bench", "floor", "1h", now);
     spec.callback = CallbackInput {
         url: Some(url.to_owned()),
         ..Default::default()

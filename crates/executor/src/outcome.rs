@@ -96,19 +96,11 @@ pub(crate) fn completes(timer: Option<&Timer>, outcome: &Outcome) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use chime_domain::{Bucket, CallbackInput, RetryPolicyInput, ScheduleInput, TaskKey, TimerId};
+    use chime_domain::{Bucket, CallbackInput, RetryPolicyInput, TaskKey, TimerId};
 
     fn timer(delivery: DeliveryMode) -> Timer {
         let now = Timestamp::from_millis(0);
-        let mut spec = chime_storage::contract::spec_with(
-            "a",
-            "t",
-            &ScheduleInput {
-                every: Some("1m".into()),
-                ..Default::default()
-            },
-            now,
-        );
+        let mut spec = chime_storage::contract::spec_every("a", "t", "1m", now);
         spec.callback = CallbackInput {
             url: Some("http://x/".into()),
             ..Default::default()

@@ -57,11 +57,16 @@ const H: Horizon = Horizon::DEFAULT;
 
 /// A valid timer spec for tests: every minute from [`T0`].
 pub fn spec(app: &str, name: &str) -> TimerSpec {
-    let every_minute = ScheduleInput {
-        every: Some("1m".into()),
+    spec_every(app, name, "1m", Timestamp::from_millis(T0))
+}
+
+/// [`spec_with`] a schedule of `every` (`"1h"`, `"1m"`, …) anchored at `now`.
+pub fn spec_every(app: &str, name: &str, every: &str, now: Timestamp) -> TimerSpec {
+    let schedule = ScheduleInput {
+        every: Some(every.into()),
         ..Default::default()
     };
-    spec_with(app, name, &every_minute, Timestamp::from_millis(T0))
+    spec_with(app, name, &schedule, now)
 }
 
 /// A valid timer spec for tests with `schedule` anchored at `now`, calling back a port

@@ -1,21 +1,11 @@
 //! A timer and a claimed occurrence of it, for the delivery-target tests.
 
-use chime_domain::{
-    CallbackInput, ClaimedOccurrence, Clock, ScheduleInput, SystemClock, TaskKey, Timer,
-};
+use chime_domain::{CallbackInput, ClaimedOccurrence, Clock, SystemClock, TaskKey, Timer};
 
 /// An hourly timer of app `ops` delivering to `callback`.
 pub fn timer(callback: CallbackInput) -> Timer {
     let now = SystemClock.now();
-    let mut spec = chime_storage::contract::spec_with(
-        "ops",
-        "target",
-        &ScheduleInput {
-            every: Some("1h".into()),
-            ..Default::default()
-        },
-        now,
-    );
+    let mut spec = chime_storage::contract::spec_every("ops", "target", "1h", now);
     spec.callback = callback.parse().unwrap();
     chime_storage::contract::unstored_timer(7, spec, now)
 }
