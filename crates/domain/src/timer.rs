@@ -349,6 +349,22 @@ impl Timer {
         Some(run_at.saturating_add(w.offset(crate::TaskKey::new(self.id, run_at))))
     }
 
+    /// When the scheduled run at `run_at` is overtaken: the instant its timer's next run
+    /// comes due. `None` for a one-shot, for the last run, and for a run the schedule does
+    /// not name (a trigger's).
+    pub fn overtaken_at(&self, run_at: Timestamp) -> Option<Timestamp> {
+        let schedule = &self.spec.schedule;
+        if schedule.is_one_shot() {
+            return None;
+        }
+        let mut runs = schedule.occurrences_between(run_at, crate::EXHAUSTED);
+        if runs.next() != Some(run_at) {
+            return None;
+        }
+        let next = runs.next()?;
+        Some(self.due_of(next).unwrap_or(next))
+    }
+
     /// Whether the occurrence at `run_at` is the last this timer will ever have.
     pub fn is_last_run(&self, run_at: Timestamp) -> bool {
         self.spec

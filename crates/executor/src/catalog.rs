@@ -43,7 +43,12 @@ pub const METRICS: &[MetricSpec] = &[
     (
         "chime_executor_skipped_total",
         Counter,
-        "Occurrences skipped at fire time: timer disabled, deleted or changed.",
+        "Occurrences skipped at fire time: timer disabled, deleted or changed, older than its catch_up_window, or misfired.",
+    ),
+    (
+        "chime_executor_misfired_total",
+        Counter,
+        "Recurring runs skipped at fire time because their timer's next run was due already (misfire policy fire_once or skip).",
     ),
     (
         "chime_executor_overlap_skipped_total",

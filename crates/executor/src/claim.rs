@@ -208,14 +208,17 @@ impl Inner {
                 continue;
             };
             let timer = timers.get(&job.key.timer_id);
-            if let Some(reason) = skip_reason(timer.map(Arc::as_ref), &occurrence, now) {
+            if let Some(skip) = skip_reason(timer.map(Arc::as_ref), &occurrence, now) {
                 metrics::counter!("chime_executor_skipped_total").increment(1);
+                if skip.misfired {
+                    metrics::counter!("chime_executor_misfired_total").increment(1);
+                }
                 let outcome = Outcome::ended(
                     job.key,
                     occurrence.attempt,
                     OccurrenceStatus::Skipped,
                     None,
-                    Some(reason),
+                    Some(skip.reason),
                 );
                 let _ = self.done.send(Done {
                     completes: completes(timer.map(Arc::as_ref), &outcome),

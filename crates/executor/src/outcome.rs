@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use chime_domain::{
-    ClaimedOccurrence, DeliveryMode, OccurrenceStatus, OnComplete, Outcome, Timer, Timestamp,
+    ClaimedOccurrence, DeliveryMode, MisfirePolicy, OccurrenceStatus, OnComplete, Outcome, Timer,
+    Timestamp,
 };
 
 use crate::targets::Attempt;
@@ -60,28 +61,71 @@ pub fn settle(
     outcome
 }
 
+/// Why a claimed occurrence must not fire.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Skip {
+    pub reason: String,
+    /// Overtaken by its timer's next run (the misfire policy), not stopped by the timer.
+    pub misfired: bool,
+}
+
 /// Why a claimed occurrence must not fire, if it must not: its timer is gone, disabled or
-/// changed, or (first attempts only) it is older than the timer's `catch_up_window`.
+/// changed, or (first attempts of scheduled runs only) it is older than the timer's
+/// `catch_up_window`, or its timer's next run is due already and the misfire policy is not
+/// `fire_all`: a run a whole interval late is skipped, not fired late behind the next one,
+/// so a fleet that falls behind catches up instead of firing every stale run in turn.
 pub(crate) fn skip_reason(
     timer: Option<&Timer>,
     claimed: &ClaimedOccurrence,
     now: Timestamp,
-) -> Option<String> {
+) -> Option<Skip> {
     let version = claimed.timer_version;
-    match timer {
-        None => Some("timer deleted".into()),
-        Some(t) if !t.enabled => Some("timer disabled".into()),
-        Some(t) if t.version != version => Some(format!(
-            "timer changed: this occurrence is of version {version}, the timer is at version {}",
-            t.version
-        )),
-        Some(t) => match t.spec.catch_up_window {
-            Some(w) if claimed.attempt <= 1 && w.exceeded(claimed.due, now) => Some(format!(
-                "older than the timer's catch_up_window ({w}) when it came to fire"
-            )),
-            _ => None,
-        },
+    let stopped = |reason: String| {
+        Some(Skip {
+            reason,
+            misfired: false,
+        })
+    };
+    let t = match timer {
+        None => return stopped("timer deleted".into()),
+        Some(t) if !t.enabled => return stopped("timer disabled".into()),
+        Some(t) if t.version != version => {
+            return stopped(format!(
+                "timer changed: this occurrence is of version {version}, the timer is at version {}",
+                t.version
+            ));
+        }
+        Some(t) => t,
+    };
+    if claimed.attempt > 1 {
+        return None;
     }
+    if let Some(w) = t.spec.catch_up_window
+        && w.exceeded(claimed.due, now)
+    {
+        return stopped(format!(
+            "older than the timer's catch_up_window ({w}) when it came to fire"
+        ));
+    }
+    // Only a late first attempt at its own due time walks the schedule: not a retry, a
+    // redrive or a backfill, which asked for this run whatever came after it.
+    let run_at = claimed.key.run_at;
+    let natural = t.due_of(run_at).unwrap_or(run_at);
+    if now <= claimed.due
+        || claimed.backfill
+        || claimed.due != natural
+        || t.spec.misfire == MisfirePolicy::FireAll
+    {
+        return None;
+    }
+    let next = t.overtaken_at(run_at).filter(|next| *next <= now)?;
+    Some(Skip {
+        reason: format!(
+            "misfired: the next run, due {}, was due before this one could start",
+            next.to_rfc3339()
+        ),
+        misfired: true,
+    })
 }
 
 /// Whether an occurrence that just ended was the last of a timer that deletes itself when
@@ -214,7 +258,12 @@ mod tests {
             skip_reason(Some(&t), &c, Timestamp::from_millis(now_ms))
         };
         assert_eq!(claimed(1, 59_000), None);
-        assert!(claimed(1, 61_000).unwrap().contains("catch_up_window"));
+        assert!(
+            claimed(1, 61_000)
+                .unwrap()
+                .reason
+                .contains("catch_up_window")
+        );
         // A retry is governed by retry.max_age, not by the catch-up window.
         assert_eq!(claimed(2, 61_000), None);
         assert_eq!(
@@ -231,9 +280,61 @@ mod tests {
                 },
                 Timestamp::from_millis(0)
             )
+            .map(|s| s.reason)
             .as_deref(),
             Some("timer deleted")
         );
+    }
+
+    #[test]
+    fn a_first_attempt_its_timers_next_run_overtook_is_misfired() {
+        // Every minute from 60 s on.
+        let mut t = timer(DeliveryMode::AtLeastOnce);
+        let claimed = |run_at_ms: i64, attempt, due_ms: i64| ClaimedOccurrence {
+            key: TaskKey::new(t.id, Timestamp::from_millis(run_at_ms)),
+            timer_version: 1,
+            bucket: Bucket::from_stored(0),
+            attempt,
+            due: Timestamp::from_millis(due_ms),
+            backfill: false,
+            timer_now: Some(1),
+        };
+        let at = |c: &ClaimedOccurrence, t: &Timer, now_ms| {
+            skip_reason(Some(t), c, Timestamp::from_millis(now_ms))
+        };
+        let run = claimed(60_000, 1, 60_000);
+        // Late, but the next run (120 s) is not due yet: it fires.
+        assert_eq!(at(&run, &t, 119_999), None);
+        let skip = at(&run, &t, 120_000).unwrap();
+        assert!(skip.misfired, "{skip:?}");
+        assert!(skip.reason.starts_with("misfired"), "{}", skip.reason);
+        // A retry, a redrive (due later than the run) and a trigger (not a scheduled run)
+        // asked for this run: they fire however late.
+        assert_eq!(at(&claimed(60_000, 2, 61_000), &t, 200_000), None);
+        assert_eq!(at(&claimed(60_000, 1, 150_000), &t, 200_000), None);
+        assert_eq!(at(&claimed(61_234, 1, 61_234), &t, 200_000), None);
+        let backfilled = ClaimedOccurrence {
+            backfill: true,
+            ..run.clone()
+        };
+        assert_eq!(at(&backfilled, &t, 200_000), None);
+        // fire_all fires every run, skip and fire_once skip the overtaken.
+        t.spec.misfire = MisfirePolicy::FireAll;
+        assert_eq!(at(&run, &t, 200_000), None);
+        t.spec.misfire = MisfirePolicy::Skip;
+        assert!(at(&run, &t, 200_000).unwrap().misfired);
+        // A one-shot is never overtaken.
+        let mut once = timer(DeliveryMode::AtLeastOnce);
+        once.spec = chime_storage::contract::spec_with(
+            "a",
+            "once",
+            &chime_domain::ScheduleInput {
+                at: Some("1970-01-01T00:01:00Z".into()),
+                ..Default::default()
+            },
+            Timestamp::from_millis(0),
+        );
+        assert_eq!(at(&run, &once, 600_000), None);
     }
 
     #[test]

@@ -41,6 +41,11 @@ pub const METRICS: &[MetricSpec] = &[
         "Live scheduler replicas as this replica sees them.",
     ),
     (
+        "chime_scheduler_lag_seconds",
+        Gauge,
+        "How late the oldest due key of this replica's shards not yet handed off is: 0 while keys go out on time, growing while executors cannot take what is due.",
+    ),
+    (
         "chime_sweeper_handed_off_total",
         Counter,
         "Overdue or abandoned occurrences the sweeper handed to executors.",

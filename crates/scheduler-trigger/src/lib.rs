@@ -13,6 +13,7 @@
 mod catalog;
 mod dispatch;
 pub mod handoff;
+mod lag;
 mod ownership;
 mod shard;
 mod sweeper;
@@ -116,6 +117,7 @@ pub struct Scheduler {
     roster: OnceLock<Arc<Roster>>,
     /// The shards held at the last tick, for the ownership view.
     held_now: Mutex<Vec<ShardKey>>,
+    lag: lag::Lag,
 }
 
 /// A shard worker and how to stop it when its bucket goes to a peer.
@@ -163,7 +165,14 @@ impl Scheduler {
             token: LeaseToken::random(),
             roster: OnceLock::new(),
             held_now: Mutex::new(Vec::new()),
+            lag: lag::Lag::default(),
         })
+    }
+
+    /// How late the oldest due key of this replica's shards that it has not handed off yet
+    /// is, as of their last reads (`chime_scheduler_lag_seconds`).
+    pub fn lag(&self) -> Duration {
+        self.lag.at(self.clock.now())
     }
 
     /// This replica's lease token, which is also its member id.
@@ -322,7 +331,10 @@ impl Scheduler {
                 .await
             {
                 LeaseState::Held => {}
-                LeaseState::Lost => return false,
+                LeaseState::Lost => {
+                    self.lag.forget(shard);
+                    return false;
+                }
                 LeaseState::Unknown => break false,
             }
             if now > shard.minute_end().add_millis(120_000) {
@@ -333,7 +345,10 @@ impl Scheduler {
             // read again at every poll until its turn.
             let window = (s.poll + s.dispatch_ahead).min(s.lookahead);
             let due = match reader.read(now.saturating_add(window)).await {
-                Ok(due) => due,
+                Ok(due) => {
+                    self.lag.note(shard, due.first().map(|(_, at)| *at));
+                    due
+                }
                 Err(e) => {
                     tracing::warn!(%shard, error = %e, "cannot read shard");
                     self.pause_until(now.saturating_add(s.poll), &stop).await;
@@ -354,6 +369,7 @@ impl Scheduler {
                 self.pause_until(poll_until, &stop).await;
             }
         };
+        self.lag.forget(shard);
         if let Err(e) = self.leases.release(&name, &self.token).await {
             tracing::debug!(%shard, error = %e, "cannot release shard lease; it will lapse");
         }

@@ -70,6 +70,7 @@ impl Scheduler {
             .collect();
         metrics::gauge!("chime_scheduler_shards_held").set(shards.len() as f64);
         metrics::gauge!("chime_scheduler_members").set(view.members().len() as f64);
+        metrics::gauge!("chime_scheduler_lag_seconds").set(self.lag().as_secs_f64());
         shards.sort();
         if let Ok(mut now) = self.held_now.lock() {
             *now = shards;
@@ -103,6 +104,7 @@ impl Scheduler {
             "owned": view.mine().len(),
             "buckets": buckets,
             "shards_held": held,
+            "lag_seconds": self.lag().as_secs_f64(),
         })
     }
 }

@@ -17,8 +17,12 @@ use tokio_util::sync::CancellationToken;
 use crate::Scheduler;
 
 const LEASE: &str = "sweeper";
-/// Overdue occurrences looked at per sweep.
+/// Overdue occurrences looked at per page.
 const SWEEP_LIMIT: u32 = 2_000;
+/// Pages one sweep works through at most while each is full and taken whole: after an
+/// overload or an outage, tens of thousands of rows may be overdue, and a page a second left
+/// one-shots behind them waiting for a minute.
+const MAX_PAGES: usize = 10;
 
 /// What one sweep did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -36,6 +40,9 @@ pub struct Swept {
 struct Plan {
     hand_off: Vec<TaskKey>,
     skip: Vec<TaskKey>,
+    /// Runs of timers that are gone, disabled or changed since they were written, by why:
+    /// skipped here rather than handed to an executor to skip.
+    stopped: HashMap<&'static str, Vec<TaskKey>>,
     abandon: Vec<Outcome>,
 }
 
@@ -60,17 +67,26 @@ impl Scheduler {
             if !held {
                 continue;
             }
-            match self.sweep().await {
-                Ok(s) if s != Swept::default() => {
-                    tracing::info!(
-                        handed_off = s.handed_off,
-                        skipped = s.skipped,
-                        abandoned = s.abandoned,
-                        "sweeper recovered overdue occurrences"
-                    );
+            for _ in 0..MAX_PAGES {
+                match self.sweep_page().await {
+                    Ok((s, more)) => {
+                        if s != Swept::default() {
+                            tracing::info!(
+                                handed_off = s.handed_off,
+                                skipped = s.skipped,
+                                abandoned = s.abandoned,
+                                "sweeper recovered overdue occurrences"
+                            );
+                        }
+                        if !more || stop.is_cancelled() {
+                            break;
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "sweep failed");
+                        break;
+                    }
                 }
-                Ok(_) => {}
-                Err(e) => tracing::warn!(error = %e, "sweep failed"),
             }
         }
         if held {
@@ -78,8 +94,14 @@ impl Scheduler {
         }
     }
 
-    /// One sweep.
+    /// One page of a sweep: the oldest overdue occurrences.
     pub async fn sweep(&self) -> StoreResult<Swept> {
+        Ok(self.sweep_page().await?.0)
+    }
+
+    /// One page, and whether another may follow at once: this one was full and executors
+    /// took all of it.
+    async fn sweep_page(&self) -> StoreResult<(Swept, bool)> {
         let now = self.clock.now();
         let overdue = self
             .occurrences
@@ -90,8 +112,9 @@ impl Scheduler {
             )
             .await?;
         if overdue.is_empty() {
-            return Ok(Swept::default());
+            return Ok((Swept::default(), false));
         }
+        let full = overdue.len() == SWEEP_LIMIT as usize;
         let mut ids: Vec<TimerId> = overdue.iter().map(|o| o.key.timer_id).collect();
         ids.sort_unstable();
         ids.dedup();
@@ -111,6 +134,9 @@ impl Scheduler {
             abandoned: self.occurrences.record_outcomes(&plan.abandon).await?,
             ..Swept::default()
         };
+        for (reason, keys) in &plan.stopped {
+            swept.skipped += self.occurrences.skip_occurrences(keys, reason).await?;
+        }
         // A skipped or abandoned last occurrence ends a timer that deletes itself when done.
         let mut finished: Vec<TimerId> = plan
             .skip
@@ -137,7 +163,8 @@ impl Scheduler {
         metrics::counter!("chime_sweeper_handed_off_total").increment(swept.handed_off as u64);
         metrics::counter!("chime_sweeper_skipped_total").increment(swept.skipped);
         metrics::counter!("chime_sweeper_abandoned_total").increment(swept.abandoned);
-        Ok(swept)
+        let more = full && swept.handed_off == plan.hand_off.len();
+        Ok((swept, more))
     }
 
     fn plan(
@@ -172,17 +199,26 @@ impl Scheduler {
             }
             let late = now.as_millis() - o.due_at().as_millis();
             match timer {
-                // Gone, disabled or changed timers are handed off too: the executor records
-                // why it skips them. A backfill asked for its runs: no misfire policy drops
-                // them (the catch-up window still may).
-                Some(t)
-                    if late > threshold
-                        && o.backfill.is_none()
-                        && t.fires_version(o.timer_version) =>
-                {
+                // Runs of a timer gone, disabled or changed since are skipped here, with the
+                // reason an executor would give: handed off, each would cost a claim and an
+                // outcome (a disabled timer's lead of runs, after an overload).
+                None => plan.stopped.entry("timer deleted").or_default().push(o.key),
+                Some(t) if !t.enabled || t.deleted_at.is_some() => plan
+                    .stopped
+                    .entry("timer disabled")
+                    .or_default()
+                    .push(o.key),
+                Some(t) if t.version != o.timer_version => plan
+                    .stopped
+                    .entry("timer changed since this occurrence was written")
+                    .or_default()
+                    .push(o.key),
+                // A backfill asked for its runs: no misfire policy drops them (the catch-up
+                // window still may).
+                Some(t) if late > threshold && o.backfill.is_none() => {
                     misfired.entry(t.id).or_default().push(o);
                 }
-                _ => plan.hand_off.push(o.key),
+                Some(_) => plan.hand_off.push(o.key),
             }
         }
         for (id, mut occurrences) in misfired {

@@ -306,3 +306,54 @@ async fn a_backlog_executors_take_a_few_keys_of_at_a_time_is_offered_a_few_at_a_
         backlog.len()
     );
 }
+
+#[tokio::test]
+async fn lag_is_how_late_the_oldest_key_not_handed_off_is() {
+    let (db, redis) = (testkit::pg().await, testkit::redis().await);
+    let now = SystemClock.now();
+    // Keys two seconds overdue, which executors refuse for three seconds.
+    let keys: Vec<_> = (0..20)
+        .map(|i| key(1_000 + i, now.add_millis(-2_000)))
+        .collect();
+    built(&redis, keys.iter()).await;
+    let executors = Arc::new(FullUntil {
+        until: now.add_millis(3_000),
+        calls: Mutex::new(0),
+        got: Mutex::new(0),
+    });
+    let scheduler = Scheduler::new(
+        db.store(),
+        redis.hot_index(),
+        redis.leases(),
+        db.store(),
+        executors.clone(),
+        Arc::new(SystemClock),
+        settings(),
+    );
+    assert_eq!(scheduler.lag(), Duration::ZERO, "nothing read yet");
+    let stop = CancellationToken::new();
+    let run = tokio::spawn(scheduler.clone().run(stop.clone(), Duration::from_secs(5)));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    // While refused, the lag is the keys' lateness and grows with it.
+    while scheduler.lag() < Duration::from_millis(2_500) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "lag {:?} while keys 2 s late were refused",
+            scheduler.lag()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(*executors.got.lock().unwrap(), 0, "taken while full");
+    // Once taken, nothing is behind.
+    while *executors.got.lock().unwrap() < keys.len() || scheduler.lag() > Duration::ZERO {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} taken, lag {:?}",
+            executors.got.lock().unwrap(),
+            scheduler.lag()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    stop.cancel();
+    run.await.unwrap();
+}

@@ -669,6 +669,75 @@ async fn misfire_policies_decide_what_an_outage_fires() {
 }
 
 #[tokio::test]
+async fn the_sweeper_skips_runs_of_stopped_timers_itself() {
+    let s = setup().await;
+    let spec = |name| (name, every_second(), MisfirePolicy::FireOnce);
+    let mut made = Vec::new();
+    for (name, schedule, misfire) in [spec("paused"), spec("gone"), spec("changed")] {
+        made.push(timer(&s, name, schedule, misfire, DeliveryMode::AtLeastOnce).await);
+    }
+    let live = timer(
+        &s,
+        "live",
+        every_second(),
+        MisfirePolicy::FireOnce,
+        DeliveryMode::AtLeastOnce,
+    )
+    .await;
+    let rows: Vec<Vec<TaskKey>> = {
+        let mut rows = Vec::new();
+        for t in &made {
+            rows.push(overdue(&s, t, &[3_000, 4_000]).await);
+        }
+        rows
+    };
+    let live_key = overdue(&s, &live, &[3_000]).await[0];
+    let (paused, gone, changed) = (&made[0], &made[1], &made[2]);
+    s.db.store
+        .set_timer_enabled(paused.id, false, chime_domain::Horizon::DEFAULT)
+        .await
+        .unwrap();
+    s.db.store.delete_timer(gone.id).await.unwrap();
+    s.db.store
+        .update_timer(
+            changed.id,
+            None,
+            timer_spec(
+                "changed",
+                ScheduleInput {
+                    every: Some("2s".into()),
+                    ..Default::default()
+                },
+                MisfirePolicy::FireOnce,
+                DeliveryMode::AtLeastOnce,
+            ),
+            chime_domain::Horizon::DEFAULT,
+        )
+        .await
+        .unwrap();
+
+    let swept = sweeper(&s).sweep().await.unwrap();
+    // Only the live timer's run goes to an executor; the six others are skipped here.
+    let got: Vec<TaskKey> = s.recorder.got().iter().map(|(k, _)| *k).collect();
+    assert_eq!(got, vec![live_key]);
+    assert_eq!((swept.handed_off, swept.skipped), (1, 6));
+    for (keys, why) in rows
+        .iter()
+        .zip(["timer disabled", "timer deleted", "timer changed"])
+    {
+        for k in keys {
+            let o = s.db.store.get_occurrence(*k).await.unwrap().unwrap();
+            assert_eq!(o.status, OccurrenceStatus::Skipped);
+            assert!(
+                o.error.as_deref().unwrap().starts_with(why),
+                "{:?}",
+                o.error
+            );
+        }
+    }
+}
+
+#[tokio::test]
 async fn shard_workers_leave_misfired_members_to_the_sweeper() {
     let s = setup().await;
     // Due 20 s ago (the shard was not worked: an outage) and due shortly.

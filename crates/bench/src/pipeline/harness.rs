@@ -29,7 +29,7 @@ impl BenchDb {
 /// A deployment for one scenario, removed when dropped.
 pub(super) struct Deployment {
     pub(super) cluster: Cluster,
-    pub(super) sink: Sink,
+    pub(super) sink: Arc<Sink>,
     pub(super) _db: BenchDb,
     pub(super) _redis: Option<testkit::RedisFixture>,
 }
@@ -48,7 +48,7 @@ impl Deployment {
             Setup::Postgres => None,
             _ => Some(testkit::redis().await),
         };
-        let sink = Sink::start_lean().await?;
+        let sink = Arc::new(Sink::start_lean().await?);
         let mut all: Vec<(&'static str, String)> = vec![
             ("CHIME_LOG", "warn".into()),
             ("CHIME_BUCKETS", args.buckets.to_string()),

@@ -36,10 +36,12 @@ mod events;
 mod floor;
 mod harness;
 mod materialize;
+mod overload;
 mod peers;
 mod periodic;
 mod pgwork;
 mod population;
+mod unbounded;
 mod workers;
 
 use beside::*;
@@ -49,10 +51,12 @@ use events::*;
 use floor::*;
 use harness::*;
 use materialize::*;
+use overload::*;
 use peers::*;
 use periodic::*;
 use pgwork::*;
 use population::*;
+use unbounded::*;
 use workers::*;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -72,6 +76,16 @@ pub enum Scenario {
     /// The executors' HTTP callbacks alone, without Chime around them: the machine's ceiling.
     #[value(name = "callback-floor")]
     CallbackFloor,
+    /// steady with timers created by batch before the first firing, their phases spread by
+    /// `start_at` and their runs ended by `end_at`: not how users make them.
+    #[value(name = "steady-bounded")]
+    SteadyBounded,
+    /// every-second the same way.
+    #[value(name = "every-second-bounded")]
+    EverySecondBounded,
+    /// More every-second timers than the fleet fires, then most of them disabled: the
+    /// timers kept within seconds meanwhile, and on time again once the load fell.
+    Overload,
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -81,7 +95,7 @@ pub struct Args {
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "burst,callback-floor,beside-burst,steady,every-second,sparse,materialize,api,purge,workers,population"
+        default_value = "burst,callback-floor,beside-burst,steady,every-second,overload,sparse,materialize,api,purge,workers,population"
     )]
     pub scenarios: Vec<Scenario>,
     /// burst (and workers, once to workers and once over HTTP): one-shot timers due at the
@@ -134,6 +148,17 @@ pub struct Args {
     /// be on time again before the window.
     #[arg(long, default_value_t = 1_800)]
     pub population_settle: u64,
+    /// overload: every-second timers kept through the overload.
+    #[arg(long, default_value_t = 3_000)]
+    pub overload_kept: usize,
+    /// overload: every-second timers beside them, disabled after `--overload-duration`.
+    #[arg(long, default_value_t = 12_000)]
+    pub overload_dropped: usize,
+    /// overload: seconds of overload, and then of recovery measured.
+    #[arg(long, default_value_t = 60)]
+    pub overload_duration: u64,
+    #[arg(long, default_value_t = 60)]
+    pub overload_recovery: u64,
     /// api: timers created per measurement (REST and gRPC, single and batch).
     #[arg(long, default_value_t = 20_000)]
     pub api_requests: usize,
@@ -332,16 +357,19 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             let t = Instant::now();
             let mut outcome = match s {
                 Scenario::Burst => burst(&args).await,
-                Scenario::Steady => steady(&args).await,
+                Scenario::Steady => steady(&args, Shape::Unbounded).await,
+                Scenario::SteadyBounded => steady(&args, Shape::Bounded).await,
                 Scenario::Sparse => sparse(&args).await,
                 Scenario::Materialize => materialize(&args).await,
                 Scenario::Api => api(&args).await,
                 Scenario::Purge => purge(&args).await,
                 Scenario::Workers => workers(&args).await,
-                Scenario::EverySecond => every_second_scenario(&args).await,
+                Scenario::EverySecond => every_second_scenario(&args, Shape::Unbounded).await,
+                Scenario::EverySecondBounded => every_second_scenario(&args, Shape::Bounded).await,
                 Scenario::Population => population(&args).await,
                 Scenario::BesideBurst => beside_burst(&args).await,
                 Scenario::CallbackFloor => callback_floor(&args).await,
+                Scenario::Overload => overload(&args).await,
             }
             .with_context(|| format!("scenario {s:?} on {}", setup.name()))?;
             outcome.setup = setup;
