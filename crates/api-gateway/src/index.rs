@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use chime_domain::{Clock, NewOccurrence, Timestamp};
+use chime_domain::{Clock, NewOccurrence, TimerId, Timestamp};
 use chime_storage::{HotEntry, HotIndex, StoreError};
 use tokio::sync::{mpsc, oneshot};
 
@@ -124,6 +124,52 @@ impl IndexWriter {
                 occurrences = count,
                 "hot index write slower than {WRITE_TIMEOUT:?}; the request goes on without it"
             );
+        }
+    }
+}
+
+impl IndexWriter {
+    /// Takes `entries` out of the index (a disabled or deleted timer's runs, removed from
+    /// the database); never fails the request. One left behind is handed off and finds no
+    /// row to claim.
+    pub async fn remove(&self, entries: &[HotEntry]) {
+        let Some(index) = &self.index else { return };
+        if entries.is_empty() || self.health.skipping(self.health.clock.now()) {
+            return;
+        }
+        let mut by_shard: std::collections::BTreeMap<chime_domain::ShardKey, Vec<_>> =
+            Default::default();
+        for e in entries {
+            by_shard.entry(e.shard).or_default().push(e.key);
+        }
+        let removing = async {
+            for (shard, keys) in &by_shard {
+                index.remove(*shard, keys).await?;
+            }
+            Ok::<(), StoreError>(())
+        };
+        match tokio::time::timeout(WRITE_TIMEOUT, removing).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => self.health.failed(&e.to_string(), entries.len()),
+            Err(_) => tracing::debug!(
+                occurrences = entries.len(),
+                "hot index removal slower than {WRITE_TIMEOUT:?}; the request goes on without it"
+            ),
+        }
+    }
+}
+
+impl crate::service::TimerService {
+    /// After a timer stopped (disabled, paused, deleted): its runs still to come leave the
+    /// database and the hot index, so no executor spends a claim on each to skip it. Best
+    /// effort: what stays (a failure here, a migrator step racing the change) is skipped by
+    /// the timer's version when it comes due.
+    pub(crate) async fn unschedule(&self, id: TimerId) {
+        match self.occurrences.drop_pending(id, self.clock.now()).await {
+            Ok(dropped) => self.index.remove(&dropped).await,
+            Err(e) => {
+                tracing::warn!(timer = %id, error = %e, "cannot drop a stopped timer's pending runs; they are skipped when due");
+            }
         }
     }
 }

@@ -380,7 +380,9 @@ impl TimerApi for TimerService {
     async fn delete_timer(&self, ctx: &RequestContext, id: TimerId) -> ApiResult<()> {
         ctx.require(Scope::Write)?;
         self.check_visible(ctx, id).await?;
-        Ok(self.timers.delete_timer(id).await?)
+        self.timers.delete_timer(id).await?;
+        self.unschedule(id).await;
+        Ok(())
     }
 
     async fn set_timer_enabled(
@@ -395,6 +397,9 @@ impl TimerApi for TimerService {
             .timers
             .set_timer_enabled(id, enabled, self.horizon)
             .await?;
+        if !enabled {
+            self.unschedule(id).await;
+        }
         Ok(self.indexed(written).await)
     }
 
@@ -416,7 +421,9 @@ impl TimerApi for TimerService {
                 Caller::Token { id, .. } => Some(id.to_string()),
             },
         };
-        Ok(self.view(self.timers.pause_timer(id, &note).await?))
+        let paused = self.timers.pause_timer(id, &note).await?;
+        self.unschedule(id).await;
+        Ok(self.view(paused))
     }
 
     async fn next_runs(

@@ -471,20 +471,31 @@ async fn changes_write_their_first_occurrences_and_index_them() {
         chime_domain::Timestamp::parse_rfc3339(t["next_runs"][0]["utc"].as_str().unwrap()).unwrap();
     assert_eq!(stored[0], (next.as_millis(), 1));
 
+    let bucket = {
+        use chime_storage::TimerStore;
+        let timer_id = chime_domain::TimerId::new(id).unwrap();
+        gw.db.store.get_timer(timer_id).await.unwrap().bucket
+    };
     gw.send(Method::POST, &format!("/v1/timers/{id}/disable"), None)
         .await;
+    if let Some(redis) = &gw.redis {
+        let shard = chime_domain::ShardKey::new(next, bucket);
+        let left = redis.hot_index().due(shard, next, 10).await.unwrap();
+        assert!(left.is_empty(), "{left:?} still indexed");
+    }
+    // Disabled, its runs still to come leave the database and the hot index: no executor
+    // claims each of them only to skip it.
     assert_eq!(
-        stored_and_indexed(&gw, id).await.0.len(),
-        1,
-        "disable writes nothing"
+        stored_and_indexed(&gw, id).await,
+        (Vec::new(), 0),
+        "disable drops the runs to come"
     );
     gw.send(Method::POST, &format!("/v1/timers/{id}/enable"), None)
         .await;
-    // The row of the next run is adopted by version 3.
-    assert_eq!(
-        stored_and_indexed(&gw, id).await.0,
-        vec![(next.as_millis(), 3)]
-    );
+    // Written again by version 3, and indexed.
+    let (stored, indexed) = stored_and_indexed(&gw, id).await;
+    assert_eq!(stored, vec![(next.as_millis(), 3)]);
+    assert_eq!(indexed, usize::from(gw.redis.is_some()));
 
     let (status, _, body) = gw
         .send(

@@ -907,6 +907,70 @@ pub mod occurrence_store {
         assert_eq!(store.skip_occurrences(&[], "x").await.unwrap(), 0);
     }
 
+    pub async fn dropping_pending_leaves_what_is_due_or_under_way(store: Arc<dyn OccurrenceStore>) {
+        // Due before the cut, pending after it (one due later by its window), running after
+        // it, and another timer's.
+        let mut windowed = occ(22, T0 + 3_000, 1, 2);
+        windowed.due = Some(Timestamp::from_millis(T0 + 3_500));
+        store
+            .insert_occurrences(&[
+                occ(22, T0 - 1_000, 1, 2),
+                occ(22, T0 + 1_000, 1, 2),
+                occ(22, T0 + 2_000, 1, 2),
+                windowed,
+                occ(23, T0 + 1_000, 1, 5),
+            ])
+            .await
+            .unwrap();
+        let running = key(22, T0 + 2_000);
+        store.claim(&[running], claim_at(T0, 30_000)).await.unwrap();
+        let mut dropped = store
+            .drop_pending(TimerId::new(22).unwrap(), Timestamp::from_millis(T0))
+            .await
+            .unwrap();
+        dropped.sort_by_key(|e| e.key);
+        let bucket = Bucket::from_stored(2);
+        assert_eq!(
+            dropped,
+            vec![
+                HotEntry::new(
+                    key(22, T0 + 1_000),
+                    Timestamp::from_millis(T0 + 1_000),
+                    bucket
+                ),
+                HotEntry::new(
+                    key(22, T0 + 3_000),
+                    Timestamp::from_millis(T0 + 3_500),
+                    bucket
+                ),
+            ]
+        );
+        for gone in [key(22, T0 + 1_000), key(22, T0 + 3_000)] {
+            assert_eq!(store.get_occurrence(gone).await.unwrap(), None);
+        }
+        assert_eq!(
+            status_of(store.as_ref(), key(22, T0 - 1_000)).await,
+            OccurrenceStatus::Pending,
+            "due already: the executors and the sweeper skip it"
+        );
+        assert_eq!(
+            status_of(store.as_ref(), running).await,
+            OccurrenceStatus::Running
+        );
+        assert_eq!(
+            status_of(store.as_ref(), key(23, T0 + 1_000)).await,
+            OccurrenceStatus::Pending
+        );
+        // Written again when the timer is enabled again.
+        assert_eq!(
+            store
+                .insert_occurrences(&[occ(22, T0 + 1_000, 2, 2)])
+                .await
+                .unwrap(),
+            1
+        );
+    }
+
     /// Kills `k`: claims it and records it dead.
     async fn dead(store: &dyn OccurrenceStore, k: TaskKey) {
         let won = store.claim(&[k], claim_at(T0, 30_000)).await.unwrap();
@@ -1509,6 +1573,7 @@ macro_rules! storage_contract {
             due_in_bucket_is_scoped_to_bucket_window_and_status,
             racing_claimers_win_each_occurrence_exactly_once,
             skipping_touches_claimable_occurrences_only,
+            dropping_pending_leaves_what_is_due_or_under_way,
             dead_letters_are_listed_and_redriven,
         ]);
     };

@@ -257,3 +257,16 @@ where
         watermark: Timestamp::from_millis(row.i64("materialized_until")?),
     })
 }
+
+/// `(run_at, due, bucket)` rows of `timer`'s occurrences as hot-index entries.
+pub(crate) fn hot_entries(timer: TimerId, rows: &[(i64, i64, i32)]) -> Vec<crate::HotEntry> {
+    rows.iter()
+        .map(|(run_at, due, bucket)| {
+            crate::HotEntry::new(
+                TaskKey::new(timer, Timestamp::from_millis(*run_at)),
+                Timestamp::from_millis(*due),
+                Bucket::from_stored(*bucket as u32),
+            )
+        })
+        .collect()
+}

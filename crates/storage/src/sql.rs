@@ -214,6 +214,11 @@ impl Dialect for Numbered {
     );
 }
 
+/// `OccurrenceStore::drop_pending` for timer `$1`, after `$2` (PostgreSQL and SQLite).
+pub(crate) const DROP_PENDING: &str = "DELETE FROM occurrences \
+     WHERE timer_id = $1 AND status = 'pending' AND COALESCE(next_attempt_at, run_at) > $2 \
+     RETURNING run_at, COALESCE(next_attempt_at, run_at), bucket";
+
 /// [`PAUSE_TIMER`] for `TimerStore::pause_timer`.
 macro_rules! pause_timer {
     ($db:expr, $id:expr, $note:expr) => {{

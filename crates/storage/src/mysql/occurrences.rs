@@ -13,7 +13,9 @@ use sqlx::MySqlConnection;
 use super::dialect::MySql;
 use super::{MySqlStore, json_rows, keys_json};
 use crate::rows;
-use crate::{DeadFilter, Exclusive, OccurrenceStore, PageRequest, Redrive, RunFilter, StoreResult};
+use crate::{
+    DeadFilter, Exclusive, HotEntry, OccurrenceStore, PageRequest, Redrive, RunFilter, StoreResult,
+};
 
 /// `JSON_TABLE` over `[[timer_id, run_at, version, bucket, due], …]`, as `n`.
 macro_rules! new_table {
@@ -384,6 +386,34 @@ impl OccurrenceStore for MySqlStore {
         .execute(&self.pool)
         .await?;
         Ok(done.rows_affected())
+    }
+
+    async fn drop_pending(
+        &self,
+        timer: chime_domain::TimerId,
+        after: Timestamp,
+    ) -> StoreResult<Vec<HotEntry>> {
+        // No DELETE … RETURNING in MySQL: the rows are read locked, then removed.
+        let mut tx = self.pool.begin().await?;
+        let rows: Vec<(i64, i64, i32)> = sqlx::query_as(
+            "SELECT run_at, COALESCE(next_attempt_at, run_at), bucket FROM occurrences \
+             WHERE timer_id = ? AND status = 'pending' \
+               AND COALESCE(next_attempt_at, run_at) > ? FOR UPDATE",
+        )
+        .bind(timer.get())
+        .bind(after.as_millis())
+        .fetch_all(&mut *tx)
+        .await?;
+        sqlx::query(
+            "DELETE FROM occurrences WHERE timer_id = ? AND status = 'pending' \
+               AND COALESCE(next_attempt_at, run_at) > ?",
+        )
+        .bind(timer.get())
+        .bind(after.as_millis())
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(rows::hot_entries(timer, &rows))
     }
 
     async fn list_dead(

@@ -9,7 +9,9 @@ use chime_domain::{
 use super::PgStore;
 use crate::rows;
 use crate::sql;
-use crate::{DeadFilter, Exclusive, OccurrenceStore, PageRequest, Redrive, RunFilter, StoreResult};
+use crate::{
+    DeadFilter, Exclusive, HotEntry, OccurrenceStore, PageRequest, Redrive, RunFilter, StoreResult,
+};
 
 #[async_trait]
 impl OccurrenceStore for PgStore {
@@ -253,6 +255,19 @@ impl OccurrenceStore for PgStore {
         .execute(&self.pool)
         .await?;
         Ok(done.rows_affected())
+    }
+
+    async fn drop_pending(
+        &self,
+        timer: chime_domain::TimerId,
+        after: Timestamp,
+    ) -> StoreResult<Vec<HotEntry>> {
+        let rows: Vec<(i64, i64, i32)> = sqlx::query_as(sql::DROP_PENDING)
+            .bind(timer.get())
+            .bind(after.as_millis())
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(rows::hot_entries(timer, &rows))
     }
 
     async fn list_dead(
