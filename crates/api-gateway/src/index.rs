@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use chime_domain::{Clock, NewOccurrence, TimerId, Timestamp};
+use chime_domain::{Clock, NewOccurrence, Timestamp};
 use chime_storage::{HotEntry, HotIndex, StoreError};
 use tokio::sync::{mpsc, oneshot};
 
@@ -155,21 +155,6 @@ impl IndexWriter {
                 occurrences = entries.len(),
                 "hot index removal slower than {WRITE_TIMEOUT:?}; the request goes on without it"
             ),
-        }
-    }
-}
-
-impl crate::service::TimerService {
-    /// After a timer stopped (disabled, paused, deleted): its runs still to come leave the
-    /// database and the hot index, so no executor spends a claim on each to skip it. Best
-    /// effort: what stays (a failure here, a migrator step racing the change) is skipped by
-    /// the timer's version when it comes due.
-    pub(crate) async fn unschedule(&self, id: TimerId) {
-        match self.occurrences.drop_pending(id, self.clock.now()).await {
-            Ok(dropped) => self.index.remove(&dropped).await,
-            Err(e) => {
-                tracing::warn!(timer = %id, error = %e, "cannot drop a stopped timer's pending runs; they are skipped when due");
-            }
         }
     }
 }

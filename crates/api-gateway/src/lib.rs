@@ -20,6 +20,7 @@ pub mod rest;
 mod runs;
 pub mod service;
 mod spec;
+mod unschedule;
 pub mod view;
 
 use std::sync::Arc;

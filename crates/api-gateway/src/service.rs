@@ -27,6 +27,7 @@ use crate::index::IndexWriter;
 use crate::preview;
 use crate::quota::{QuotaSettings, Quotas};
 use crate::spec::{apply_patch, parse_spec};
+use crate::unschedule::Unscheduler;
 
 /// How many fire times a timer response previews.
 const NEXT_RUNS: usize = 5;
@@ -36,7 +37,8 @@ const MAX_IDEMPOTENCY_KEY: usize = 256;
 pub struct TimerService {
     pub(crate) timers: Arc<dyn TimerStore>,
     pub(crate) occurrences: Arc<dyn OccurrenceStore>,
-    pub(crate) index: IndexWriter,
+    pub(crate) index: Arc<IndexWriter>,
+    unscheduler: Unscheduler,
     pub(crate) horizon: Horizon,
     pub(crate) clock: Arc<dyn Clock>,
     networks: NetworkPolicy,
@@ -50,9 +52,8 @@ pub struct TimerService {
 }
 
 impl TimerService {
-    /// `index`: the hot index new occurrences are added to (`None` without Redis: the
-    /// schedulers then find them in the database). `horizon`: how far ahead a timer's first
-    /// occurrences are written with it.
+    /// `index`: the hot index (`None` without Redis: the schedulers then read the database).
+    /// `horizon`: how far ahead a timer's first occurrences are written with it.
     pub fn new(
         timers: Arc<dyn TimerStore>,
         occurrences: Arc<dyn OccurrenceStore>,
@@ -60,10 +61,12 @@ impl TimerService {
         horizon: Horizon,
         clock: Arc<dyn Clock>,
     ) -> Self {
+        let index = Arc::new(IndexWriter::new(index, clock.clone()));
         Self {
             timers,
+            unscheduler: Unscheduler::new(occurrences.clone(), index.clone(), clock.clone()),
             occurrences,
-            index: IndexWriter::new(index, clock.clone()),
+            index,
             horizon,
             clock,
             networks: NetworkPolicy::default(),
@@ -381,7 +384,7 @@ impl TimerApi for TimerService {
         ctx.require(Scope::Write)?;
         self.check_visible(ctx, id).await?;
         self.timers.delete_timer(id).await?;
-        self.unschedule(id).await;
+        self.unscheduler.stopped(id).await;
         Ok(())
     }
 
@@ -398,7 +401,7 @@ impl TimerApi for TimerService {
             .set_timer_enabled(id, enabled, self.horizon)
             .await?;
         if !enabled {
-            self.unschedule(id).await;
+            self.unscheduler.stopped(id).await;
         }
         Ok(self.indexed(written).await)
     }
@@ -422,7 +425,7 @@ impl TimerApi for TimerService {
             },
         };
         let paused = self.timers.pause_timer(id, &note).await?;
-        self.unschedule(id).await;
+        self.unscheduler.stopped(id).await;
         Ok(self.view(paused))
     }
 

@@ -909,7 +909,7 @@ pub mod occurrence_store {
 
     pub async fn dropping_pending_leaves_what_is_due_or_under_way(store: Arc<dyn OccurrenceStore>) {
         // Due before the cut, pending after it (one due later by its window), running after
-        // it, and another timer's.
+        // it, a second timer's, and one of a timer not named.
         let mut windowed = occ(22, T0 + 3_000, 1, 2);
         windowed.due = Some(Timestamp::from_millis(T0 + 3_500));
         store
@@ -919,15 +919,24 @@ pub mod occurrence_store {
                 occ(22, T0 + 2_000, 1, 2),
                 windowed,
                 occ(23, T0 + 1_000, 1, 5),
+                occ(24, T0 + 1_500, 1, 7),
             ])
             .await
             .unwrap();
         let running = key(22, T0 + 2_000);
         store.claim(&[running], claim_at(T0, 30_000)).await.unwrap();
+        let timers = [TimerId::new(22).unwrap(), TimerId::new(24).unwrap()];
         let mut dropped = store
-            .drop_pending(TimerId::new(22).unwrap(), Timestamp::from_millis(T0))
+            .drop_pending(&timers, Timestamp::from_millis(T0))
             .await
             .unwrap();
+        assert!(
+            store
+                .drop_pending(&[], Timestamp::from_millis(T0))
+                .await
+                .unwrap()
+                .is_empty()
+        );
         dropped.sort_by_key(|e| e.key);
         let bucket = Bucket::from_stored(2);
         assert_eq!(
@@ -942,6 +951,11 @@ pub mod occurrence_store {
                     key(22, T0 + 3_000),
                     Timestamp::from_millis(T0 + 3_500),
                     bucket
+                ),
+                HotEntry::new(
+                    key(24, T0 + 1_500),
+                    Timestamp::from_millis(T0 + 1_500),
+                    Bucket::from_stored(7)
                 ),
             ]
         );

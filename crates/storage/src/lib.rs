@@ -327,12 +327,16 @@ pub trait OccurrenceStore: Send + Sync + 'static {
     /// misfire policy. Returns how many changed.
     async fn skip_occurrences(&self, keys: &[TaskKey], reason: &str) -> StoreResult<u64>;
 
-    /// Removes `timer`'s pending occurrences due after `after`: it was disabled or deleted,
-    /// so none of them may fire, and enabling it again writes them anew. Returns them as
-    /// hot-index entries, for the index to drop them too. Retrying and running ones, and
-    /// pending ones due already, are left to the executors and the sweeper, which skip them
-    /// by the timer's version.
-    async fn drop_pending(&self, timer: TimerId, after: Timestamp) -> StoreResult<Vec<HotEntry>>;
+    /// Removes the pending occurrences of `timers` due after `after`: they were disabled or
+    /// deleted, so none of them may fire, and enabling one again writes them anew. Returns
+    /// them as hot-index entries, for the index to drop them too. Retrying and running ones,
+    /// and pending ones due already, are left to the executors and the sweeper, which skip
+    /// them by the timer's version.
+    async fn drop_pending(
+        &self,
+        timers: &[TimerId],
+        after: Timestamp,
+    ) -> StoreResult<Vec<HotEntry>>;
 
     /// Dead occurrences, by timer id then run time.
     async fn list_dead(

@@ -258,15 +258,15 @@ where
     })
 }
 
-/// `(run_at, due, bucket)` rows of `timer`'s occurrences as hot-index entries.
-pub(crate) fn hot_entries(timer: TimerId, rows: &[(i64, i64, i32)]) -> Vec<crate::HotEntry> {
+/// `(timer_id, run_at, due, bucket)` rows as hot-index entries.
+pub(crate) fn hot_entries(rows: &[(i64, i64, i64, i32)]) -> StoreResult<Vec<crate::HotEntry>> {
     rows.iter()
-        .map(|(run_at, due, bucket)| {
-            crate::HotEntry::new(
-                TaskKey::new(timer, Timestamp::from_millis(*run_at)),
+        .map(|(id, run_at, due, bucket)| {
+            Ok(crate::HotEntry::new(
+                TaskKey::new(timer_id(*id)?, Timestamp::from_millis(*run_at)),
                 Timestamp::from_millis(*due),
                 Bucket::from_stored(*bucket as u32),
-            )
+            ))
         })
         .collect()
 }

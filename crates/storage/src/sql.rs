@@ -214,10 +214,18 @@ impl Dialect for Numbered {
     );
 }
 
-/// `OccurrenceStore::drop_pending` for timer `$1`, after `$2` (PostgreSQL and SQLite).
-pub(crate) const DROP_PENDING: &str = "DELETE FROM occurrences \
-     WHERE timer_id = $1 AND status = 'pending' AND COALESCE(next_attempt_at, run_at) > $2 \
-     RETURNING run_at, COALESCE(next_attempt_at, run_at), bucket";
+/// `OccurrenceStore::drop_pending` for the timers `$1`, after `$2`. `run_at` bounds the
+/// day partitions read; a pending run due later than its run time (a flexible window) whose
+/// run time has passed stays, for the executor to skip.
+pub(crate) const DROP_PENDING_PG: &str = "DELETE FROM occurrences \
+     WHERE timer_id = ANY($1) AND status = 'pending' AND run_at > $2 \
+     RETURNING timer_id, run_at, COALESCE(next_attempt_at, run_at), bucket";
+
+/// [`DROP_PENDING_PG`] for SQLite: `$1` is a JSON array of ids.
+pub(crate) const DROP_PENDING_SQLITE: &str = "DELETE FROM occurrences \
+     WHERE timer_id IN (SELECT value FROM json_each($1)) AND status = 'pending' \
+       AND run_at > $2 \
+     RETURNING timer_id, run_at, COALESCE(next_attempt_at, run_at), bucket";
 
 /// [`PAUSE_TIMER`] for `TimerStore::pause_timer`.
 macro_rules! pause_timer {

@@ -52,6 +52,13 @@ macro_rules! keys_table {
     };
 }
 
+/// A JSON array of timer ids bound to one `?`, as a table `t (id)`.
+macro_rules! timers_table {
+    () => {
+        "JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT PATH '$')) t"
+    };
+}
+
 mod activity;
 mod calendars;
 mod create;

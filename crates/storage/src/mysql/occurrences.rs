@@ -390,30 +390,39 @@ impl OccurrenceStore for MySqlStore {
 
     async fn drop_pending(
         &self,
-        timer: chime_domain::TimerId,
+        timers: &[chime_domain::TimerId],
         after: Timestamp,
     ) -> StoreResult<Vec<HotEntry>> {
+        if timers.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids = serde_json::to_string(&timers.iter().map(|t| t.get()).collect::<Vec<i64>>())
+            .map_err(crate::StoreError::corrupt)?;
         // No DELETE … RETURNING in MySQL: the rows are read locked, then removed.
         let mut tx = self.pool.begin().await?;
-        let rows: Vec<(i64, i64, i32)> = sqlx::query_as(
-            "SELECT run_at, COALESCE(next_attempt_at, run_at), bucket FROM occurrences \
-             WHERE timer_id = ? AND status = 'pending' \
-               AND COALESCE(next_attempt_at, run_at) > ? FOR UPDATE",
-        )
-        .bind(timer.get())
+        let rows: Vec<(i64, i64, i64, i32)> = sqlx::query_as(concat!(
+            "SELECT o.timer_id, o.run_at, COALESCE(o.next_attempt_at, o.run_at), o.bucket \
+             FROM ",
+            timers_table!(),
+            " STRAIGHT_JOIN occurrences o FORCE INDEX (PRIMARY) ON o.timer_id = t.id \
+             WHERE o.status = 'pending' AND o.run_at > ? FOR UPDATE"
+        ))
+        .bind(&ids)
         .bind(after.as_millis())
         .fetch_all(&mut *tx)
         .await?;
-        sqlx::query(
-            "DELETE FROM occurrences WHERE timer_id = ? AND status = 'pending' \
-               AND COALESCE(next_attempt_at, run_at) > ?",
-        )
-        .bind(timer.get())
+        sqlx::query(concat!(
+            "DELETE o FROM ",
+            timers_table!(),
+            " STRAIGHT_JOIN occurrences o FORCE INDEX (PRIMARY) ON o.timer_id = t.id \
+             WHERE o.status = 'pending' AND o.run_at > ?"
+        ))
+        .bind(&ids)
         .bind(after.as_millis())
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
-        Ok(rows::hot_entries(timer, &rows))
+        rows::hot_entries(&rows)
     }
 
     async fn list_dead(

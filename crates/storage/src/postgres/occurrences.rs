@@ -259,15 +259,18 @@ impl OccurrenceStore for PgStore {
 
     async fn drop_pending(
         &self,
-        timer: chime_domain::TimerId,
+        timers: &[chime_domain::TimerId],
         after: Timestamp,
     ) -> StoreResult<Vec<HotEntry>> {
-        let rows: Vec<(i64, i64, i32)> = sqlx::query_as(sql::DROP_PENDING)
-            .bind(timer.get())
+        if timers.is_empty() {
+            return Ok(Vec::new());
+        }
+        let rows: Vec<(i64, i64, i64, i32)> = sqlx::query_as(sql::DROP_PENDING_PG)
+            .bind(timers.iter().map(|t| t.get()).collect::<Vec<i64>>())
             .bind(after.as_millis())
             .fetch_all(&self.pool)
             .await?;
-        Ok(rows::hot_entries(timer, &rows))
+        rows::hot_entries(&rows)
     }
 
     async fn list_dead(

@@ -201,15 +201,21 @@ impl OccurrenceStore for SqliteStore {
 
     async fn drop_pending(
         &self,
-        timer: chime_domain::TimerId,
+        timers: &[chime_domain::TimerId],
         after: Timestamp,
     ) -> StoreResult<Vec<HotEntry>> {
-        let rows: Vec<(i64, i64, i32)> = sqlx::query_as(sql::DROP_PENDING)
-            .bind(timer.get())
+        if timers.is_empty() {
+            return Ok(Vec::new());
+        }
+        let rows: Vec<(i64, i64, i64, i32)> = sqlx::query_as(sql::DROP_PENDING_SQLITE)
+            .bind(
+                serde_json::to_string(&timers.iter().map(|t| t.get()).collect::<Vec<i64>>())
+                    .map_err(crate::StoreError::corrupt)?,
+            )
             .bind(after.as_millis())
             .fetch_all(&self.writer)
             .await?;
-        Ok(rows::hot_entries(timer, &rows))
+        rows::hot_entries(&rows)
     }
 
     async fn list_dead(
