@@ -82,8 +82,19 @@ async fn rounds(
     let mut round = Vec::with_capacity(ROUND);
     while rx.recv_many(&mut round, ROUND).await > 0 {
         let ids: Vec<TimerId> = round.iter().map(|s| s.id).collect();
+        let began = std::time::Instant::now();
         match occurrences.drop_pending(&ids, clock.now()).await {
-            Ok(dropped) => index.remove(&dropped).await,
+            Ok(dropped) => {
+                let stored = began.elapsed();
+                index.remove(&dropped).await;
+                tracing::debug!(
+                    timers = ids.len(),
+                    runs = dropped.len(),
+                    database_ms = stored.as_millis() as u64,
+                    index_ms = (began.elapsed() - stored).as_millis() as u64,
+                    "dropped stopped timers' runs"
+                );
+            }
             Err(e) => tracing::warn!(
                 timers = ids.len(),
                 error = %e,

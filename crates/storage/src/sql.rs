@@ -216,10 +216,18 @@ impl Dialect for Numbered {
 
 /// `OccurrenceStore::drop_pending` for the timers `$1`, after `$2`. `run_at` bounds the
 /// day partitions read; a pending run due later than its run time (a flexible window) whose
-/// run time has passed stays, for the executor to skip.
-pub(crate) const DROP_PENDING_PG: &str = "DELETE FROM occurrences \
-     WHERE timer_id = ANY($1) AND status = 'pending' AND run_at > $2 \
-     RETURNING timer_id, run_at, COALESCE(next_attempt_at, run_at), bucket";
+/// run time has passed stays, for the executor to skip. Rows are found by primary key, one
+/// timer at a time, and deleted by tuple id, as the claim does; the status is checked only
+/// then. Asked for `status = 'pending'` in the same scan, the planner also read the partial
+/// index of claimable rows whole (every pending row of the day) to intersect the two.
+pub(crate) const DROP_PENDING_PG: &str = "WITH doomed AS ( \
+       SELECT x.toid, x.tid FROM UNNEST($1::bigint[]) AS t(id) CROSS JOIN LATERAL ( \
+         SELECT o.tableoid AS toid, o.ctid AS tid FROM occurrences o \
+         WHERE o.timer_id = t.id AND o.run_at > $2 OFFSET 0) x) \
+     DELETE FROM occurrences o USING doomed d \
+     WHERE o.run_at > $2 AND o.ctid = ANY(ARRAY(SELECT tid FROM doomed)) \
+       AND o.tableoid = d.toid AND o.ctid = d.tid AND o.status = 'pending' \
+     RETURNING o.timer_id, o.run_at, COALESCE(o.next_attempt_at, o.run_at), o.bucket";
 
 /// [`DROP_PENDING_PG`] for SQLite: `$1` is a JSON array of ids.
 pub(crate) const DROP_PENDING_SQLITE: &str = "DELETE FROM occurrences \
