@@ -23,9 +23,17 @@
 //! 512 such keys over two executors). The rest of the burst follows as room frees, spread
 //! over its drain.
 //!
+//! These shares are for a backlog beside keys on time. A backlog alone (no key on time came
+//! for [`QUIET`]: a burst of one-shots, a cron's minute with nothing else due) may hold
+//! [`ALONE_SHARE`] at once, at its instant or before it: held to a quarter, a lone burst
+//! drained at half the rate, its keys refused and offered again over and over while the
+//! cores had room. The rest stays free for the first keys on time, and from the moment one
+//! comes the backlog is held to its shares again as its keys finish.
+//!
 //! Keys on time wait in a claim queue of their own, claimed by a loop of their own.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -42,11 +50,24 @@ pub const BACKLOG_SHARE: (usize, usize) = (1, 4);
 /// hold before that instant.
 pub const AHEAD_SHARE: (usize, usize) = (1, 16);
 
+/// The share a backlog may hold, and the keys of one instant, while no key on time came
+/// for [`QUIET`].
+pub const ALONE_SHARE: (usize, usize) = (3, 4);
+
+/// How long after the last key on time a backlog is alone.
+pub const QUIET: Duration = Duration::from_secs(1);
+
 /// The in-flight permits of one executor.
 pub(crate) struct Permits {
     all: Arc<Semaphore>,
+    /// As many as a backlog alone may hold; beside keys on time it may use only
+    /// `backlog_beside` of them.
     backlog: Arc<Semaphore>,
+    backlog_alone: usize,
+    backlog_beside: usize,
     instants: Arc<Instants>,
+    /// Unix ms when the last key on time asked for a permit.
+    last_on_time: AtomicI64,
     max: usize,
 }
 
@@ -62,6 +83,8 @@ struct Instants {
     cap: usize,
     /// The cap of a backlog's keys before their instant.
     ahead: usize,
+    /// Both caps while a backlog is alone.
+    alone: usize,
     held: Mutex<HashMap<i64, usize>>,
 }
 
@@ -73,8 +96,12 @@ struct InstantHold {
 
 impl Instants {
     /// A count at `at`, for a key of a backlog due later than `now` when `ahead`.
-    fn take(self: &Arc<Self>, at: Timestamp, ahead: bool) -> Option<InstantHold> {
-        let cap = if ahead { self.ahead } else { self.cap };
+    fn take(self: &Arc<Self>, at: Timestamp, ahead: bool, alone: bool) -> Option<InstantHold> {
+        let cap = match (alone, ahead) {
+            (true, _) => self.alone,
+            (false, true) => self.ahead,
+            (false, false) => self.cap,
+        };
         let at = at.as_millis();
         let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
         let n = held.entry(at).or_insert(0);
@@ -105,14 +132,19 @@ impl Drop for InstantHold {
 impl Permits {
     pub(crate) fn new(max: usize) -> Arc<Self> {
         let cap = backlog_cap(max);
+        let alone = share(max, ALONE_SHARE).max(cap);
         Arc::new(Self {
             all: Arc::new(Semaphore::new(max)),
-            backlog: Arc::new(Semaphore::new(cap)),
+            backlog: Arc::new(Semaphore::new(alone)),
+            backlog_alone: alone,
+            backlog_beside: cap,
             instants: Arc::new(Instants {
                 cap,
                 ahead: share(max, AHEAD_SHARE),
+                alone,
                 held: Mutex::new(HashMap::new()),
             }),
+            last_on_time: AtomicI64::new(i64::MIN),
             max,
         })
     }
@@ -120,10 +152,23 @@ impl Permits {
     /// A permit for a key due at `at`, if there is room for a key on time, or for a
     /// backlog's key, and its instant holds less than its share (at `now`).
     pub(crate) fn try_take(&self, on_time: bool, at: Timestamp, now: Timestamp) -> Option<Permit> {
-        let instant = self.instants.take(at, !on_time && at > now)?;
+        if on_time {
+            self.last_on_time
+                .fetch_max(now.as_millis(), Ordering::Relaxed);
+        }
+        let quiet = i64::try_from(QUIET.as_millis()).unwrap_or(i64::MAX);
+        let alone = now
+            .as_millis()
+            .saturating_sub(self.last_on_time.load(Ordering::Relaxed))
+            >= quiet;
+        let instant = self.instants.take(at, !on_time && at > now, alone)?;
         let backlog = if on_time {
             None
         } else {
+            let held = self.backlog_alone - self.backlog.available_permits();
+            if !alone && held >= self.backlog_beside {
+                return None;
+            }
             Some(self.backlog.clone().try_acquire_owned().ok()?)
         };
         let all = self.all.clone().try_acquire_owned().ok()?;
@@ -202,9 +247,17 @@ mod tests {
         .collect()
     }
 
+    /// Permits that saw a key on time just now: a backlog is beside keys on time.
+    fn beside(max: usize) -> Arc<Permits> {
+        let permits = Permits::new(max);
+        let p = permits.try_take(true, Timestamp::from_millis(0), later());
+        drop(p);
+        permits
+    }
+
     #[test]
     fn a_backlog_holds_a_quarter_of_the_permits_and_keys_on_time_the_rest() {
-        let permits = Permits::new(8);
+        let permits = beside(8);
         let mut at = 0;
         let backlog = take_all(&permits, false, &mut at);
         assert_eq!(backlog.len(), 2);
@@ -230,7 +283,7 @@ mod tests {
 
     #[test]
     fn the_keys_of_one_instant_hold_a_quarter_of_the_permits_on_time_or_not() {
-        let permits = Permits::new(8);
+        let permits = beside(8);
         let burst = Timestamp::from_millis(1_000);
         let first: Vec<Permit> =
             std::iter::from_fn(|| permits.try_take(true, burst, later())).collect();
@@ -259,6 +312,7 @@ mod tests {
     fn a_backlog_holds_a_sixteenth_of_the_permits_at_one_instant_before_it() {
         let permits = Permits::new(32);
         let (burst, before) = (Timestamp::from_millis(1_000), Timestamp::from_millis(900));
+        drop(permits.try_take(true, Timestamp::from_millis(10), before));
         let ahead: Vec<Permit> =
             std::iter::from_fn(|| permits.try_take(false, burst, before)).collect();
         assert_eq!(ahead.len(), 2, "a sixteenth before the instant");
@@ -267,6 +321,30 @@ mod tests {
         let from_it: Vec<Permit> =
             std::iter::from_fn(|| permits.try_take(false, burst, burst)).collect();
         assert_eq!(from_it.len(), 5, "a quarter in all from the instant on");
+    }
+
+    #[test]
+    fn a_backlog_alone_holds_three_quarters_until_a_key_on_time_comes() {
+        let permits = Permits::new(16);
+        let burst = Timestamp::from_millis(2_000);
+        let before = Timestamp::from_millis(1_900);
+        let ahead: Vec<Permit> =
+            std::iter::from_fn(|| permits.try_take(false, burst, before)).collect();
+        assert_eq!(ahead.len(), 12, "three quarters, before its instant too");
+        // The rest is there for keys on time…
+        let on_time = permits.try_take(true, Timestamp::from_millis(1_950), before);
+        assert!(on_time.is_some());
+        // …and from the first of them the backlog is held to its shares again: it holds
+        // more than a quarter already, so it takes nothing more.
+        assert!(permits.try_take(false, burst, burst).is_none());
+        drop(ahead);
+        let beside: Vec<Permit> =
+            std::iter::from_fn(|| permits.try_take(false, burst, burst)).collect();
+        assert_eq!(beside.len(), 4, "a quarter beside keys on time");
+        // Alone again once no key on time came for a while.
+        let quiet = burst.saturating_add(QUIET);
+        let more = permits.try_take(false, Timestamp::from_millis(5_000), quiet);
+        assert!(more.is_some());
     }
 
     #[test]

@@ -112,17 +112,46 @@ async fn a_backlog_that_fills_an_executor_leaves_room_for_keys_on_time() {
     // Claims held: nothing accepted finishes while the offers are made.
     let held = counting.gate.write().await;
     let taken = exec.offer(&backlog).unwrap().accepted;
-    assert_eq!(taken, 10, "a backlog holds a quarter of the 40 permits");
+    assert_eq!(
+        taken, 30,
+        "a backlog alone holds three quarters of the 40 permits"
+    );
     let offered = exec.offer(&on_time).unwrap();
     assert_eq!(
-        offered.accepted, 30,
-        "keys on time are taken beside a full backlog"
+        offered.accepted, 10,
+        "the last quarter is kept for keys on time"
     );
     assert_eq!(offered.available, 0);
     assert_eq!(exec.offer(&backlog[taken..]).unwrap().accepted, 0);
     drop(held);
 
-    for key in on_time.iter().chain(&backlog[..taken]) {
+    for key in on_time[..10].iter().chain(&backlog[..taken]) {
+        assert_eq!(finished(&s, *key).await.status, OccurrenceStatus::Succeeded);
+    }
+}
+
+#[tokio::test]
+async fn beside_keys_on_time_a_backlog_holds_a_quarter() {
+    let s = setup().await;
+    let t = timer(&s, "quarter", s.sink.url("/quarter"), &[]).await;
+    let now = SystemClock.now();
+    let backlog: Vec<TaskKey> = (0..100)
+        .map(|i| TaskKey::new(t.id, now.add_millis(-2_000 - i)))
+        .collect();
+    let on_time: Vec<TaskKey> = (0..5)
+        .map(|i| TaskKey::new(t.id, now.add_millis(200 + i)))
+        .collect();
+    insert(&s, &t, &[backlog.clone(), on_time.clone()].concat()).await;
+
+    let counting = Counting::new(s.db.store());
+    let exec = executor_over(&s, counting.clone(), 40);
+    let held = counting.gate.write().await;
+    assert_eq!(exec.offer(&on_time).unwrap().accepted, 5);
+    // 35 permits are free, but beside keys on time a backlog holds a quarter of 40: it
+    // delays only itself, not the keys falling due while it drains.
+    assert_eq!(exec.offer(&backlog).unwrap().accepted, 10);
+    drop(held);
+    for key in on_time.iter().chain(&backlog[..10]) {
         assert_eq!(finished(&s, *key).await.status, OccurrenceStatus::Succeeded);
     }
 }

@@ -111,6 +111,13 @@ impl OccurrenceStore for Counting {
     async fn skip_occurrences(&self, keys: &[TaskKey], reason: &str) -> StoreResult<u64> {
         self.inner.skip_occurrences(keys, reason).await
     }
+    async fn drop_pending(
+        &self,
+        timers: &[chime_domain::TimerId],
+        after: Timestamp,
+    ) -> StoreResult<Vec<chime_storage::HotEntry>> {
+        self.inner.drop_pending(timers, after).await
+    }
     async fn list_dead(
         &self,
         filter: &DeadFilter,
