@@ -69,25 +69,14 @@ fn daily(i: usize, url: &str) -> pb::TimerSpec {
     )
 }
 
-/// `count` timers firing every `period_ms`, their phases spread evenly over the period,
-/// the first due at `start`.
-fn periodic_spec(
-    prefix: &str,
-    i: usize,
-    count: usize,
-    period_ms: i64,
-    start: i64,
-    url: &str,
-) -> pb::TimerSpec {
-    let every = if period_ms == 1_000 { "1s" } else { "1m" };
-    pb::TimerSpec {
-        start_at: Some(pb_time(start + (i as i64) * period_ms / count as i64)),
-        ..spec(
-            format!("{prefix}-{i}"),
-            url,
-            pb::schedule::Kind::Every(every.into()),
-        )
-    }
+/// The `i`-th timer of `prefix` firing `every`, from its create on: its phase falls where
+/// its create did, as a user's does.
+fn periodic_spec(prefix: &str, i: usize, every: &str, url: &str) -> pb::TimerSpec {
+    spec(
+        format!("{prefix}-{i}"),
+        url,
+        pb::schedule::Kind::Every(every.into()),
+    )
 }
 
 /// The every-second timers' callbacks, scheduled within `[from, to)`, and every other
@@ -168,38 +157,23 @@ pub(super) async fn population(args: &Args) -> anyhow::Result<Outcome> {
             .map(|p| ("redis-server".to_owned(), p)),
     );
 
-    // 1 %: the fast timers, firing from a few seconds from now on.
-    let start = now_ms() + 5_000 + (n_minutes as i64) / 5;
+    // 1 %: the fast timers, as users create them: the every-second ones a REST call each,
+    // the every-minute ones by batch, none with a start or an end, so each fires from its
+    // create on and the minute's creates fall together.
     let (second_url, minute_url, daily_url) = (
         d.sink.url("/second"),
         d.sink.url("/minute"),
         d.sink.url("/daily"),
     );
-    let fast = n_seconds + n_minutes;
-    let made = create_streamed(
+    create_every(&d.cluster.rest, n_seconds, "1s", &second_url, "second").await?;
+    create_streamed(
         &d,
-        fast,
-        |i| {
-            if i < n_seconds {
-                periodic_spec("second", i, n_seconds, 1_000, start, &second_url)
-            } else {
-                periodic_spec(
-                    "minute",
-                    i - n_seconds,
-                    n_minutes,
-                    60_000,
-                    start,
-                    &minute_url,
-                )
-            }
-        },
+        n_minutes,
+        |i| periodic_spec("minute", i, "1m", &minute_url),
         |_| {},
     )
     .await?;
-    ensure!(
-        now_ms() < start,
-        "creating {fast} timers took {made:?}, past their first firing"
-    );
+    let start = now_ms();
 
     // Baseline: the every-second timers beside 1 % of the population.
     let baseline = (args.population_window / 5).clamp(10, 60) as i64;
