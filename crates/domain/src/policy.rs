@@ -273,12 +273,14 @@ impl<'de> Deserialize<'de> for RetryPolicy {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum MisfirePolicy {
-    /// Fire the latest overdue occurrence, mark the rest skipped.
+    /// Fire the latest overdue occurrence, mark the rest skipped: a run whose timer's next
+    /// run is due already when it comes to fire is skipped.
     #[default]
     FireOnce,
-    /// Fire every overdue occurrence.
+    /// Fire every overdue occurrence, however late.
     FireAll,
-    /// Fire none of them; mark them skipped.
+    /// Fire none of them (overdue beyond `scheduler.misfire_threshold`, or overtaken by the
+    /// next run); mark them skipped.
     Skip,
 }
 
