@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use chime_domain::{
-    ClaimedOccurrence, DeliveryMode, MisfirePolicy, OccurrenceStatus, OnComplete, Outcome, Timer,
-    Timestamp,
+    ClaimedOccurrence, DeliveryMode, MisfirePolicy, OccurrenceStatus, OnComplete, Outcome,
+    OverlapPolicy, Timer, Timestamp,
 };
 
 use crate::targets::Attempt;
@@ -108,13 +108,15 @@ pub(crate) fn skip_reason(
         ));
     }
     // Only a late first attempt at its own due time walks the schedule: not a retry, a
-    // redrive or a backfill, which asked for this run whatever came after it.
+    // redrive or a backfill, which asked for this run whatever came after it, nor the run
+    // `buffer_one` kept waiting for the one in flight, which is late by design.
     let run_at = claimed.key.run_at;
     let natural = t.due_of(run_at).unwrap_or(run_at);
     if now <= claimed.due
         || claimed.backfill
         || claimed.due != natural
         || t.spec.misfire == MisfirePolicy::FireAll
+        || t.spec.overlap == OverlapPolicy::BufferOne
     {
         return None;
     }
@@ -323,6 +325,9 @@ mod tests {
         assert_eq!(at(&run, &t, 200_000), None);
         t.spec.misfire = MisfirePolicy::Skip;
         assert!(at(&run, &t, 200_000).unwrap().misfired);
+        // buffer_one keeps a run waiting for the one in flight: late by design.
+        t.spec.overlap = OverlapPolicy::BufferOne;
+        assert_eq!(at(&run, &t, 200_000), None);
         // A one-shot is never overtaken.
         let mut once = timer(DeliveryMode::AtLeastOnce);
         once.spec = chime_storage::contract::spec_with(
