@@ -83,7 +83,7 @@ impl Default for ExecutorSettings {
             lease_margin: Duration::from_secs(5),
             max_per_host: 256,
             claim_linger: Duration::from_millis(20),
-            outcome_linger: Duration::from_millis(10),
+            outcome_linger: Duration::from_millis(50),
             timer_cache: 16_384,
         }
     }

@@ -16,12 +16,22 @@ pub(crate) async fn outcome_loop(
     mut done: mpsc::UnboundedReceiver<Done>,
     permits: Arc<crate::lanes::Permits>,
 ) {
-    let mut batch = Vec::with_capacity(inner.settings.batch);
-    while done.recv_many(&mut batch, inner.settings.batch).await > 0 {
+    let cap = inner.settings.batch;
+    // A batch this large is written at once: waiting longer saves little per outcome, and
+    // holds the permits of a burst's finished callbacks.
+    let enough = (cap / 8).max(1);
+    let mut batch = Vec::with_capacity(cap);
+    while done.recv_many(&mut batch, cap).await > 0 {
         // More outcomes join this batch for a moment: one statement per batch is the cost.
-        if batch.len() < inner.settings.batch && !inner.settings.outcome_linger.is_zero() {
-            tokio::time::sleep(inner.settings.outcome_linger).await;
-            while batch.len() < inner.settings.batch {
+        if batch.len() < enough && !inner.settings.outcome_linger.is_zero() {
+            let until = tokio::time::Instant::now() + inner.settings.outcome_linger;
+            while batch.len() < enough {
+                match tokio::time::timeout_at(until, done.recv()).await {
+                    Ok(Some(d)) => batch.push(d),
+                    Ok(None) | Err(_) => break,
+                }
+            }
+            while batch.len() < cap {
                 match done.try_recv() {
                     Ok(d) => batch.push(d),
                     Err(_) => break,

@@ -112,3 +112,54 @@ async fn keys_handed_off_again_after_they_ran_cost_no_statement_each() {
         "{held} look-ups for {claims} claim statements"
     );
 }
+
+#[tokio::test]
+async fn a_burst_writes_its_outcomes_without_waiting_out_the_linger() {
+    let s = setup().await;
+    let t = timer(&s, "burst", s.sink.url("/burst"), &[]).await;
+    let now = SystemClock.now();
+    let keys: Vec<TaskKey> = (0..200)
+        .map(|i| TaskKey::new(t.id, now.add_millis(-i)))
+        .collect();
+    let rows: Vec<NewOccurrence> = keys
+        .iter()
+        .map(|key| NewOccurrence {
+            key: *key,
+            timer_version: t.version,
+            bucket: t.bucket,
+            due: None,
+        })
+        .collect();
+    s.db.store.insert_occurrences(&rows).await.unwrap();
+    let mut config = chime_runtime::Config::default();
+    config.callbacks.allow_networks = vec!["127.0.0.0/8".into()];
+    let mut settings = chime_executor::ExecutorSettings::from_config(&config);
+    settings.outcome_linger = Duration::from_secs(60);
+    let exec = chime_executor::Executor::start(
+        s.db.store(),
+        s.db.store(),
+        None,
+        std::sync::Arc::new(SystemClock),
+        chime_executor::Targets::new(
+            chime_executor::HttpTarget::new(chime_executor::CallbackSettings::from_config(&config))
+                .unwrap(),
+        ),
+        settings,
+    );
+    assert_eq!(exec.offer(&keys).unwrap().accepted, 200);
+    // Most of them within the wait, though every batch short of an eighth would sit out the
+    // linger (a minute).
+    let store = s.db.store.clone();
+    wait_for("128 of 200 outcomes written", || {
+        let (store, keys) = (store.clone(), keys.clone());
+        async move {
+            let mut done = 0;
+            for k in &keys {
+                let o = store.get_occurrence(*k).await.unwrap().unwrap();
+                done += usize::from(o.status.is_terminal());
+            }
+            done >= 128
+        }
+    })
+    .await;
+}

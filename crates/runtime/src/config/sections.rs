@@ -339,7 +339,7 @@ impl Default for ExecutorConfig {
             claim_lease_margin: Seconds::secs(5),
             max_per_host: 256,
             claim_linger: Seconds(Duration::from_millis(20)),
-            outcome_linger: Seconds(Duration::from_millis(10)),
+            outcome_linger: Seconds(Duration::from_millis(50)),
             timer_cache: 16_384,
         }
     }
