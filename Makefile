@@ -39,7 +39,7 @@ lint: ## rustfmt check, clippy with warnings denied, and k8s-check
 fmt: ## Format the code
 	$(CARGO) fmt --all
 
-bench: ## Pipeline benchmark on release binaries: burst, callbacks alone (callback-floor), every-second beside a burst, steady (10 min), every-second, sparse, materialize, api, purge, workers, population (10M timers) (BENCH_ARGS); writes target/bench/pipeline.json
+bench: ## Pipeline benchmark on release binaries: burst, callbacks alone (callback-floor), every-second beside a burst, steady (10 min), every-second, overload, sparse, materialize, api, purge, workers, population (10M timers) (BENCH_ARGS); writes target/bench/pipeline.json
 	$(CARGO) build --release --workspace --bins
 	$(TEST_SERVICES) target/release/chime-bench pipeline $(BENCH_ARGS)
 
@@ -47,7 +47,8 @@ bench: ## Pipeline benchmark on release binaries: burst, callbacks alone (callba
 # and delivers everything, not the targets.
 SMOKE_SIZES := --burst 2000 --beside-rate 100 --beside-duration 6 --workers-rate 50 --workers-duration 4 --rate 300 --duration 10 --sparse-rate 50 --sparse-duration 5 \
 	--fast-rate 200 --fast-duration 5 --materialize 50000 --api-requests 500 --api-concurrency 8 \
-	--purge-rows 20000 --purge-rate 50 --purge-duration 5 --population 20000 --population-window 10
+	--purge-rows 20000 --purge-rate 50 --purge-duration 5 --population 20000 --population-window 10 \
+	--overload-kept 100 --overload-dropped 300 --overload-duration 5 --overload-recovery 5
 bench-smoke: peers-packages ## The pipeline benchmark at small sizes (CI), peers included: everything delivered, no targets
 	$(CARGO) build --workspace --bins
 	$(TEST_SERVICES) target/debug/chime-bench pipeline --smoke $(SMOKE_SIZES) \

@@ -317,7 +317,7 @@ mod tests {
         assert_eq!(at(&claimed(61_234, 1, 61_234), &t, 200_000), None);
         let backfilled = ClaimedOccurrence {
             backfill: true,
-            ..run.clone()
+            ..run
         };
         assert_eq!(at(&backfilled, &t, 200_000), None);
         // fire_all fires every run, skip and fire_once skip the overtaken.

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# What a firing costs PostgreSQL under three designs of the occurrence row, one client,
+# commits without waiting for the disk (synchronous_commit off: CPU, not fsync), each on a
+# schema of its own (the migrations, a day partition) that it drops at the end:
+#   today   the run written ahead (ahead.sql, the migrator's insert), then a claim that marks
+#           it running and an outcome (today.sql): three row writes, none HOT;
+#   hot     the same, but the claim sets only columns no index names (hot.sql): its update is
+#           HOT, the row has room for it (fillfactor 70);
+#   create  nothing written ahead: the claim inserts the row, the outcome updates it
+#           (create.sql): two row writes.
+# Prints microseconds per firing for each; the claim and outcome rounds carry K keys.
+#   scripts/pg-claim-cycle/designs.sh [K]      (default 50, a steady 5,000/s batch; PGHOST etc. apply)
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+k=${1:-50}
+export PGHOST=${PGHOST:-127.0.0.1} PGUSER=${PGUSER:-postgres} PGDATABASE=${PGDATABASE:-test}
+pgbench=$(command -v pgbench || ls /usr/lib/postgresql/*/bin/pgbench | tail -1)
+P="psql -v ON_ERROR_STOP=1 -q"
+trap '$P -c "DROP SCHEMA IF EXISTS exp_design CASCADE" >/dev/null 2>&1' EXIT
+lo=$(( $(date +%s) / 86400 * 86400000 ))
+
+# A fresh schema; $1: write the runs ahead (3,000,000: 5,000 timers x 600 s); $2: the HOT variant.
+schema() {
+  $P -c "DROP SCHEMA IF EXISTS exp_design CASCADE; CREATE SCHEMA exp_design;" 2>/dev/null
+  for f in "$here"/../../migrations/postgres/*.sql; do
+    (echo "SET search_path = exp_design;"; cat "$f") | $P -f - >/dev/null
+  done
+  $P <<SQL
+SET search_path = exp_design;
+CREATE TABLE occ_day (LIKE occurrences INCLUDING DEFAULTS INCLUDING CONSTRAINTS);
+ALTER TABLE occurrences ATTACH PARTITION occ_day FOR VALUES FROM ($lo) TO ($(( lo + 86400000 )));
+CREATE SEQUENCE seq;
+SQL
+  if [[ $2 == hot ]]; then
+    $P -c "ALTER TABLE exp_design.occurrences ADD COLUMN claimed_until BIGINT; ALTER TABLE exp_design.occ_day SET (fillfactor = 70);"
+  fi
+  if [[ $1 == ahead ]]; then
+    $P -c "INSERT INTO exp_design.occurrences (timer_id, run_at, timer_version, bucket)
+           SELECT t, $lo + 3600000 + s * 1000 + t % 1000, 1, t % 16
+           FROM generate_series(1, 5000) t, generate_series(0, 599) s;"
+  fi
+  $P -c "VACUUM ANALYZE exp_design.occurrences;"
+}
+
+# Microseconds per key of one round of $1 carrying $2 keys.
+per_key() {
+  "$pgbench" -n -M prepared -c 1 -T 10 -D k="$2" -D lo="$lo" -f "$here/designs/$1.sql" 2>&1 \
+    | awk -v k="$2" '/latency average/ {printf "%.1f", $4 * 1000 / k}'
+}
+
+schema none plain
+ahead=$(per_key ahead 1000)
+schema ahead plain
+today=$(per_key today "$k")
+schema ahead hot
+hot=$(per_key hot "$k")
+schema none plain
+create=$(per_key create "$k")
+awk -v a="$ahead" -v t="$today" -v h="$hot" -v c="$create" -v k="$k" 'BEGIN {
+  printf "rounds of %d keys, microseconds of PostgreSQL per firing:\n", k
+  printf "  today   %6.1f  (written ahead %.1f + claim and outcome %.1f)\n", a + t, a, t
+  printf "  hot     %6.1f  (written ahead %.1f + HOT claim and outcome %.1f)\n", a + h, a, h
+  printf "  create  %6.1f  (claim inserts, outcome updates)\n", c
+}'
