@@ -4,19 +4,20 @@ CARGO ?= cargo
 TEST_SERVICES := scripts/with-test-services.sh
 
 # nextest runs each test in its own process (parallel, isolated); plain cargo test otherwise.
-# The end-to-end tests (package chime-e2e) run after the rest, on a quiet machine: they
-# measure firing lateness and need the binaries built.
+# The end-to-end tests (package chime-e2e) run after the rest and need the binaries built.
+# They run E2E_THREADS at a time: most of their time is waiting for fire times, and they
+# judge outcomes, not lateness figures, so a busy machine does not fail them.
+E2E_THREADS ?= 3
 ifeq ($(shell command -v cargo-nextest 2>/dev/null),)
 TEST_CMD := $(CARGO) test --workspace --all-targets --exclude chime-e2e
-E2E_CMD := $(CARGO) test --workspace --test pipeline --test faults --test durability --test observability --test security --test semantics --test overlap --test workers --test brokers
+E2E_CMD := $(CARGO) test --workspace --test pipeline --test faults --test durability --test observability --test security --test semantics --test overlap --test workers --test brokers -- --test-threads $(E2E_THREADS)
 else
 TEST_CMD := $(CARGO) nextest run --workspace --all-targets --exclude chime-e2e
-# --workspace keeps the feature set of the build above (nothing recompiles); --no-capture
-# runs one test at a time and shows the measured figures.
-E2E_CMD := $(CARGO) nextest run --workspace --all-targets -E 'package(chime-e2e)' --no-capture
+# --workspace keeps the feature set of the build above (nothing recompiles).
+E2E_CMD := $(CARGO) nextest run --workspace --all-targets -E 'package(chime-e2e)' --test-threads $(E2E_THREADS)
 endif
 
-.PHONY: help run test lint fmt bench bench-smoke bench-peers peers-packages bench-storage api-fuzz e2e console-test quickstart-check k8s-check
+.PHONY: help run test lint fmt bench bench-smoke bench-peers peers-packages bench-storage api-fuzz e2e e2e-thrice console-test quickstart-check k8s-check
 
 help: ## List the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  %-10s %s\n", $$1, $$2}'
@@ -78,9 +79,14 @@ bench-storage: ## Storage throughput on its own (PostgreSQL inserts and claims, 
 api-fuzz: ## Fuzz the REST API from its OpenAPI document (schemathesis from PyPI; FUZZ_EXAMPLES=100)
 	$(TEST_SERVICES) scripts/api-fuzz.sh
 
-e2e: ## Only the end-to-end tests: the real binaries as processes (logs under target/e2e/)
+e2e: ## Only the end-to-end tests: the real binaries as processes (logs under target/e2e/; E2E_THREADS=3 at a time)
 	$(CARGO) build --workspace --bins
 	$(TEST_SERVICES) $(E2E_CMD)
+
+e2e-thrice: ## The end-to-end tests three full runs in a row; fails on the first failing run
+	$(CARGO) build --workspace --bins
+	for run in 1 2 3; do echo "e2e-thrice: run $$run of 3"; $(TEST_SERVICES) $(E2E_CMD) || exit 1; done
+	@echo "e2e-thrice: 3 of 3 runs passed"
 
 console-test: ## Browser tests of the web console in headless Chromium (installed if missing); screenshots in target/console-screenshots/
 	scripts/console-test.sh

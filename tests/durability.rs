@@ -43,12 +43,14 @@ async fn tickers(rest: &str, url: &str, n: usize) -> Vec<Ticker> {
     tickers_named(rest, url, "tick", n).await
 }
 
+/// Every tick is counted, so `fire_all`: a run its next one overtook (a second late, which
+/// tests side by side on a busy machine can make) still fires instead of being skipped.
 async fn tickers_named(rest: &str, url: &str, prefix: &str, n: usize) -> Vec<Ticker> {
     let mut out = Vec::new();
     for i in 0..n {
         let t = create(
             rest,
-            json!({ "app": "durability", "name": format!("{prefix}-{i}"),
+            json!({ "app": "durability", "name": format!("{prefix}-{i}"), "misfire": "fire_all",
                     "schedule": { "every": "1s" }, "callback": { "url": url } }),
         )
         .await;
@@ -153,7 +155,10 @@ async fn cluster(
         redis_prefix: prefix.to_owned(),
         schedulers: 1,
         executors: 1,
-        env: vec![("CHIME_MIGRATOR__LEAD", format!("{}s", LEAD_MS / 1000))],
+        env: chime_e2e::test_env(vec![(
+            "CHIME_MIGRATOR__LEAD",
+            format!("{}s", LEAD_MS / 1000),
+        )]),
     })
     .await
 }
@@ -390,7 +395,10 @@ async fn a_rolling_upgrade_under_load_loses_nothing() {
         all.len()
     );
     assert!(dupes * 1000 <= all.len(), "{dupes} duplicates");
-    assert!(p99 <= 1_000, "one-shot p99 lateness {p99} ms");
+    assert!(
+        p99 <= chime_e2e::ON_TIME_MS,
+        "one-shot p99 lateness {p99} ms"
+    );
     assert!(
         worst_ticker <= 1,
         "an every-1s timer missed {worst_ticker} seconds"

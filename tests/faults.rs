@@ -104,7 +104,10 @@ async fn kill_a_scheduler(s: Shared, test: &'static str) {
         late.len(),
         back.as_millis()
     );
-    assert!(p99 <= 1_500, "p99 lateness after the kill {p99} ms");
+    assert!(
+        p99 <= chime_e2e::ON_TIME_MS,
+        "p99 lateness after the kill {p99} ms"
+    );
     assert!(
         settled.is_empty(),
         "due at least 5 s after the kill yet over 1.9 s late, the sweeper's \
@@ -293,7 +296,9 @@ async fn kill_the_migrator(s: Shared, test: &'static str) {
     for chunk in 0..3 {
         let requests: Vec<Value> = (0..100)
             .map(|i| {
+                // Every tick is counted: fire_all, so an overtaken run still fires.
                 json!({ "timer": { "app": "faults", "name": format!("tick-{chunk}-{i}"),
+                    "misfire": "fire_all",
                     "schedule": { "every": "1s" }, "callback": { "url": sink.url("/hook") } } })
             })
             .collect();
@@ -399,8 +404,9 @@ async fn retries_dead_letters_and_redrive() {
         .collect();
     assert_eq!(attempts, ["1", "2", "3"]);
     let gaps: Vec<i64> = tries.windows(2).map(|w| w[1].at_ms - w[0].at_ms).collect();
+    // Never before the backoff; the upper bounds leave a busy machine a second.
     assert!(
-        (900..1_400).contains(&gaps[0]) && (1_900..2_400).contains(&gaps[1]),
+        (900..2_400).contains(&gaps[0]) && (1_900..3_400).contains(&gaps[1]),
         "{gaps:?}"
     );
     assert_eq!(runs(&flaky).await["attempt"], 3);
@@ -444,8 +450,10 @@ async fn retries_dead_letters_and_redrive() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn misfire_policies_after_three_minutes_without_schedulers() {
-    const OUTAGE: Duration = Duration::from_secs(180);
+async fn misfire_policies_after_half_a_minute_without_schedulers() {
+    // Long enough for each policy's count to tell them apart (30 fire times against 1 or
+    // none); the thresholds below are what make them misfired, not the outage's length.
+    const OUTAGE: Duration = Duration::from_secs(30);
     let s = shared().await;
     let sink = Sink::start().await.unwrap();
     let mut c = s

@@ -36,20 +36,17 @@ fn metric_names(text: &str) -> BTreeSet<String> {
     names
 }
 
-/// `promtool check metrics` on one scrape (HELP, naming, types), when promtool is installed
-/// (`make lint`'s k8s-check installs it; CI runs that first).
+/// `promtool check metrics` on one scrape (HELP, naming, types). `make test`
+/// (scripts/with-test-services.sh) installs promtool; without it the test fails, saying so.
 fn promtool_check(admin: &str, text: &str) {
     use std::io::Write;
-    let Ok(mut child) = std::process::Command::new("promtool")
+    let mut child = std::process::Command::new("promtool")
         .args(["check", "metrics"])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
-    else {
-        eprintln!("promtool not installed: `promtool check metrics` skipped");
-        return;
-    };
+        .expect("promtool is missing: apt-get install prometheus (make test installs it)");
     child
         .stdin
         .take()
@@ -262,7 +259,10 @@ async fn a_real_prometheus_scrapes_the_firing_rate_and_lateness() {
         (60.0..=140.0).contains(&firing),
         "firing rate {firing}/s, 100/s sent"
     );
-    assert!(late > 0.0 && late < 1.0, "lateness p99 {late} s");
+    assert!(
+        late > 0.0 && late * 1000.0 < chime_e2e::ON_TIME_MS as f64,
+        "lateness p99 {late} s"
+    );
     c.stop().await;
 }
 

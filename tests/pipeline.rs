@@ -67,7 +67,7 @@ async fn start_cluster(
         redis_prefix: redis_prefix.unwrap_or_default().to_owned(),
         schedulers: 2,
         executors: 2,
-        env: Vec::new(),
+        env: chime_e2e::test_env(Vec::new()),
     })
     .await;
     // Stop order: schedulers (no new work), executors (drain), migrator, gateway.
@@ -234,10 +234,12 @@ async fn scenario(mode: Mode, mut cluster: Cluster) {
                     "every" => json!({ "every": "1s" }),
                     _ => json!({ "cron": "*/2 * * * * *", "time_zone": "Europe/Berlin" }),
                 };
+                // Every run is expected exactly once: fire_all, so a run its next one
+                // overtook on a busy machine still fires instead of being skipped.
                 let t = create(
                     &client,
                     &rest,
-                    json!({ "app": "e2e", "name": format!("{kind}-{i}"),
+                    json!({ "app": "e2e", "name": format!("{kind}-{i}"), "misfire": "fire_all",
                             "schedule": schedule, "callback": callback }),
                 )
                 .await;
@@ -362,11 +364,12 @@ async fn scenario(mode: Mode, mut cluster: Cluster) {
         if expected.contains_key(&(timer, at)) {
             lateness.push(r.at_ms - at);
         }
+        // A run claimed before the disable may still arrive; none due later does.
         if timer == disabled {
             assert!(
-                r.at_ms <= disabled_at + 1_000,
-                "the disabled timer fired {} ms after the disable call",
-                r.at_ms - disabled_at
+                at <= disabled_at + 1_000,
+                "the disabled timer fired its run due {} ms after the disable call",
+                at - disabled_at
             );
         }
         if timer == updated && at > updated_at {
@@ -392,7 +395,10 @@ async fn scenario(mode: Mode, mut cluster: Cluster) {
         mode == Mode::Distributed,
     );
     assert!(lateness[0] >= 0, "a callback arrived before its due time");
-    assert!(p99 <= 100, "p99 lateness {p99} ms > 100 ms");
+    assert!(
+        p99 <= chime_e2e::ON_TIME_MS,
+        "p99 lateness {p99} ms: callbacks wait for something"
+    );
 
     // The runs API tells the same story, once the outcomes are written: an executor writes
     // one after its callback returned, so the last callbacks' runs may still be `running`.

@@ -94,7 +94,7 @@ pub async fn cluster(
         redis_prefix: prefix.to_owned(),
         schedulers,
         executors,
-        env,
+        env: crate::test_env(env),
     })
     .await
 }
