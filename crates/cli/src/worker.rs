@@ -30,7 +30,11 @@ pub struct WorkerArgs {
 }
 
 /// Runs until SIGINT or SIGTERM; an error if the executor refuses the worker.
-pub async fn run(args: WorkerArgs, server: String, token: Option<String>) -> Result<(), String> {
+pub async fn run(
+    args: WorkerArgs,
+    server: String,
+    token: Option<String>,
+) -> Result<(), chime_worker::Error> {
     let name = args
         .name
         .clone()
@@ -45,9 +49,7 @@ pub async fn run(args: WorkerArgs, server: String, token: Option<String>) -> Res
         let command = command.clone();
         async move { run_command(&command, delivery).await }
     };
-    chime_worker::run(config, handler, chime_runtime::shutdown_token())
-        .await
-        .map_err(|e| e.to_string())
+    chime_worker::run(config, handler, chime_runtime::shutdown_token()).await
 }
 
 async fn run_command(command: &[String], d: Delivery) -> Answer {

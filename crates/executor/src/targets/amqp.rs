@@ -93,7 +93,7 @@ impl DeliveryTarget for AmqpTarget {
             Ok(p) => p,
             Err(e) => {
                 self.pool.reset(&target.url);
-                return failed(e);
+                return failed(e.to_string());
             }
         };
         let publish = async {

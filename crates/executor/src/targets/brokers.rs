@@ -16,6 +16,15 @@ use super::Attempt;
 /// How long making a connection may take before the attempt fails (and is retried).
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Why no connection to a broker could be had; the attempt fails with it and is retried.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    #[error("cannot connect to {url}: no connection within {CONNECT_TIMEOUT:?}")]
+    TimedOut { url: String },
+    #[error("cannot connect to {url}: {reason}")]
+    Refused { url: String, reason: String },
+}
+
 /// Connections of type `C`, one per broker URL.
 pub struct Pool<C> {
     allowed: Arc<Vec<BrokerUrl>>,
@@ -49,7 +58,8 @@ impl<C: Clone> Pool<C> {
     }
 
     /// The connection to `url`, made by `connect` if there is none (one at a time per URL).
-    pub async fn get<F, Fut>(&self, url: &BrokerUrl, connect: F) -> Result<C, String>
+    /// `connect`'s error is the client library's, as text.
+    pub async fn get<F, Fut>(&self, url: &BrokerUrl, connect: F) -> Result<C, ConnectError>
     where
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<C, String>>,
@@ -59,15 +69,16 @@ impl<C: Clone> Pool<C> {
             .entry(url.as_str().to_owned())
             .or_default()
             .clone();
+        let url = || url.redacted();
         let made = cell
             .get_or_try_init(|| async {
-                tokio::time::timeout(CONNECT_TIMEOUT, connect())
-                    .await
-                    .map_err(|_| format!("no connection within {CONNECT_TIMEOUT:?}"))?
+                match tokio::time::timeout(CONNECT_TIMEOUT, connect()).await {
+                    Ok(made) => made.map_err(|reason| ConnectError::Refused { url: url(), reason }),
+                    Err(_) => Err(ConnectError::TimedOut { url: url() }),
+                }
             })
             .await;
         made.cloned()
-            .map_err(|e| format!("cannot connect to {}: {e}", url.redacted()))
     }
 
     /// Forgets the connection to `url` after a failure: the next attempt makes a new one.

@@ -60,7 +60,7 @@ impl Default for CallbackSettings {
 impl CallbackSettings {
     /// Keeps as many idle connections per host as the executor has callbacks in flight:
     /// a burst opens up to that many at once, and dropping all but a few after each wave
-    /// made the next wave connect again (docs/performance.md has the figures).
+    /// made the next wave connect again.
     pub fn from_config(config: &chime_runtime::Config) -> Self {
         Self {
             idle_per_host: config.executor.max_in_flight,

@@ -69,7 +69,7 @@ impl DeliveryTarget for NatsTarget {
             Ok(js) => js,
             Err(e) => {
                 self.pool.reset(&target.url);
-                return failed(e);
+                return failed(e.to_string());
             }
         };
         let publish = async {
