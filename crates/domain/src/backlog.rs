@@ -19,9 +19,8 @@ pub fn in_backlog(due: Timestamp, now: Timestamp) -> bool {
 /// More keys than this due at one instant in one shard make that instant a burst: its keys
 /// are a backlog from the start, handed off behind the keys due at other instants. On time,
 /// a burst's keys went first in due order, and when executors took only part of them, the
-/// keys due just after it were refused with the rest until the burst was 250 ms late and a
-/// backlog (beside-burst: the every-second firings due in its first 250 ms were ~230 ms
-/// late at the median). Timers spread over the second share an instant by the handful at
+/// keys due just after it were refused with the rest until the burst itself was a backlog,
+/// and were late with it. Timers spread over the second share an instant by the handful at
 /// most; a cron's minute or one-shots set for one moment share it by the thousand.
 pub const BURST_KEYS: usize = 32;
 
@@ -31,8 +30,8 @@ pub const BACKLOG_HELD_FOR: Duration = Duration::from_secs(10);
 /// One shard's backlog as its scheduler sees it: the keys already late when it was found.
 ///
 /// A fixed threshold alone made a key refused while the executors were full of a burst's
-/// first keys (a few hundred ms) part of that burst's backlog once it was 250 ms late, due
-/// after every key of the burst: it waited for the whole burst to drain (seconds). So the
+/// first keys part of that burst's backlog once it was late, due after every key of the
+/// burst: it waited for the whole burst to drain. So the
 /// boundary is fixed when a backlog is found and kept until nothing due by it is left; keys
 /// due after it stay ahead of it, late or not. Found at a look after one where nothing was
 /// late, the backlog is what became late since: up to the earliest key's instant (a burst's),

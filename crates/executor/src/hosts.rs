@@ -4,8 +4,8 @@
 //!
 //! Only slow hosts are held to the cap. A host whose callbacks have been answering within
 //! [`FAST`] (a moving average of their durations) cannot hog the slots, and queueing its keys
-//! cost a single-host burst ~18 % of its drain rate (each resumed key was claimed on its own;
-//! docs/performance.md), so its keys run over the cap. A host not measured yet is capped.
+//! slowed a single-host burst (each resumed key was claimed on its own), so its keys run
+//! over the cap. A host not measured yet is capped.
 //!
 //! A key over its host's cap is not claimed: it gives its in-flight permit back and waits,
 //! unclaimed, in its host's queue (bounded in total); when one of that host's callbacks ends

@@ -6,27 +6,23 @@
 //! that fills an executor leaves room for the keys falling due meanwhile. Without that room
 //! they were refused and offered again after a back-off, late. A quarter, not more: a drain
 //! is CPU-bound, so more of it in flight only queues longer, and every key in flight,
-//! on time or not, waits in the same queues (beside-burst: with three quarters the
-//! every-second timers' p50 was 300-500 ms, with a quarter 73 ms, at the same drain rate).
+//! on time or not, waits in the same queues (the beside-burst benchmark shows it).
 //!
 //! The keys due at any one instant may hold that share too, on time or not: a burst due at
 //! one instant is on time only while its first keys are offered, and those took every
-//! permit, so the keys falling due just after it waited for them (beside-burst: the
-//! every-second firings due in the burst's first 250 ms were 0.6 s late at the median).
+//! permit, so the keys falling due just after it waited for them.
 //! An instant is a millisecond, as bursts come (a cron's minute, one-shots set for the same
 //! moment); one-shots spread over a few milliseconds are not held back by it.
 //!
 //! A backlog's keys claimed before their instant (a burst's, handed off ahead of due) hold
 //! less: [`AHEAD_SHARE`]. They all start their callbacks at the instant, and every key due
-//! in the next few dozen milliseconds waited behind that herd (beside-burst: the
-//! every-second firings due in a burst's first 80 ms were 50-75 ms late at the median with
-//! 512 such keys over two executors). The rest of the burst follows as room frees, spread
+//! in the next few dozen milliseconds waited behind that herd. The rest of the burst follows as room frees, spread
 //! over its drain.
 //!
 //! These shares are for a backlog beside keys on time. A backlog alone (no key on time came
 //! for [`QUIET`]: a burst of one-shots, a cron's minute with nothing else due) may hold
 //! [`ALONE_SHARE`] at once, at its instant or before it: held to a quarter, a lone burst
-//! drained at half the rate, its keys refused and offered again over and over while the
+//! drained far slower, its keys refused and offered again over and over while the
 //! cores had room. The rest stays free for the first keys on time, and from the moment one
 //! comes the backlog is held to its shares again as its keys finish.
 //!

@@ -29,16 +29,15 @@ pub(crate) struct Offers {
     /// Backlog keys per hand-off, at most: twice what executors took of the last offer's
     /// when they refused some (at least [`MIN_WINDOW`]), doubled when they took it all.
     /// An executor takes a backlog only into its share of room, which a drain keeps
-    /// taken: offering a whole batch each time had executors refuse ~570,000 keys in a
-    /// 20,000-key burst, each removed from Redis, sent, and put back.
+    /// taken: offering a whole batch each time had executors refuse many times a burst's
+    /// keys, each removed from Redis, sent, and put back.
     window: usize,
 }
 
 /// The fewest backlog keys a hand-off offers. A drain keeps executors' backlog room taken,
 /// so most such offers probe a full executor, and each key refused is taken out of Redis,
-/// sent to every replica and put back: with 16, executors refused ~85,000 keys in a
-/// 20,000-key burst, with 4 ~62,000 (docs/backlog.md, ninth part). A shard whose window is
-/// taken whole doubles it.
+/// sent to every replica and put back, so small probes refuse fewer keys in a burst than
+/// large ones. A shard whose window is taken whole doubles it.
 const MIN_WINDOW: usize = 4;
 
 impl Offers {

@@ -32,9 +32,9 @@ pub(crate) type CreateQueue = mpsc::Sender<PendingCreate>;
 /// Most timers one group-commit statement inserts.
 const CREATE_GROUP: usize = 128;
 /// Writers inserting groups concurrently. One: while it waits on a commit the next group
-/// collects in the queue. Each statement and commit costs PostgreSQL ~0.25 ms of CPU
+/// collects in the queue. Each statement and commit costs PostgreSQL about the same CPU
 /// whatever its size, and a second writer halved the groups, costing more CPU per create for
-/// no gain in throughput (docs/performance-creates.md).
+/// no gain in throughput.
 const CREATE_WRITERS: usize = 1;
 
 /// Starts the writers; they stop when every sender is gone.

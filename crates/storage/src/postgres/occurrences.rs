@@ -28,8 +28,7 @@ impl OccurrenceStore for PgStore {
         // claimers never wait, hence never deadlock, and each row is won once), then update
         // the locked rows by their tuple ids. Both steps are index or TID lookups whatever
         // the plan cache decides: as joins, the custom plans of a statement's first
-        // executions on a connection hashed every claimable row (measured: twice the time
-        // per claim), and a fresh deployment's burst runs mostly on those. One corner: a row
+        // executions on a connection hashed every claimable row, and a fresh deployment's burst runs mostly on those. One corner: a row
         // another transaction updated after this statement's snapshot is locked at its new
         // version, which the TID scan cannot see, so it is not claimed this time; it stays
         // claimable for the sweeper. That needs a timer's version rewrite by the migrator,
