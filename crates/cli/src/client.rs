@@ -195,42 +195,7 @@ pub async fn run(
     out: Output,
 ) -> Result<String, CliError> {
     Ok(match command {
-        TimersCommand::Create(a) => {
-            let schedule = schedule(&a.schedule)?.ok_or_else(|| {
-                CliError::Usage("give a schedule: --cron, --every, --at or --after".into())
-            })?;
-            let mut callback = pb::Callback::default();
-            apply_callback(&mut callback, Some(&a.url), &a.spec);
-            let mut retry = pb::RetryPolicy::default();
-            apply_retry(&mut retry, &a.spec);
-            let spec = pb::TimerSpec {
-                app: a.app,
-                name: a.name,
-                schedule: Some(schedule),
-                start_at: bounds(&a.spec)?.0,
-                end_at: bounds(&a.spec)?.1,
-                callback: Some(callback),
-                retry: Some(retry),
-                misfire: a.spec.misfire.map(misfire).unwrap_or_default(),
-                delivery: a.spec.delivery.map(delivery).unwrap_or_default(),
-                labels: a.spec.labels.iter().cloned().collect(),
-                max_runs: a.spec.max_runs,
-                on_complete: on_complete(a.spec.on_complete),
-                catch_up_window: a.spec.catch_up_window.clone().unwrap_or_default(),
-                overlap: overlap(a.spec.overlap),
-                window: a.spec.window.clone().unwrap_or_default(),
-                exclude_calendars: a.spec.exclude_calendars.clone(),
-            };
-            let timer = client
-                .create_timer(pb::CreateTimerRequest {
-                    timer: Some(spec),
-                    enabled: a.disabled.then_some(false),
-                    request_id: a.request_id.unwrap_or_default(),
-                })
-                .await?
-                .into_inner();
-            output::timer(&timer, out)
-        }
+        TimersCommand::Create(a) => create(client, a, out).await?,
         TimersCommand::Get { id } => {
             let timer = client
                 .get_timer(pb::GetTimerRequest { id })
@@ -238,67 +203,8 @@ pub async fn run(
                 .into_inner();
             output::timer(&timer, out)
         }
-        TimersCommand::List(a) => {
-            let page = client
-                .list_timers(pb::ListTimersRequest {
-                    app: a.app.unwrap_or_default(),
-                    enabled: a.enabled,
-                    state: match a.state {
-                        None => pb::TimerState::Unspecified,
-                        Some(State::Enabled) => pb::TimerState::Enabled,
-                        Some(State::Paused) => pb::TimerState::Paused,
-                        Some(State::Done) => pb::TimerState::Done,
-                    } as i32,
-                    name_prefix: a.name_prefix.unwrap_or_default(),
-                    label: a.label.unwrap_or_default(),
-                    page_size: a.page_size,
-                    page_token: a.page_token.unwrap_or_default(),
-                })
-                .await?
-                .into_inner();
-            output::timers(&page.timers, &page.next_page_token, out)
-        }
-        TimersCommand::Update(a) => {
-            let current = client
-                .get_timer(pb::GetTimerRequest { id: a.id })
-                .await?
-                .into_inner();
-            let spec = current.spec.unwrap_or_default();
-            let mut callback = spec.callback.unwrap_or_default();
-            apply_callback(&mut callback, a.url.as_deref(), &a.spec);
-            let mut retry = spec.retry.unwrap_or_default();
-            apply_retry(&mut retry, &a.spec);
-            let timer = client
-                .update_timer(pb::UpdateTimerRequest {
-                    id: a.id,
-                    // What was read is what is changed: a concurrent change fails the update.
-                    expected_version: Some(a.expected_version.unwrap_or(current.version)),
-                    name: a.name,
-                    schedule: schedule(&a.schedule)?,
-                    start_at: bounds(&a.spec)?.0,
-                    end_at: bounds(&a.spec)?.1,
-                    callback: Some(callback),
-                    retry: Some(retry),
-                    misfire: a.spec.misfire.map(misfire).unwrap_or_default(),
-                    delivery: a.spec.delivery.map(delivery).unwrap_or_default(),
-                    labels: (!a.spec.labels.is_empty()).then(|| pb::Labels {
-                        labels: a.spec.labels.iter().cloned().collect(),
-                    }),
-                    max_runs: a.spec.max_runs,
-                    on_complete: on_complete(a.spec.on_complete),
-                    catch_up_window: a.spec.catch_up_window.clone(),
-                    overlap: overlap(a.spec.overlap),
-                    window: a.spec.window.clone(),
-                    exclude_calendars: (!a.spec.exclude_calendars.is_empty()).then(|| {
-                        pb::CalendarNames {
-                            names: a.spec.exclude_calendars.clone(),
-                        }
-                    }),
-                })
-                .await?
-                .into_inner();
-            output::timer(&timer, out)
-        }
+        TimersCommand::List(a) => list(client, a, out).await?,
+        TimersCommand::Update(a) => update(client, a, out).await?,
         TimersCommand::Delete { id } => {
             client.delete_timer(pb::DeleteTimerRequest { id }).await?;
             output::done(
@@ -331,28 +237,7 @@ pub async fn run(
                 .into_inner();
             output::run_times(&runs, out)
         }
-        TimersCommand::Preview(a) => {
-            let schedule = schedule(&a.schedule)?.ok_or_else(|| {
-                CliError::Usage("give a schedule: --cron, --every, --at or --after".into())
-            })?;
-            let at = |flag: &str, v: &Option<String>| {
-                v.as_deref().map(|s| timestamp(flag, s)).transpose()
-            };
-            let runs = client
-                .preview_schedule(pb::PreviewScheduleRequest {
-                    schedule: Some(schedule),
-                    start_at: at("start-at", &a.start_at)?,
-                    end_at: at("end-at", &a.end_at)?,
-                    max_runs: a.max_runs,
-                    count: a.count,
-                    from: at("from", &a.from)?,
-                    app: a.app.clone().unwrap_or_default(),
-                    exclude_calendars: a.exclude_calendars.clone(),
-                })
-                .await?
-                .into_inner();
-            output::run_times(&runs, out)
-        }
+        TimersCommand::Preview(a) => preview(client, a, out).await?,
         TimersCommand::Trigger { id } => {
             let t = client
                 .trigger_timer(pb::TriggerTimerRequest { id })
@@ -365,36 +250,7 @@ pub async fn run(
                 out,
             )
         }
-        TimersCommand::Backfill(a) => {
-            let b = client
-                .backfill_timer(pb::BackfillTimerRequest {
-                    id: a.id,
-                    from: Some(timestamp("from", &a.from)?),
-                    to: Some(timestamp("to", &a.to)?),
-                    overlap: overlap(a.overlap),
-                    rate: a.rate.unwrap_or(0),
-                })
-                .await?
-                .into_inner();
-            let first = b.first_start.map(output::rfc3339);
-            let last = b.last_start.map(output::rfc3339);
-            output::done(
-                &format!(
-                    "backfill of timer {}: {} runs added (the last starts at {}), {} had a run already",
-                    a.id,
-                    b.added,
-                    last.as_deref().unwrap_or("-"),
-                    b.existing
-                ),
-                json!({
-                    "added": b.added,
-                    "existing": b.existing,
-                    "first_start": first,
-                    "last_start": last,
-                }),
-                out,
-            )
-        }
+        TimersCommand::Backfill(a) => backfill(client, a, out).await?,
         TimersCommand::Runs(a) => {
             let page = client
                 .list_runs(pb::ListRunsRequest {
@@ -409,4 +265,174 @@ pub async fn run(
             output::runs(&page.runs, &page.next_page_token, out)
         }
     })
+}
+
+async fn create(
+    client: &mut chime_proto::AuthedTimerClient,
+    a: CreateArgs,
+    out: Output,
+) -> Result<String, CliError> {
+    let schedule = schedule(&a.schedule)?.ok_or_else(|| {
+        CliError::Usage("give a schedule: --cron, --every, --at or --after".into())
+    })?;
+    let mut callback = pb::Callback::default();
+    apply_callback(&mut callback, Some(&a.url), &a.spec);
+    let mut retry = pb::RetryPolicy::default();
+    apply_retry(&mut retry, &a.spec);
+    let spec = pb::TimerSpec {
+        app: a.app,
+        name: a.name,
+        schedule: Some(schedule),
+        start_at: bounds(&a.spec)?.0,
+        end_at: bounds(&a.spec)?.1,
+        callback: Some(callback),
+        retry: Some(retry),
+        misfire: a.spec.misfire.map(misfire).unwrap_or_default(),
+        delivery: a.spec.delivery.map(delivery).unwrap_or_default(),
+        labels: a.spec.labels.iter().cloned().collect(),
+        max_runs: a.spec.max_runs,
+        on_complete: on_complete(a.spec.on_complete),
+        catch_up_window: a.spec.catch_up_window.clone().unwrap_or_default(),
+        overlap: overlap(a.spec.overlap),
+        window: a.spec.window.clone().unwrap_or_default(),
+        exclude_calendars: a.spec.exclude_calendars.clone(),
+    };
+    let timer = client
+        .create_timer(pb::CreateTimerRequest {
+            timer: Some(spec),
+            enabled: a.disabled.then_some(false),
+            request_id: a.request_id.unwrap_or_default(),
+        })
+        .await?
+        .into_inner();
+    Ok(output::timer(&timer, out))
+}
+
+async fn list(
+    client: &mut chime_proto::AuthedTimerClient,
+    a: ListArgs,
+    out: Output,
+) -> Result<String, CliError> {
+    let page = client
+        .list_timers(pb::ListTimersRequest {
+            app: a.app.unwrap_or_default(),
+            enabled: a.enabled,
+            state: match a.state {
+                None => pb::TimerState::Unspecified,
+                Some(State::Enabled) => pb::TimerState::Enabled,
+                Some(State::Paused) => pb::TimerState::Paused,
+                Some(State::Done) => pb::TimerState::Done,
+            } as i32,
+            name_prefix: a.name_prefix.unwrap_or_default(),
+            label: a.label.unwrap_or_default(),
+            page_size: a.page_size,
+            page_token: a.page_token.unwrap_or_default(),
+        })
+        .await?
+        .into_inner();
+    Ok(output::timers(&page.timers, &page.next_page_token, out))
+}
+
+async fn update(
+    client: &mut chime_proto::AuthedTimerClient,
+    a: UpdateArgs,
+    out: Output,
+) -> Result<String, CliError> {
+    let current = client
+        .get_timer(pb::GetTimerRequest { id: a.id })
+        .await?
+        .into_inner();
+    let spec = current.spec.unwrap_or_default();
+    let mut callback = spec.callback.unwrap_or_default();
+    apply_callback(&mut callback, a.url.as_deref(), &a.spec);
+    let mut retry = spec.retry.unwrap_or_default();
+    apply_retry(&mut retry, &a.spec);
+    let timer = client
+        .update_timer(pb::UpdateTimerRequest {
+            id: a.id,
+            // What was read is what is changed: a concurrent change fails the update.
+            expected_version: Some(a.expected_version.unwrap_or(current.version)),
+            name: a.name,
+            schedule: schedule(&a.schedule)?,
+            start_at: bounds(&a.spec)?.0,
+            end_at: bounds(&a.spec)?.1,
+            callback: Some(callback),
+            retry: Some(retry),
+            misfire: a.spec.misfire.map(misfire).unwrap_or_default(),
+            delivery: a.spec.delivery.map(delivery).unwrap_or_default(),
+            labels: (!a.spec.labels.is_empty()).then(|| pb::Labels {
+                labels: a.spec.labels.iter().cloned().collect(),
+            }),
+            max_runs: a.spec.max_runs,
+            on_complete: on_complete(a.spec.on_complete),
+            catch_up_window: a.spec.catch_up_window.clone(),
+            overlap: overlap(a.spec.overlap),
+            window: a.spec.window.clone(),
+            exclude_calendars: (!a.spec.exclude_calendars.is_empty()).then(|| pb::CalendarNames {
+                names: a.spec.exclude_calendars.clone(),
+            }),
+        })
+        .await?
+        .into_inner();
+    Ok(output::timer(&timer, out))
+}
+
+async fn preview(
+    client: &mut chime_proto::AuthedTimerClient,
+    a: PreviewArgs,
+    out: Output,
+) -> Result<String, CliError> {
+    let schedule = schedule(&a.schedule)?.ok_or_else(|| {
+        CliError::Usage("give a schedule: --cron, --every, --at or --after".into())
+    })?;
+    let at = |flag: &str, v: &Option<String>| v.as_deref().map(|s| timestamp(flag, s)).transpose();
+    let runs = client
+        .preview_schedule(pb::PreviewScheduleRequest {
+            schedule: Some(schedule),
+            start_at: at("start-at", &a.start_at)?,
+            end_at: at("end-at", &a.end_at)?,
+            max_runs: a.max_runs,
+            count: a.count,
+            from: at("from", &a.from)?,
+            app: a.app.clone().unwrap_or_default(),
+            exclude_calendars: a.exclude_calendars.clone(),
+        })
+        .await?
+        .into_inner();
+    Ok(output::run_times(&runs, out))
+}
+
+async fn backfill(
+    client: &mut chime_proto::AuthedTimerClient,
+    a: BackfillArgs,
+    out: Output,
+) -> Result<String, CliError> {
+    let b = client
+        .backfill_timer(pb::BackfillTimerRequest {
+            id: a.id,
+            from: Some(timestamp("from", &a.from)?),
+            to: Some(timestamp("to", &a.to)?),
+            overlap: overlap(a.overlap),
+            rate: a.rate.unwrap_or(0),
+        })
+        .await?
+        .into_inner();
+    let first = b.first_start.map(output::rfc3339);
+    let last = b.last_start.map(output::rfc3339);
+    Ok(output::done(
+        &format!(
+            "backfill of timer {}: {} runs added (the last starts at {}), {} had a run already",
+            a.id,
+            b.added,
+            last.as_deref().unwrap_or("-"),
+            b.existing
+        ),
+        json!({
+            "added": b.added,
+            "existing": b.existing,
+            "first_start": first,
+            "last_start": last,
+        }),
+        out,
+    ))
 }

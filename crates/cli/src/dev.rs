@@ -22,7 +22,7 @@ use chime_migrator::{Janitor, Materializer, Migrator, MigratorSettings, Retentio
 use chime_proto::v1::worker_service_server::WorkerServiceServer;
 use chime_runtime::Config;
 use chime_scheduler::{Handoff, Scheduler, SchedulerSettings};
-use chime_storage::{HotPath, Stores};
+use chime_storage::{Database, HotIndex, HotPath, Leases, Stores};
 use tokio_util::sync::CancellationToken;
 
 #[derive(Debug, Clone, clap::Args)]
@@ -103,58 +103,16 @@ pub async fn run(config: Config, args: DevArgs) -> anyhow::Result<()> {
     let (index, leases) = stores.hot_path()?;
     let db = stores.database.clone();
 
-    let settings = MigratorSettings::from_config(&config);
-    let migrator = Arc::new(Migrator::new(
-        Materializer::new(
-            db.timers.clone(),
-            db.occurrences.clone(),
-            index.clone(),
-            clock.clone(),
-            settings.horizon,
-        ),
-        leases.clone(),
-        settings,
-    ));
-    let janitor = Janitor::new(
-        db.retention.clone(),
-        leases.clone(),
-        clock.clone(),
-        RetentionSettings::from_config(&config),
-    );
-    let signer = Arc::new(Signer::new(
-        db.credentials.clone(),
-        clock.clone(),
-        config.auth.cache_ttl.get(),
-    ));
+    let (migrator, janitor) = migrator_and_janitor(&config, &db, &index, &leases, &clock);
     // Registered workers connect to the gRPC port (`chime worker`, default --server).
     let workers = Workers::new();
-    let brokers = Arc::new(config.brokers()?);
     let executor = Executor::start_with(
         db.timers.clone(),
         db.occurrences.clone(),
         Some(index.clone()),
         Some(db.activity.clone()),
         clock.clone(),
-        Targets::new(
-            HttpTarget::new(CallbackSettings {
-                // Loopback is open in `chime dev`, so its echo endpoint can be called back.
-                networks: config.network_policy()?.with_loopback(),
-                ..CallbackSettings::from_config(&config)
-            })?
-            .with_signer(signer.clone()),
-        )
-        .with(
-            TargetKind::Worker,
-            Arc::new(WorkerTarget::new(workers.clone()).with_signer(signer.clone())),
-        )
-        .with(
-            TargetKind::Nats,
-            Arc::new(NatsTarget::new(brokers.clone()).with_signer(signer.clone())),
-        )
-        .with(
-            TargetKind::Amqp,
-            Arc::new(AmqpTarget::new(brokers).with_signer(signer)),
-        ),
+        targets(&config, &db, &clock, &workers)?,
         ExecutorSettings::from_config(&config),
     );
     let scheduler = Scheduler::new(
@@ -166,35 +124,8 @@ pub async fn run(config: Config, args: DevArgs) -> anyhow::Result<()> {
         clock.clone(),
         SchedulerSettings::from_config(&config),
     );
-    let api = Arc::new(
-        TimerService::new(
-            db.timers.clone(),
-            db.occurrences.clone(),
-            Some(index),
-            config.horizon(),
-            clock.clone(),
-        )
-        .with_networks(config.network_policy()?.with_loopback())
-        .with_brokers(config.brokers()?)
-        .with_calendars(db.calendars.clone())
-        .with_activity(db.activity.clone()),
-    );
-    let gateway = Gateway::new(
-        api,
-        db.credentials.clone(),
-        clock,
-        &AuthSettings {
-            bootstrap_token: config.bootstrap_token()?.map(str::to_owned),
-            cache_ttl: config.auth.cache_ttl.get(),
-            signing_grace: config.auth.signing_grace.get(),
-        },
-    );
-    let worker_service = WorkerGrpc::new(workers, gateway.auth.clone());
-    let stop_workers = worker_service.stop_token();
-    let worker_service = Arc::new(worker_service);
-    let gateway = gateway.with_grpc_routes(Arc::new(move |routes| {
-        routes.add_service(WorkerServiceServer::from_arc(worker_service.clone()))
-    }));
+    let api = timer_api(&config, &db, index, &clock)?;
+    let (gateway, stop_workers) = gateway(&config, api, &db, clock, workers)?;
     let http = chime_runtime::bind(config.gateway.http_addr, "REST").await?;
     let grpc = chime_runtime::bind(config.gateway.grpc_addr, "gRPC").await?;
     let admin = chime_runtime::admin::bind_admin(config.admin_addr).await?;
@@ -241,6 +172,120 @@ pub async fn run(config: Config, args: DevArgs) -> anyhow::Result<()> {
     tracing::info!("chime dev stopped");
     served.map_err(|e| e.context("serving the API"))?;
     Ok(())
+}
+
+/// The timer API on the one process's stores; loopback callbacks allowed.
+fn timer_api(
+    config: &Config,
+    db: &Database,
+    index: Arc<dyn HotIndex>,
+    clock: &Arc<dyn Clock>,
+) -> anyhow::Result<Arc<TimerService>> {
+    Ok(Arc::new(
+        TimerService::new(
+            db.timers.clone(),
+            db.occurrences.clone(),
+            Some(index),
+            config.horizon(),
+            clock.clone(),
+        )
+        .with_networks(config.network_policy()?.with_loopback())
+        .with_brokers(config.brokers()?)
+        .with_calendars(db.calendars.clone())
+        .with_activity(db.activity.clone()),
+    ))
+}
+
+/// The gateway, serving the executor's `WorkerService` on its gRPC port beside the timer
+/// API; with the token that ends the workers' streams.
+fn gateway(
+    config: &Config,
+    api: Arc<TimerService>,
+    db: &Database,
+    clock: Arc<dyn Clock>,
+    workers: Arc<Workers>,
+) -> anyhow::Result<(Gateway, CancellationToken)> {
+    let gateway = Gateway::new(
+        api,
+        db.credentials.clone(),
+        clock,
+        &AuthSettings {
+            bootstrap_token: config.bootstrap_token()?.map(str::to_owned),
+            cache_ttl: config.auth.cache_ttl.get(),
+            signing_grace: config.auth.signing_grace.get(),
+        },
+    );
+    let worker_service = WorkerGrpc::new(workers, gateway.auth.clone());
+    let stop_workers = worker_service.stop_token();
+    let worker_service = Arc::new(worker_service);
+    let gateway = gateway.with_grpc_routes(Arc::new(move |routes| {
+        routes.add_service(WorkerServiceServer::from_arc(worker_service.clone()))
+    }));
+    Ok((gateway, stop_workers))
+}
+
+/// The migrator and the retention janitor, on the one process's stores.
+fn migrator_and_janitor(
+    config: &Config,
+    db: &Database,
+    index: &Arc<dyn HotIndex>,
+    leases: &Arc<dyn Leases>,
+    clock: &Arc<dyn Clock>,
+) -> (Arc<Migrator>, Janitor) {
+    let settings = MigratorSettings::from_config(config);
+    let migrator = Arc::new(Migrator::new(
+        Materializer::new(
+            db.timers.clone(),
+            db.occurrences.clone(),
+            index.clone(),
+            clock.clone(),
+            settings.horizon,
+        ),
+        leases.clone(),
+        settings,
+    ));
+    let janitor = Janitor::new(
+        db.retention.clone(),
+        leases.clone(),
+        clock.clone(),
+        RetentionSettings::from_config(config),
+    );
+    (migrator, janitor)
+}
+
+/// Every delivery target, each signing with the apps' secrets. Loopback is open in
+/// `chime dev`, so its echo endpoint can be called back.
+fn targets(
+    config: &Config,
+    db: &Database,
+    clock: &Arc<dyn Clock>,
+    workers: &Arc<Workers>,
+) -> anyhow::Result<Targets> {
+    let signer = Arc::new(Signer::new(
+        db.credentials.clone(),
+        clock.clone(),
+        config.auth.cache_ttl.get(),
+    ));
+    let brokers = Arc::new(config.brokers()?);
+    Ok(Targets::new(
+        HttpTarget::new(CallbackSettings {
+            networks: config.network_policy()?.with_loopback(),
+            ..CallbackSettings::from_config(config)
+        })?
+        .with_signer(signer.clone()),
+    )
+    .with(
+        TargetKind::Worker,
+        Arc::new(WorkerTarget::new(workers.clone()).with_signer(signer.clone())),
+    )
+    .with(
+        TargetKind::Nats,
+        Arc::new(NatsTarget::new(brokers.clone()).with_signer(signer.clone())),
+    )
+    .with(
+        TargetKind::Amqp,
+        Arc::new(AmqpTarget::new(brokers).with_signer(signer)),
+    ))
 }
 
 fn mask(url: &str) -> String {

@@ -78,9 +78,48 @@ async fn gather(inner: &Inner, jobs: &mut mpsc::UnboundedReceiver<Job>, batch: &
     }
 }
 
+type Timers = HashMap<chime_domain::TimerId, Arc<Timer>>;
+
 impl Inner {
-    /// Claims `jobs` and starts their callbacks. On error `jobs` is left untouched.
+    /// Claims `jobs` and starts their callbacks: read their timers, hold back keys over
+    /// their host's cap, claim the rest, then skip or fire each claimed occurrence.
     async fn claim_and_fire(self: Arc<Self>, jobs: &mut Vec<Job>) -> StoreResult<()> {
+        let mut timers = self.timers_of(jobs).await?;
+        let claim = self.claim_terms(&timers);
+        let mut slots = self.admit_to_hosts(jobs, &timers);
+        let mut claimed = self.claim_keys(jobs, &timers, claim).await?;
+        let unreadable = self.refresh_changed(&mut timers, &claimed).await;
+        for job in jobs.drain(..) {
+            if unreadable.contains(&job.key.timer_id) {
+                continue;
+            }
+            // `remove`: a key offered twice (two hand-offs of it in one batch) fires once.
+            let Some(occurrence) = claimed.remove(&job.key) else {
+                // Taken by another executor, finished already, or gone: nothing to do.
+                metrics::counter!("chime_executor_not_claimed_total").increment(1);
+                continue;
+            };
+            let timer = timers.get(&job.key.timer_id);
+            if let Some(skip) = skip_reason(timer.map(Arc::as_ref), &occurrence, claim.now) {
+                self.record_skip(
+                    job,
+                    &occurrence,
+                    timer.map(Arc::as_ref),
+                    skip.reason,
+                    skip.misfired,
+                );
+                continue;
+            }
+            if let Some(timer) = timer.cloned() {
+                let slot = slots.remove(&job.key);
+                self.fire(job, occurrence, timer, slot);
+            }
+        }
+        Ok(())
+    }
+
+    /// The timers of `jobs`, from the cache or the database (then cached if they fire soon).
+    async fn timers_of(&self, jobs: &[Job]) -> StoreResult<Timers> {
         let mut ids: Vec<_> = jobs.iter().map(|j| j.key.timer_id).collect();
         ids.sort_unstable();
         ids.dedup();
@@ -98,19 +137,31 @@ impl Inner {
                 .keep(read.iter().filter(|t| timers::fires_soon(t, now)));
             timers.extend(read.into_iter().map(|t| (t.id, t)));
         }
+        Ok(timers)
+    }
+
+    /// The claim's time and lease: long enough for the slowest callback among `timers`.
+    fn claim_terms(&self, timers: &Timers) -> Claim {
         let longest = timers
             .values()
             .map(|t| t.spec.callback.timeout.get())
             .max()
             .unwrap_or_default();
         let now = self.clock.now();
-        let claim = Claim {
+        Claim {
             now,
             lease_until: now.saturating_add(longest + self.settings.lease_margin),
-        };
-        // A key over its host's cap is not claimed now: it waits for the host, or is
-        // handed back for later.
-        let mut slots: HashMap<TaskKey, hosts::HostSlot> = HashMap::new();
+        }
+    }
+
+    /// Keeps in `jobs` the keys their host may run now, with their host slots. A key over
+    /// its host's cap is not claimed now: it waits for the host, or is handed back for later.
+    fn admit_to_hosts(
+        &self,
+        jobs: &mut Vec<Job>,
+        timers: &Timers,
+    ) -> HashMap<TaskKey, hosts::HostSlot> {
+        let mut slots = HashMap::new();
         let mut deferred = Vec::new();
         jobs.retain(|job| {
             let Some(timer) = timers.get(&job.key.timer_id) else {
@@ -135,8 +186,18 @@ impl Inner {
             }
         });
         self.hosts.defer(deferred);
-        // Timers with an overlap policy (`skip`, `buffer_one`) are claimed one at a time,
-        // each beside no other of its occurrences in flight; the rest in one statement.
+        slots
+    }
+
+    /// Claims the keys of `jobs`. Timers with an overlap policy (`skip`, `buffer_one`) are
+    /// claimed one at a time, each beside no other of its occurrences in flight; the rest in
+    /// one statement.
+    async fn claim_keys(
+        &self,
+        jobs: &[Job],
+        timers: &Timers,
+        claim: Claim,
+    ) -> StoreResult<HashMap<TaskKey, ClaimedOccurrence>> {
         let (exclusive, keys): (Vec<TaskKey>, Vec<TaskKey>) =
             jobs.iter().map(|j| j.key).partition(|k| {
                 timers
@@ -166,7 +227,9 @@ impl Inner {
         let held = if unclaimed.is_empty() {
             Vec::new()
         } else {
-            self.occurrences.held_for_exclusive(&unclaimed, now).await?
+            self.occurrences
+                .held_for_exclusive(&unclaimed, claim.now)
+                .await?
         };
         let mut waiting = Vec::new();
         for key in exclusive.into_iter().chain(held) {
@@ -195,106 +258,108 @@ impl Inner {
             }
         }
         self.hosts.offer_later(waiting);
-        let unreadable = self.refresh_changed(&mut timers, &claimed).await;
-        for job in jobs.drain(..) {
-            if unreadable.contains(&job.key.timer_id) {
-                continue;
-            }
-            // `remove`: a key offered twice (two hand-offs of it in one batch) fires once.
-            let Some(occurrence) = claimed.remove(&job.key) else {
-                // Taken by another executor, finished already, or gone: nothing to do.
-                metrics::counter!("chime_executor_not_claimed_total").increment(1);
-                continue;
-            };
-            let timer = timers.get(&job.key.timer_id);
-            if let Some(skip) = skip_reason(timer.map(Arc::as_ref), &occurrence, now) {
-                metrics::counter!("chime_executor_skipped_total").increment(1);
-                if skip.misfired {
-                    metrics::counter!("chime_executor_misfired_total").increment(1);
-                }
-                let outcome = Outcome::ended(
-                    job.key,
-                    occurrence.attempt,
-                    OccurrenceStatus::Skipped,
-                    None,
-                    Some(skip.reason),
-                );
-                let _ = self.done.send(Done {
-                    completes: completes(timer.map(Arc::as_ref), &outcome),
-                    app: None,
-                    offset_ms: 0,
-                    outcome,
-                    bucket: occurrence.bucket,
-                    permit: job.permit,
-                });
-                continue;
-            }
-            let Some(timer) = timer.cloned() else {
-                continue;
-            };
-            let mut slot = slots.remove(&job.key);
-            let inner = self.clone();
-            let span = tracing::info_span!(
-                parent: &job.span,
-                "callback",
-                task = %job.key,
-                attempt = occurrence.attempt,
-                trace_id = tracing::field::Empty,
-                span_id = tracing::field::Empty,
-            );
-            chime_runtime::record_ids(&span);
-            let watch = (timer.spec.overlap == OverlapPolicy::CancelOther)
-                .then(|| self.cancels.watch(job.key, occurrence.attempt));
-            let fire = async move {
-                let deliver = async {
-                    wait_until(inner.clock.as_ref(), occurrence.due).await;
-                    if let Some(s) = slot.as_mut() {
-                        s.begin();
-                    }
-                    inner
-                        .targets
-                        .deliver(&timer, occurrence, inner.clock.as_ref())
-                        .await
-                };
-                let outcome = match &watch {
-                    None => settle(&timer, deliver.await, inner.clock.now(), rand::random()),
-                    Some(w) => tokio::select! {
-                        attempt = deliver => settle(&timer, attempt, inner.clock.now(), rand::random()),
-                        () = w.cancelled() => {
-                            tracing::debug!("callback aborted: a newer occurrence cancelled it");
-                            // Its row is skipped already: this outcome is not recorded.
-                            Outcome::ended(
-                                job.key,
-                                occurrence.attempt,
-                                OccurrenceStatus::Skipped,
-                                None,
-                                Some("overlap: cancelled by a newer occurrence".into()),
-                            )
-                        }
-                    },
-                };
-                drop(watch);
-                // The host's next waiting key may go.
-                drop(slot);
-                tracing::debug!(status = outcome.status.as_str(), "callback done");
-                let _ = inner.done.send(Done {
-                    completes: completes(Some(&timer), &outcome),
-                    app: Some(timer.spec.app.clone()),
-                    offset_ms: if occurrence.backfill {
-                        occurrence.due.as_millis() - job.key.run_at.as_millis()
-                    } else {
-                        timer
-                            .due_of(job.key.run_at)
-                            .map_or(0, |d| d.as_millis() - job.key.run_at.as_millis())
-                    },
-                    outcome,
-                    bucket: occurrence.bucket,
-                    permit: job.permit,
-                });
-            };
-            self.tracker.spawn(fire.instrument(span));
+        Ok(claimed)
+    }
+
+    /// Records a claimed occurrence as skipped, with why, without calling back.
+    fn record_skip(
+        &self,
+        job: Job,
+        occurrence: &ClaimedOccurrence,
+        timer: Option<&Timer>,
+        reason: String,
+        misfired: bool,
+    ) {
+        metrics::counter!("chime_executor_skipped_total").increment(1);
+        if misfired {
+            metrics::counter!("chime_executor_misfired_total").increment(1);
         }
-        Ok(())
+        let outcome = Outcome::ended(
+            job.key,
+            occurrence.attempt,
+            OccurrenceStatus::Skipped,
+            None,
+            Some(reason),
+        );
+        let _ = self.done.send(Done {
+            completes: completes(timer, &outcome),
+            app: None,
+            offset_ms: 0,
+            outcome,
+            bucket: occurrence.bucket,
+            permit: job.permit,
+        });
+    }
+
+    /// Starts the callback of a claimed occurrence: it waits for the due instant, delivers,
+    /// and sends its outcome to be recorded.
+    fn fire(
+        self: &Arc<Self>,
+        job: Job,
+        occurrence: ClaimedOccurrence,
+        timer: Arc<Timer>,
+        mut slot: Option<hosts::HostSlot>,
+    ) {
+        let inner = self.clone();
+        let span = tracing::info_span!(
+            parent: &job.span,
+            "callback",
+            task = %job.key,
+            attempt = occurrence.attempt,
+            trace_id = tracing::field::Empty,
+            span_id = tracing::field::Empty,
+        );
+        chime_runtime::record_ids(&span);
+        let watch = (timer.spec.overlap == OverlapPolicy::CancelOther)
+            .then(|| self.cancels.watch(job.key, occurrence.attempt));
+        let fire = async move {
+            let deliver = async {
+                wait_until(inner.clock.as_ref(), occurrence.due).await;
+                if let Some(s) = slot.as_mut() {
+                    s.begin();
+                }
+                inner
+                    .targets
+                    .deliver(&timer, occurrence, inner.clock.as_ref())
+                    .await
+            };
+            let outcome = match &watch {
+                None => settle(&timer, deliver.await, inner.clock.now(), rand::random()),
+                Some(w) => tokio::select! {
+                    attempt = deliver => settle(&timer, attempt, inner.clock.now(), rand::random()),
+                    () = w.cancelled() => {
+                        tracing::debug!("callback aborted: a newer occurrence cancelled it");
+                        // Its row is skipped already: this outcome is not recorded.
+                        Outcome::ended(
+                            job.key,
+                            occurrence.attempt,
+                            OccurrenceStatus::Skipped,
+                            None,
+                            Some("overlap: cancelled by a newer occurrence".into()),
+                        )
+                    }
+                },
+            };
+            drop(watch);
+            // The host's next waiting key may go.
+            drop(slot);
+            tracing::debug!(status = outcome.status.as_str(), "callback done");
+            let _ = inner.done.send(Done {
+                completes: completes(Some(&timer), &outcome),
+                app: Some(timer.spec.app.clone()),
+                offset_ms: if occurrence.backfill {
+                    occurrence.due.as_millis() - job.key.run_at.as_millis()
+                } else {
+                    timer
+                        .due_of(job.key.run_at)
+                        .map_or(0, |d| d.as_millis() - job.key.run_at.as_millis())
+                },
+                outcome,
+                bucket: occurrence.bucket,
+                permit: job.permit,
+            });
+        };
+        self.tracker.spawn(fire.instrument(span));
     }
 }
 
@@ -305,7 +370,7 @@ impl Inner {
     /// sweeper once their lease runs out.
     async fn refresh_changed(
         &self,
-        timers: &mut HashMap<chime_domain::TimerId, Arc<Timer>>,
+        timers: &mut Timers,
         claimed: &HashMap<TaskKey, ClaimedOccurrence>,
     ) -> Vec<chime_domain::TimerId> {
         let mut changed: Vec<_> = claimed

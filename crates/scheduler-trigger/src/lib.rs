@@ -128,6 +128,86 @@ struct Held {
     stop: CancellationToken,
 }
 
+/// The shard workers a replica runs, and the shards whose minute it finished.
+struct Workers {
+    held: HashMap<ShardKey, Held>,
+    finished: HashSet<ShardKey>,
+    /// Numbers each worker started, so a late word of an older one is told apart.
+    generation: u64,
+    /// Where each worker says it ended: its number, its shard, and whether it finished.
+    ended: tokio::sync::mpsc::UnboundedSender<(u64, ShardKey, bool)>,
+    stop: CancellationToken,
+}
+
+impl Workers {
+    fn new(
+        ended: tokio::sync::mpsc::UnboundedSender<(u64, ShardKey, bool)>,
+        stop: CancellationToken,
+    ) -> Self {
+        Self {
+            held: HashMap::new(),
+            finished: HashSet::new(),
+            generation: 0,
+            ended,
+            stop,
+        }
+    }
+
+    /// A worker said it ended: forgotten if it is still the one held for its shard.
+    fn ended(&mut self, id: u64, shard: ShardKey, done: bool) {
+        if self.held.get(&shard).is_some_and(|h| h.id == id) {
+            self.held.remove(&shard);
+            if done {
+                self.finished.insert(shard);
+            }
+        }
+    }
+
+    /// Forgets workers that ended, and finished shards a minute past their own.
+    async fn reap(&mut self, now: Timestamp) {
+        let ended: Vec<ShardKey> = self
+            .held
+            .iter()
+            .filter(|(_, h)| h.worker.is_finished())
+            .map(|(s, _)| *s)
+            .collect();
+        for shard in ended {
+            if let Some(h) = self.held.remove(&shard)
+                && h.worker.await.unwrap_or(false)
+            {
+                self.finished.insert(shard);
+            }
+        }
+        self.finished
+            .retain(|s| s.minute_end().add_millis(60_000) > now);
+    }
+
+    /// Stops the workers of buckets this replica no longer owns: each releases its lease,
+    /// and the new owner takes it then.
+    fn release_unowned(&self, view: &chime_domain::Ownership) {
+        for (shard, h) in &self.held {
+            if !view.owns(shard.bucket) {
+                h.stop.cancel();
+            }
+        }
+    }
+
+    /// Starts a worker on a leased shard.
+    fn start(&mut self, scheduler: Arc<Scheduler>, shard: ShardKey) {
+        let stop = self.stop.child_token();
+        let worker_stop = stop.clone();
+        let ended = self.ended.clone();
+        self.generation += 1;
+        let id = self.generation;
+        let worker = tokio::spawn(async move {
+            let finished = scheduler.work(shard, worker_stop).await;
+            let _ = ended.send((id, shard, finished));
+            finished
+        });
+        self.held.insert(shard, Held { id, worker, stop });
+    }
+}
+
 /// Whether a shard lease is still this replica's.
 enum LeaseState {
     Held,
@@ -212,18 +292,15 @@ impl Scheduler {
         let heartbeats = self.roster().map(|r| tokio::spawn(r.run(shutdown.clone())));
         let mut changes = self.roster().map(|r| r.subscribe());
         let sweeper = tokio::spawn(self.clone().sweep_loop(workers_stop.clone()));
-        let mut held: HashMap<ShardKey, Held> = HashMap::new();
-        let mut finished: HashSet<ShardKey> = HashSet::new();
         let mut tick = Ticker::new(self.clock.clone(), self.settings.tick);
-        // Shards of this replica's buckets it could not lease yet (a peer handing them over
-        // still holds them): tried again after a poll rather than a whole tick.
-        let mut waiting = false;
         // A worker that ended (its lease lost to a peer with a stale view of the group, or
         // its minute done) wakes the loop at once: waiting for the tick left a lost shard
         // unworked for up to a second, and its keys that late. Each says which it was.
-        let (ended_tx, mut ended_rx) =
-            tokio::sync::mpsc::unbounded_channel::<(u64, ShardKey, bool)>();
-        let mut generation: u64 = 0;
+        let (ended_tx, mut ended_rx) = tokio::sync::mpsc::unbounded_channel();
+        let mut workers = Workers::new(ended_tx, workers_stop.clone());
+        // Shards of this replica's buckets it could not lease yet (a peer handing them over
+        // still holds them): tried again after a poll rather than a whole tick.
+        let mut waiting = false;
         loop {
             let retry = self.settings.poll;
             tokio::select! {
@@ -231,78 +308,53 @@ impl Scheduler {
                 _ = tick.tick() => {}
                 () = ownership::changed(&mut changes) => {}
                 () = self.clock.sleep(retry), if waiting => {}
-                Some((id, shard, done)) = ended_rx.recv() => {
-                    // Only if it is still the worker held for that shard.
-                    if held.get(&shard).is_some_and(|h| h.id == id) {
-                        held.remove(&shard);
-                        if done {
-                            finished.insert(shard);
-                        }
-                    }
-                }
-            }
-            waiting = false;
-            let ended: Vec<ShardKey> = held
-                .iter()
-                .filter(|(_, h)| h.worker.is_finished())
-                .map(|(s, _)| *s)
-                .collect();
-            for shard in ended {
-                if let Some(h) = held.remove(&shard)
-                    && h.worker.await.unwrap_or(false)
-                {
-                    finished.insert(shard);
-                }
+                Some((id, shard, done)) = ended_rx.recv() => workers.ended(id, shard, done),
             }
             let now = self.clock.now();
-            finished.retain(|s| s.minute_end().add_millis(60_000) > now);
+            workers.reap(now).await;
             let view = self.ownership_now();
-            for (shard, h) in &held {
-                if !view.owns(shard.bucket) {
-                    // Its worker releases the lease; the new owner takes it then.
-                    h.stop.cancel();
-                }
-            }
-            for shard in self.shards_at(now) {
-                if held.contains_key(&shard)
-                    || finished.contains(&shard)
-                    || !view.owns(shard.bucket)
-                {
-                    continue;
-                }
-                match self.take_lease(&lease_name(shard), &view).await {
-                    Ok(true) => {
-                        let stop = workers_stop.child_token();
-                        let (this, ended) = (self.clone(), ended_tx.clone());
-                        let worker_stop = stop.clone();
-                        generation += 1;
-                        let id = generation;
-                        let worker = tokio::spawn(async move {
-                            let finished = this.work(shard, worker_stop).await;
-                            let _ = ended.send((id, shard, finished));
-                            finished
-                        });
-                        held.insert(shard, Held { id, worker, stop });
-                    }
-                    Ok(false) => waiting = true,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "cannot lease shards");
-                        break;
-                    }
-                }
-            }
-            self.publish(&view, &held);
+            workers.release_unowned(&view);
+            waiting = self.lease_shards(&mut workers, now, &view).await;
+            self.publish(&view, &workers.held);
         }
         workers_stop.cancel();
         let _ = sweeper.await;
         if let Some(h) = heartbeats {
             let _ = h.await;
         }
-        let all = futures::future::join_all(held.into_values().map(|h| h.worker));
+        let all = futures::future::join_all(workers.held.into_values().map(|h| h.worker));
         if tokio::time::timeout(grace, all).await.is_err() {
             tracing::warn!("shard workers did not stop within the grace period");
         }
         tracing::info!("scheduler stopped");
+    }
+
+    /// Leases the shards due now in this replica's buckets that no worker holds and starts a
+    /// worker for each. `true` when one is still held by a peer (try again after a poll).
+    async fn lease_shards(
+        self: &Arc<Self>,
+        workers: &mut Workers,
+        now: Timestamp,
+        view: &chime_domain::Ownership,
+    ) -> bool {
+        let mut waiting = false;
+        for shard in self.shards_at(now) {
+            if workers.held.contains_key(&shard)
+                || workers.finished.contains(&shard)
+                || !view.owns(shard.bucket)
+            {
+                continue;
+            }
+            match self.take_lease(&lease_name(shard), view).await {
+                Ok(true) => workers.start(self.clone(), shard),
+                Ok(false) => waiting = true,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot lease shards");
+                    break;
+                }
+            }
+        }
+        waiting
     }
 
     /// Works one leased shard: keep the lease, read what is due soon, hand it off at its

@@ -211,37 +211,9 @@ pub(super) fn id(raw: i64) -> Result<TimerId, ApiError> {
 }
 
 pub(super) fn timer_out(v: TimerView) -> pb::Timer {
-    let (kind, anchor) = match v.schedule_shown() {
-        ScheduleShown::Cron {
-            expression,
-            time_zone,
-            dst,
-        } => (
-            pb::schedule::Kind::Cron(pb::CronSchedule {
-                expression,
-                time_zone,
-                dst: (!dst.is_default()).then_some(pb::DstPolicy {
-                    gap: match dst.gap {
-                        GapPolicy::NextInstant => pb::GapPolicy::NextInstant,
-                        GapPolicy::Shift => pb::GapPolicy::Shift,
-                        GapPolicy::Skip => pb::GapPolicy::Skip,
-                    } as i32,
-                    repeat: match dst.repeat {
-                        RepeatPolicy::First => pb::RepeatPolicy::First,
-                        RepeatPolicy::Both => pb::RepeatPolicy::Both,
-                    } as i32,
-                }),
-            }),
-            None,
-        ),
-        ScheduleShown::Every { interval, first } => {
-            (pb::schedule::Kind::Every(interval), Some(ts(first)))
-        }
-        ScheduleShown::At { at } => (pb::schedule::Kind::At(ts(at)), None),
-        ScheduleShown::After { delay, at } => (pb::schedule::Kind::After(delay), Some(ts(at))),
-    };
-    let cb = v.callback_shown();
-    let retry = v.retry_shown();
+    let schedule = schedule_out(v.schedule_shown());
+    let callback = callback_out(v.callback_shown());
+    let retry = retry_out(v.retry_shown());
     let next_runs = v
         .next_runs_shown()
         .into_iter()
@@ -251,64 +223,8 @@ pub(super) fn timer_out(v: TimerView) -> pb::Timer {
         })
         .collect();
     let t = v.timer;
-    let s = &t.spec.schedule;
     pb::Timer {
         id: t.id.get(),
-        spec: Some(pb::TimerSpec {
-            app: t.spec.app.to_string(),
-            name: t.spec.name.to_string(),
-            schedule: Some(pb::Schedule {
-                kind: Some(kind),
-                anchor,
-            }),
-            start_at: s.start_at().map(ts),
-            end_at: s.end_at().map(ts),
-            callback: Some(pb::Callback {
-                url: cb.url.unwrap_or_default(),
-                worker: cb.worker.map(Into::into),
-                nats: cb.nats.map(Into::into),
-                amqp: cb.amqp.map(Into::into),
-                method: cb.method,
-                headers: cb.headers.into_iter().collect(),
-                body: cb.body,
-                timeout: cb.timeout,
-            }),
-            retry: Some(pb::RetryPolicy {
-                max_attempts: retry.max_attempts,
-                initial_backoff: retry.initial_backoff,
-                max_backoff: retry.max_backoff,
-                jitter: Some(retry.jitter),
-                max_age: retry.max_age.unwrap_or_default(),
-            }),
-            misfire: match t.spec.misfire {
-                MisfirePolicy::FireOnce => pb::MisfirePolicy::FireOnce,
-                MisfirePolicy::FireAll => pb::MisfirePolicy::FireAll,
-                MisfirePolicy::Skip => pb::MisfirePolicy::Skip,
-            } as i32,
-            delivery: match t.spec.delivery {
-                DeliveryMode::AtLeastOnce => pb::DeliveryMode::AtLeastOnce,
-                DeliveryMode::AtMostOnce => pb::DeliveryMode::AtMostOnce,
-            } as i32,
-            labels: t.spec.labels.to_map().into_iter().collect(),
-            max_runs: s.limit().map(|l| l.max_runs),
-            on_complete: match t.spec.on_complete {
-                OnComplete::Keep => pb::OnComplete::Keep,
-                OnComplete::Delete => pb::OnComplete::Delete,
-            } as i32,
-            catch_up_window: t
-                .spec
-                .catch_up_window
-                .map(|w| w.to_string())
-                .unwrap_or_default(),
-            overlap: overlap_out(t.spec.overlap) as i32,
-            window: t.spec.window.map(|w| w.to_string()).unwrap_or_default(),
-            exclude_calendars: t
-                .spec
-                .exclude_calendars
-                .iter()
-                .map(ToString::to_string)
-                .collect(),
-        }),
         enabled: t.enabled,
         version: t.version,
         created_at: Some(ts(t.created_at)),
@@ -321,6 +237,116 @@ pub(super) fn timer_out(v: TimerView) -> pb::Timer {
             by: p.by.unwrap_or_default(),
         }),
         remaining_runs: v.remaining_runs,
+        spec: Some(spec_out(&t.spec, schedule, callback, retry)),
+    }
+}
+
+/// A timer's spec, given its schedule, callback and retry as shown.
+fn spec_out(
+    spec: &chime_domain::TimerSpec,
+    schedule: pb::Schedule,
+    callback: pb::Callback,
+    retry: pb::RetryPolicy,
+) -> pb::TimerSpec {
+    let s = &spec.schedule;
+    pb::TimerSpec {
+        app: spec.app.to_string(),
+        name: spec.name.to_string(),
+        schedule: Some(schedule),
+        start_at: s.start_at().map(ts),
+        end_at: s.end_at().map(ts),
+        callback: Some(callback),
+        retry: Some(retry),
+        misfire: match spec.misfire {
+            MisfirePolicy::FireOnce => pb::MisfirePolicy::FireOnce,
+            MisfirePolicy::FireAll => pb::MisfirePolicy::FireAll,
+            MisfirePolicy::Skip => pb::MisfirePolicy::Skip,
+        } as i32,
+        delivery: match spec.delivery {
+            DeliveryMode::AtLeastOnce => pb::DeliveryMode::AtLeastOnce,
+            DeliveryMode::AtMostOnce => pb::DeliveryMode::AtMostOnce,
+        } as i32,
+        labels: spec.labels.to_map().into_iter().collect(),
+        max_runs: s.limit().map(|l| l.max_runs),
+        on_complete: match spec.on_complete {
+            OnComplete::Keep => pb::OnComplete::Keep,
+            OnComplete::Delete => pb::OnComplete::Delete,
+        } as i32,
+        catch_up_window: spec
+            .catch_up_window
+            .map(|w| w.to_string())
+            .unwrap_or_default(),
+        overlap: overlap_out(spec.overlap) as i32,
+        window: spec.window.map(|w| w.to_string()).unwrap_or_default(),
+        exclude_calendars: spec
+            .exclude_calendars
+            .iter()
+            .map(ToString::to_string)
+            .collect(),
+    }
+}
+
+/// The schedule as shown, with its anchor (an interval's first fire, a delay's instant).
+fn schedule_out(shown: ScheduleShown) -> pb::Schedule {
+    let (kind, anchor) = match shown {
+        ScheduleShown::Cron {
+            expression,
+            time_zone,
+            dst,
+        } => (
+            pb::schedule::Kind::Cron(pb::CronSchedule {
+                expression,
+                time_zone,
+                dst: (!dst.is_default()).then(|| dst_out(dst)),
+            }),
+            None,
+        ),
+        ScheduleShown::Every { interval, first } => {
+            (pb::schedule::Kind::Every(interval), Some(ts(first)))
+        }
+        ScheduleShown::At { at } => (pb::schedule::Kind::At(ts(at)), None),
+        ScheduleShown::After { delay, at } => (pb::schedule::Kind::After(delay), Some(ts(at))),
+    };
+    pb::Schedule {
+        kind: Some(kind),
+        anchor,
+    }
+}
+
+fn dst_out(dst: DstPolicy) -> pb::DstPolicy {
+    pb::DstPolicy {
+        gap: match dst.gap {
+            GapPolicy::NextInstant => pb::GapPolicy::NextInstant,
+            GapPolicy::Shift => pb::GapPolicy::Shift,
+            GapPolicy::Skip => pb::GapPolicy::Skip,
+        } as i32,
+        repeat: match dst.repeat {
+            RepeatPolicy::First => pb::RepeatPolicy::First,
+            RepeatPolicy::Both => pb::RepeatPolicy::Both,
+        } as i32,
+    }
+}
+
+fn callback_out(cb: crate::view::CallbackShown) -> pb::Callback {
+    pb::Callback {
+        url: cb.url.unwrap_or_default(),
+        worker: cb.worker.map(Into::into),
+        nats: cb.nats.map(Into::into),
+        amqp: cb.amqp.map(Into::into),
+        method: cb.method,
+        headers: cb.headers.into_iter().collect(),
+        body: cb.body,
+        timeout: cb.timeout,
+    }
+}
+
+fn retry_out(retry: crate::view::RetryShown) -> pb::RetryPolicy {
+    pb::RetryPolicy {
+        max_attempts: retry.max_attempts,
+        initial_backoff: retry.initial_backoff,
+        max_backoff: retry.max_backoff,
+        jitter: Some(retry.jitter),
+        max_age: retry.max_age.unwrap_or_default(),
     }
 }
 

@@ -41,6 +41,7 @@ mod peers;
 mod periodic;
 mod pgwork;
 mod population;
+mod purge;
 mod unbounded;
 mod workers;
 
@@ -56,6 +57,7 @@ use peers::*;
 use periodic::*;
 use pgwork::*;
 use population::*;
+use purge::*;
 use unbounded::*;
 use workers::*;
 

@@ -184,6 +184,60 @@ impl DeliveryTarget for HttpTarget {
             return Attempt::failed(&occurrence, clock, "not an HTTP callback".into(), false);
         };
         let key = occurrence.key;
+        let body = cb.body.as_ref().map_or("", |b| b.as_str());
+        let signed = match &self.signer {
+            None => Ok(None),
+            Some(signer) => signer
+                .headers(&timer.spec.app, key, body.as_bytes())
+                .await
+                .map(Some),
+        };
+        let fired_at = clock.now();
+        let mut attempt = Attempt {
+            outcome: Outcome::ended(
+                key,
+                occurrence.attempt,
+                OccurrenceStatus::Failed,
+                Some(fired_at),
+                None,
+            ),
+            retryable: false,
+            retry_after: None,
+        };
+        let signature = match signed {
+            Ok(signature) => signature,
+            Err(e) => {
+                // An unsigned callback would be refused by a receiver that verifies; try
+                // again once the database answers.
+                attempt.outcome.error = Some(format!("cannot sign the callback: {e}"));
+                attempt.retryable = true;
+                return attempt;
+            }
+        };
+        if let Err(blocked) = self.settings.networks.check_url(url.as_url()) {
+            // Refused by policy, not by the network: trying again cannot help.
+            attempt.outcome.error =
+                Some(format!("blocked by the callback network policy: {blocked}"));
+            return attempt;
+        }
+        let request = self.request(timer, url, &occurrence, signature);
+        self.send(request, cb.timeout.get(), clock, &mut attempt)
+            .await;
+        attempt
+    }
+}
+
+impl HttpTarget {
+    /// The callback's request: the timer's method, headers and body, Chime's headers, the
+    /// trace context and the signature.
+    fn request(
+        &self,
+        timer: &Timer,
+        url: &chime_domain::CallbackUrl,
+        occurrence: &ClaimedOccurrence,
+        signature: Option<[(&'static str, String); 3]>,
+    ) -> reqwest::RequestBuilder {
+        let cb = &timer.spec.callback;
         let method = reqwest::Method::from_bytes(cb.method.as_str().as_bytes())
             .unwrap_or(reqwest::Method::POST);
         let mut request = self
@@ -193,65 +247,38 @@ impl DeliveryTarget for HttpTarget {
         for (name, value) in cb.headers.iter() {
             request = request.header(name, value);
         }
-        for (name, value) in chime_headers(key, occurrence.attempt) {
+        for (name, value) in chime_headers(occurrence.key, occurrence.attempt) {
             request = request.header(name, value);
         }
         // The callback span's context, so the callee's spans join the firing's trace.
         let mut trace = http::HeaderMap::new();
         chime_runtime::inject_context(&tracing::Span::current(), &mut trace);
         request = request.headers(trace);
-        let body = cb.body.as_ref().map_or("", |b| b.as_str());
-        let signed = match &self.signer {
-            None => Ok(None),
-            Some(signer) => signer
-                .headers(&timer.spec.app, key, body.as_bytes())
-                .await
-                .map(Some),
-        };
-        if let Ok(Some(headers)) = &signed {
-            for (name, value) in headers {
-                request = request.header(*name, value);
-            }
+        for (name, value) in signature.into_iter().flatten() {
+            request = request.header(name, value);
         }
-        if cb.body.is_some() {
-            request = request.body(body.to_owned());
+        match &cb.body {
+            Some(body) => request.body(body.as_str().to_owned()),
+            None => request,
         }
-        let fired_at = clock.now();
-        let mut outcome = Outcome::ended(
-            key,
-            occurrence.attempt,
-            OccurrenceStatus::Failed,
-            Some(fired_at),
-            None,
-        );
-        let mut retryable = false;
-        let mut retry_after = None;
-        if let Err(e) = signed {
-            // An unsigned callback would be refused by a receiver that verifies; try again
-            // once the database answers.
-            outcome.error = Some(format!("cannot sign the callback: {e}"));
-            retryable = true;
-            return Attempt {
-                outcome,
-                retryable,
-                retry_after,
-            };
-        }
-        if let Err(blocked) = self.settings.networks.check_url(url.as_url()) {
-            // Refused by policy, not by the network: trying again cannot help.
-            outcome.error = Some(format!("blocked by the callback network policy: {blocked}"));
-            return Attempt {
-                outcome,
-                retryable,
-                retry_after,
-            };
-        }
+    }
+
+    /// Sends `request` and writes what came back into `attempt`: the status, the capped
+    /// body, whether to retry and when.
+    async fn send(
+        &self,
+        request: reqwest::RequestBuilder,
+        timeout: Duration,
+        clock: &dyn Clock,
+        attempt: &mut Attempt,
+    ) {
+        let outcome = &mut attempt.outcome;
         match request.send().await {
             Ok(response) => {
                 let status = response.status();
                 outcome.http_status = Some(status.as_u16());
                 if matches!(status.as_u16(), 429 | 503) {
-                    retry_after = response
+                    attempt.retry_after = response
                         .headers()
                         .get(reqwest::header::RETRY_AFTER)
                         .and_then(|v| v.to_str().ok())
@@ -261,7 +288,7 @@ impl DeliveryTarget for HttpTarget {
                 if status.is_success() {
                     outcome.status = OccurrenceStatus::Succeeded;
                 } else {
-                    retryable = retryable_status(status.as_u16());
+                    attempt.retryable = retryable_status(status.as_u16());
                     outcome.error = Some(format!("callback answered HTTP {}", status.as_u16()));
                 }
             }
@@ -273,15 +300,10 @@ impl DeliveryTarget for HttpTarget {
                 None => {
                     // Transport failures (refused, reset, timed out, TLS) may pass; a
                     // request that cannot even be built will not.
-                    retryable = !e.is_builder();
-                    outcome.error = Some(describe(&e, cb.timeout.get()));
+                    attempt.retryable = !e.is_builder();
+                    outcome.error = Some(describe(&e, timeout));
                 }
             },
-        }
-        Attempt {
-            outcome,
-            retryable,
-            retry_after,
         }
     }
 }
