@@ -592,9 +592,15 @@ async fn far_ahead_runs_wait_in_the_database_until_their_minute_comes_within_the
     // Nine and a half minutes on, a writer indexes another run of that minute (a create
     // would): the shard now exists in Redis, but nothing built it.
     s.clock.advance(Duration::from_secs(9 * 60 + 30));
+    // Two seconds from the first run, within its minute whatever second that fell on.
+    let beside = if first_at.as_millis() % 60_000 < 30_000 {
+        2_000
+    } else {
+        -2_000
+    };
     let other = TaskKey::new(
         chime_domain::TimerId::new(first.id.get() + 1_000_000).unwrap(),
-        first_at.add_millis(2_000),
+        first_at.add_millis(beside),
     );
     windowed
         .add(&[chime_storage::HotEntry::new(
