@@ -96,16 +96,9 @@ async fn a_key_on_time_is_claimed_while_a_backlog_claim_is_in_progress() {
 async fn a_backlog_that_fills_an_executor_leaves_room_for_keys_on_time() {
     let s = setup().await;
     let t = timer(&s, "room", s.sink.url("/room"), &[]).await;
-    let now = SystemClock.now();
     // A backlog of more keys than the executor holds, two seconds overdue, and keys on
     // time.
-    let backlog: Vec<TaskKey> = (0..100)
-        .map(|i| TaskKey::new(t.id, now.add_millis(-2_000 - i)))
-        .collect();
-    let on_time: Vec<TaskKey> = (0..30)
-        .map(|i| TaskKey::new(t.id, now.add_millis(200 + i)))
-        .collect();
-    insert(&s, &t, &[backlog.clone(), on_time.clone()].concat()).await;
+    let (backlog, on_time) = backlog_and_on_time(&s, &t, 100, 30).await;
 
     let counting = Counting::new(s.db.store());
     let exec = executor_over(&s, counting.clone(), 40);
@@ -134,14 +127,7 @@ async fn a_backlog_that_fills_an_executor_leaves_room_for_keys_on_time() {
 async fn beside_keys_on_time_a_backlog_holds_a_quarter() {
     let s = setup().await;
     let t = timer(&s, "quarter", s.sink.url("/quarter"), &[]).await;
-    let now = SystemClock.now();
-    let backlog: Vec<TaskKey> = (0..100)
-        .map(|i| TaskKey::new(t.id, now.add_millis(-2_000 - i)))
-        .collect();
-    let on_time: Vec<TaskKey> = (0..5)
-        .map(|i| TaskKey::new(t.id, now.add_millis(200 + i)))
-        .collect();
-    insert(&s, &t, &[backlog.clone(), on_time.clone()].concat()).await;
+    let (backlog, on_time) = backlog_and_on_time(&s, &t, 100, 5).await;
 
     let counting = Counting::new(s.db.store());
     let exec = executor_over(&s, counting.clone(), 40);
@@ -197,4 +183,23 @@ async fn a_burst_due_at_one_instant_leaves_room_for_keys_due_at_others() {
     for key in &burst[taken..] {
         assert_eq!(finished(&s, *key).await.status, OccurrenceStatus::Succeeded);
     }
+}
+
+/// `backlog` keys of `t` two seconds overdue and `on_time` keys due in 200 ms, in the
+/// database.
+async fn backlog_and_on_time(
+    s: &Setup,
+    t: &chime_domain::Timer,
+    backlog: i64,
+    on_time: i64,
+) -> (Vec<TaskKey>, Vec<TaskKey>) {
+    let now = SystemClock.now();
+    let late: Vec<TaskKey> = (0..backlog)
+        .map(|i| TaskKey::new(t.id, now.add_millis(-2_000 - i)))
+        .collect();
+    let soon: Vec<TaskKey> = (0..on_time)
+        .map(|i| TaskKey::new(t.id, now.add_millis(200 + i)))
+        .collect();
+    insert(s, t, &[late.clone(), soon.clone()].concat()).await;
+    (late, soon)
 }

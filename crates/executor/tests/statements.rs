@@ -32,16 +32,7 @@ async fn keys_handed_off_ahead_one_at_a_time_share_claims_and_outcome_writes() {
     let keys: Vec<TaskKey> = (0..60)
         .map(|i| TaskKey::new(t.id, first.add_millis(i)))
         .collect();
-    let rows: Vec<NewOccurrence> = keys
-        .iter()
-        .map(|key| NewOccurrence {
-            key: *key,
-            timer_version: t.version,
-            bucket: t.bucket,
-            due: None,
-        })
-        .collect();
-    s.db.store.insert_occurrences(&rows).await.unwrap();
+    insert(&s, &t, &keys).await;
     let counting = Counting::new(s.db.store());
     let exec = executor_over(&s, counting.clone(), max_in_flight());
     for key in &keys {
@@ -121,16 +112,7 @@ async fn a_burst_writes_its_outcomes_without_waiting_out_the_linger() {
     let keys: Vec<TaskKey> = (0..200)
         .map(|i| TaskKey::new(t.id, now.add_millis(-i)))
         .collect();
-    let rows: Vec<NewOccurrence> = keys
-        .iter()
-        .map(|key| NewOccurrence {
-            key: *key,
-            timer_version: t.version,
-            bucket: t.bucket,
-            due: None,
-        })
-        .collect();
-    s.db.store.insert_occurrences(&rows).await.unwrap();
+    insert(&s, &t, &keys).await;
     let mut config = chime_runtime::Config::default();
     config.callbacks.allow_networks = vec!["127.0.0.0/8".into()];
     let mut settings = chime_executor::ExecutorSettings::from_config(&config);
