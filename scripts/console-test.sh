@@ -22,6 +22,6 @@ installed=tests/console/node_modules/.package-lock.json
 if [ ! -f "$installed" ] || [ "$lock" -nt "$installed" ]; then
   (cd tests/console && npm ci --no-audit --no-fund --loglevel=error)
 fi
-cargo build -q -p chime
+make -s build   # the build `make test` shares
 cd tests/console
 CHROMIUM="$(command -v chromium)" node --test --test-concurrency=1 --test-timeout=120000 console.test.mjs

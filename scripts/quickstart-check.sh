@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-cargo build -q -p chime   # so `make run` below starts without building
+make -s build   # so `make run` below starts without building
 quickstart=$(awk '/<!-- quickstart -->/ {found=1; next}
                   found && /^```/ {if (inside) exit; inside=1; next}
                   inside {print}' README.md)

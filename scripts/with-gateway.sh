@@ -7,9 +7,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 profile=${PROFILE:-debug}
-build_flags=(-q -p chime-api-gateway -p chime-migrator)
-[[ $profile == release ]] && build_flags+=(--release)
-cargo build "${build_flags[@]}"
+# The whole workspace, as `make test` builds it: one package alone resolves other features
+# for the shared dependencies and would compile much of the tree again.
+if [[ $profile == release ]]; then
+    cargo build -q --release --workspace --bins
+else
+    make -s build
+fi
 bin=target/$profile
 
 base=${CHIME_TEST_DATABASE_URL:?run under scripts/with-test-services.sh}

@@ -543,12 +543,27 @@ async fn misfire_policies_after_half_a_minute_without_schedulers() {
         of("fire_all").len(),
         of("skip").iter().map(|at| at - up).collect::<Vec<_>>(),
     );
-    // fire_once: one for the gap (its latest), plus at most one merely late.
-    assert!(
-        (1..=2).contains(&of("fire_once").len()),
-        "{:?}",
-        of("fire_once")
-    );
+    // fire_once: one for the gap (its latest), plus at most one merely late. On a busy
+    // machine the timer's next fire time can come before that run is claimed: the executor
+    // then skips it as overtaken, and the next run is the one that fires.
+    assert!(of("fire_once").len() <= 2, "{:?}", of("fire_once"));
+    if of("fire_once").is_empty() {
+        let skipped = get_json(format!(
+            "{rest}/v1/timers/{}/runs?status=skipped&page_size=1000",
+            timers["fire_once"]
+        ))
+        .await;
+        let overtaken = skipped["runs"].as_array().unwrap().iter().any(|r| {
+            (down + 1_000..=up).contains(&ms(r["run_at"].as_str().unwrap()))
+                && r["error"]
+                    .as_str()
+                    .is_some_and(|e| e.starts_with("misfired: the next run"))
+        });
+        assert!(
+            overtaken,
+            "fire_once neither fired nor was overtaken: {skipped}"
+        );
+    }
     assert_eq!(older("fire_once"), 0, "older fire times were skipped");
     // fire_all: the whole gap.
     assert!(

@@ -7,7 +7,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../proto");
     let protos = [
         root.join("chime/v1/timer.proto"),
-        root.join("chime/v1/migrator.proto"),
         root.join("chime/v1/executor.proto"),
         root.join("chime/v1/worker.proto"),
     ];

@@ -13,7 +13,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use chime_domain::{Clock, NewOccurrence, Timestamp};
-use chime_storage::{HotEntry, HotIndex, StoreError};
+use chime_storage::{HotEntry, HotIndex, HotWrites, StoreError};
 use tokio::sync::{mpsc, oneshot};
 
 /// Longest a request waits for the index.
@@ -63,7 +63,7 @@ impl Health {
 }
 
 pub struct IndexWriter {
-    index: Option<Arc<dyn HotIndex>>,
+    index: Option<HotWrites>,
     health: Arc<Health>,
     /// Started on first use, inside the runtime the requests run on.
     queue: OnceLock<mpsc::Sender<Addition>>,
@@ -73,7 +73,7 @@ impl IndexWriter {
     /// `None`: no hot index configured; the schedulers read the database.
     pub fn new(index: Option<Arc<dyn HotIndex>>, clock: Arc<dyn Clock>) -> Self {
         Self {
-            index,
+            index: index.map(HotWrites::new),
             health: Arc::new(Health {
                 clock,
                 skip_until: AtomicI64::new(0),
@@ -146,7 +146,7 @@ impl IndexWriter {
         let removing = futures::future::join_all(
             by_shard
                 .iter()
-                .map(|(shard, keys)| index.remove(*shard, keys)),
+                .map(|(shard, keys)| index.unscheduled(*shard, keys)),
         );
         match tokio::time::timeout(WRITE_TIMEOUT, removing).await {
             Ok(done) => {
@@ -162,25 +162,21 @@ impl IndexWriter {
     }
 }
 
-fn start(index: Arc<dyn HotIndex>, health: Arc<Health>) -> mpsc::Sender<Addition> {
+fn start(index: HotWrites, health: Arc<Health>) -> mpsc::Sender<Addition> {
     let (tx, rx) = mpsc::channel(QUEUE);
     tokio::spawn(write_groups(index, health, rx));
     tx
 }
 
 /// Writes everything queued in one call per round; stops when the service is dropped.
-async fn write_groups(
-    index: Arc<dyn HotIndex>,
-    health: Arc<Health>,
-    mut rx: mpsc::Receiver<Addition>,
-) {
+async fn write_groups(index: HotWrites, health: Arc<Health>, mut rx: mpsc::Receiver<Addition>) {
     let mut group = Vec::with_capacity(GROUP);
     while rx.recv_many(&mut group, GROUP).await > 0 {
         let entries: Vec<HotEntry> = group
             .iter()
             .flat_map(|a| a.entries.iter().copied())
             .collect();
-        let result = index.add(&entries).await;
+        let result = index.written(&entries).await;
         if let Err(error) = &result {
             health.failed(&error.to_string(), entries.len());
         }

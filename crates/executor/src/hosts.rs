@@ -22,7 +22,7 @@ use std::time::Duration;
 use crate::Job;
 use crate::lanes::{Lanes, Permits};
 use chime_domain::{Bucket, Clock, TaskKey};
-use chime_storage::{HotEntry, HotIndex};
+use chime_storage::{HotEntry, HotWrites};
 
 /// Callbacks answered within this (moving average) make a host fast: not held to the cap.
 pub(crate) const FAST: Duration = Duration::from_millis(100);
@@ -57,7 +57,7 @@ pub(crate) struct Hosts {
     state: Mutex<State>,
     permits: Arc<Permits>,
     lanes: Lanes,
-    index: Option<Arc<dyn HotIndex>>,
+    index: Option<HotWrites>,
     clock: Arc<dyn Clock>,
 }
 
@@ -107,7 +107,7 @@ impl Hosts {
         max_waiting: usize,
         permits: Arc<Permits>,
         lanes: Lanes,
-        index: Option<Arc<dyn HotIndex>>,
+        index: Option<HotWrites>,
         clock: Arc<dyn Clock>,
     ) -> Arc<Self> {
         Arc::new(Self {
@@ -257,7 +257,7 @@ impl Hosts {
             .map(|(key, bucket)| HotEntry::new(key, due, bucket))
             .collect();
         tokio::spawn(async move {
-            if let Err(e) = index.add(&entries).await {
+            if let Err(e) = index.deferred(&entries).await {
                 tracing::warn!(error = %e, keys = entries.len(), "cannot hand deferred keys back; the sweeper will");
             }
         });

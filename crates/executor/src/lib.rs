@@ -34,7 +34,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use chime_domain::{Bucket, Clock, Outcome, TaskKey};
-use chime_storage::{Activity, HotIndex, OccurrenceStore, TimerStore};
+use chime_storage::{Activity, HotIndex, HotWrites, OccurrenceStore, TimerStore};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -145,7 +145,7 @@ struct Inner {
     timers: Arc<dyn TimerStore>,
     occurrences: Arc<dyn OccurrenceStore>,
     /// Where retries are scheduled; without one, the sweeper finds them when due.
-    index: Option<Arc<dyn HotIndex>>,
+    index: Option<HotWrites>,
     clock: Arc<dyn Clock>,
     targets: Targets,
     settings: ExecutorSettings,
@@ -196,6 +196,7 @@ impl Executor {
         targets: Targets,
         settings: ExecutorSettings,
     ) -> Arc<Self> {
+        let index = index.map(HotWrites::new);
         let stop_activity = CancellationToken::new();
         let mut activity_writer = None;
         let activity = activity.map(|store| {

@@ -10,6 +10,9 @@ use tokio::sync::mpsc;
 
 use crate::{Backoff, Done, Inner};
 
+/// Tries after a failure not known to be transient, before the batch's outcomes are dropped.
+const UNCLASSIFIED_TRIES: u32 = 3;
+
 /// Writes outcomes a batch at a time; each key's permit is freed once its outcome is stored.
 pub(crate) async fn outcome_loop(
     inner: Arc<Inner>,
@@ -52,9 +55,17 @@ pub(crate) async fn outcome_loop(
             .map(|d| (d.outcome, (d.bucket, d.permit)))
             .unzip();
         let mut backoff = Backoff::new();
+        let mut unclassified = 0;
         let recorded = loop {
             match inner.occurrences.record_outcomes(&outcomes).await {
                 Err(e) if e.is_retryable() => backoff.pause("recording outcomes", &e).await,
+                // Not known to be transient, but often is (MariaDB failing on a temporary
+                // file, say): a dropped outcome is fired again by the sweeper, a duplicate
+                // callback, so it is worth a few more tries before giving up.
+                Err(e) if unclassified < UNCLASSIFIED_TRIES => {
+                    unclassified += 1;
+                    backoff.pause("recording outcomes", &e).await;
+                }
                 done => break done,
             }
         };
@@ -72,7 +83,7 @@ pub(crate) async fn outcome_loop(
                     Some(HotEntry::new(o.key, o.next_attempt_at?, *bucket))
                 })
                 .collect();
-            if let Err(e) = index.add(&retries).await {
+            if let Err(e) = index.retrying(&retries).await {
                 tracing::warn!(error = %e, retries = retries.len(), "cannot index retries; the sweeper will find them");
             }
         }

@@ -1,17 +1,17 @@
 //! chime-migrator: applies the schema migrations (`chime-migrator migrate`) and keeps every
 //! enabled timer materialized a lead window ahead: continuous passes that extend each timer
-//! from its watermark, split across replicas by bucket leases ([`Migrator`]), and one timer
-//! on demand (`MigrateTimer`, [`grpc`]).
+//! from its watermark, split across replicas by bucket leases ([`Migrator`]).
 
 mod catalog;
-pub mod grpc;
 mod janitor;
 mod materialize;
+mod serve;
 mod service;
 
 pub use catalog::METRICS;
 pub use janitor::{Janitor, JanitorRun, RetentionSettings};
 pub use materialize::{BucketPass, CATCH_UP, Materialized, Materializer};
+pub use serve::serve;
 pub use service::{GROUP, Migrator, MigratorSettings, PassReport};
 
 use std::sync::Arc;

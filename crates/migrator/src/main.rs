@@ -15,7 +15,7 @@ use clap::{Parser, Subcommand};
 
 /// Chime migrator. Without a subcommand: keeps every enabled timer's occurrences written
 /// CHIME_MIGRATOR__LEAD (default 1m) ahead in CHIME_DATABASE_URL and the Redis hot index
-/// (CHIME_REDIS_URL), and serves MigrateTimer on CHIME_MIGRATOR_ADDR (default :50071).
+/// (CHIME_REDIS_URL); /healthz, /readyz and /metrics on CHIME_ADMIN_ADDR (default :9071).
 /// `chime-migrator migrate` applies the database migrations and exits.
 #[derive(Parser)]
 #[command(name = "chime-migrator", version)]
@@ -85,7 +85,13 @@ async fn run(config: chime_runtime::Config) -> anyhow::Result<()> {
         Arc::new(SystemClock),
         RetentionSettings::from_config(&config),
     );
-    let grpc = chime_runtime::bind(config.migrator.addr, "gRPC").await?;
+    if let Some(addr) = config.migrator.addr {
+        tracing::warn!(
+            %addr,
+            "CHIME_MIGRATOR_ADDR is not used any more: the migrator serves no gRPC, only its \
+             admin endpoints (CHIME_ADMIN_ADDR); ignored"
+        );
+    }
     let admin = chime_runtime::admin::bind_admin(Some(
         config
             .admin_addr
@@ -94,16 +100,14 @@ async fn run(config: chime_runtime::Config) -> anyhow::Result<()> {
     .await
     .context("binding the admin address")?;
     tracing::info!(
-        grpc = %config.migrator.addr,
         lead = ?settings.horizon.lead,
         max_ahead = settings.horizon.max_rows,
         "starting"
     );
     let readiness = Arc::new(chime_runtime::DatabaseReadiness(db.clone()));
     let shutdown = chime_runtime::shutdown_token();
-    let tls = chime_runtime::Tls::load(&config.tls)?;
     let (served, ()) = tokio::join!(
-        chime_migrator::grpc::serve(migrator, grpc, admin, readiness, shutdown.clone(), tls),
+        chime_migrator::serve(migrator, admin, readiness, shutdown.clone()),
         janitor.run(shutdown.clone())
     );
     stores.close().await;

@@ -10,7 +10,9 @@ use chime_domain::{
     Bucket, BucketCount, Clock, Horizon, NewOccurrence, ShardKey, TaskKey, Timer, TimerId,
     Timestamp,
 };
-use chime_storage::{HotEntry, HotIndex, OccurrenceStore, StoreResult, TimerStore, Watermark};
+use chime_storage::{
+    HotEntry, HotIndex, HotWrites, OccurrenceStore, StoreResult, TimerStore, Watermark,
+};
 
 /// What one materialization did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -56,7 +58,7 @@ const REPAIR_LIMIT: u32 = 100_000;
 pub struct Materializer {
     timers: Arc<dyn TimerStore>,
     occurrences: Arc<dyn OccurrenceStore>,
-    index: Arc<dyn HotIndex>,
+    index: HotWrites,
     clock: Arc<dyn Clock>,
     horizon: Horizon,
     /// Timers read per page: memory stays bounded however many timers are behind.
@@ -76,7 +78,7 @@ impl Materializer {
         Self {
             timers,
             occurrences,
-            index,
+            index: HotWrites::new(index),
             clock,
             horizon,
             page_size: 500,
@@ -154,12 +156,12 @@ impl Materializer {
                 .iter()
                 .map(|(key, due)| HotEntry::new(*key, *due, *bucket))
                 .collect();
-            self.index.add(&entries).await?;
+            self.index.rebucketed(&entries).await?;
         }
         Ok(touched.len())
     }
 
-    /// Materializes one timer on demand (`MigrateTimer`) from its last change, at most
+    /// Materializes one timer now (tests and tools) from its last change, at most
     /// [`CATCH_UP`] ago, re-indexing what exists and moving its watermark forward. A disabled
     /// or deleted timer materializes nothing.
     ///
@@ -174,18 +176,11 @@ impl Materializer {
         let mut done = self.these(std::slice::from_ref(&timer)).await?;
         if let Some(at) = triggered.filter(|_| timer.enabled) {
             self.index
-                .add(&[HotEntry::new(TaskKey::new(id, at), at, timer.bucket)])
+                .written(&[HotEntry::new(TaskKey::new(id, at), at, timer.bucket)])
                 .await?;
             done.indexed += 1;
         }
         Ok(done)
-    }
-
-    /// [`Materializer::timer`] for several timers, in one read and one write. Unknown,
-    /// deleted and disabled timers materialize nothing.
-    pub async fn timers(&self, ids: &[TimerId]) -> StoreResult<Materialized> {
-        let timers = self.timers.get_timers(ids).await?;
-        self.these(&timers).await
     }
 
     async fn these(&self, timers: &[Timer]) -> StoreResult<Materialized> {
@@ -239,7 +234,7 @@ impl Materializer {
                 .map(|o| HotEntry::new(o.key, o.due_at(), o.bucket))
                 .collect();
             done.indexed += entries.len() as u64;
-            self.index.add(&entries).await?;
+            self.index.extended(&entries).await?;
         }
         self.timers.advance_watermarks(&marks).await?;
         Ok(done)
@@ -255,7 +250,7 @@ impl Materializer {
         let mut shards = Vec::new();
         let mut built = 0;
         while shard.minute_start() < until {
-            if !self.index.shard_complete(shard).await? {
+            if !self.index.reads().shard_complete(shard).await? {
                 let due = self
                     .occurrences
                     .due_in_bucket(
@@ -269,13 +264,13 @@ impl Materializer {
                     .iter()
                     .map(|(key, due)| HotEntry::new(*key, *due, bucket))
                     .collect();
-                self.index.add(&entries).await?;
+                self.index.built(&entries).await?;
                 built += 1;
             }
             shards.push(shard);
             shard = ShardKey::new(shard.minute_end(), bucket);
         }
-        self.index.touch(&shards).await?;
+        self.index.complete(&shards).await?;
         Ok(built)
     }
 }

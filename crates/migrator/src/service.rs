@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use chime_domain::{BucketCount, Horizon, TimerId, Timestamp};
+use chime_domain::{BucketCount, Horizon};
 use chime_storage::{LeaseToken, Leases, StoreResult};
 use tokio_util::sync::CancellationToken;
 
@@ -95,21 +95,6 @@ impl Migrator {
 
     pub fn settings(&self) -> MigratorSettings {
         self.settings
-    }
-
-    /// Materializes one timer now and indexes the occurrence a trigger inserted at
-    /// `triggered` (`MigrateTimer`: for operators; the gateway does not need it).
-    pub async fn migrate_timer(
-        &self,
-        id: TimerId,
-        triggered: Option<Timestamp>,
-    ) -> StoreResult<Materialized> {
-        self.materializer.timer(id, triggered).await
-    }
-
-    /// [`Migrator::migrate_timer`] for several timers at once, without triggers.
-    pub async fn migrate_timers(&self, ids: &[TimerId]) -> StoreResult<Materialized> {
-        self.materializer.timers(ids).await
     }
 
     fn lease_name(bucket: chime_domain::Bucket) -> String {

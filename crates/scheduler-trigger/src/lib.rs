@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use chime_domain::{BucketCount, Clock, ShardKey, Ticker, Timestamp};
 use chime_runtime::Roster;
-use chime_storage::{HotIndex, LeaseToken, Leases, OccurrenceStore, TimerStore};
+use chime_storage::{HotIndex, HotWrites, LeaseToken, Leases, OccurrenceStore, TimerStore};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -106,7 +106,7 @@ impl SchedulerSettings {
 
 pub struct Scheduler {
     timers: Arc<dyn TimerStore>,
-    index: Arc<dyn HotIndex>,
+    index: HotWrites,
     leases: Arc<dyn Leases>,
     occurrences: Arc<dyn OccurrenceStore>,
     handoff: Arc<dyn Handoff>,
@@ -236,7 +236,7 @@ impl Scheduler {
         let handoff = Arc::new(handoff::Merged::new(handoff, settings.batch * 2));
         Arc::new(Self {
             timers,
-            index,
+            index: HotWrites::new(index),
             leases,
             occurrences,
             handoff,

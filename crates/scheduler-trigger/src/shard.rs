@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use chime_domain::{ShardKey, TaskKey, Timestamp};
-use chime_storage::{HotEntry, HotIndex, OccurrenceStore, StoreResult};
+use chime_storage::{HotEntry, HotWrites, OccurrenceStore, StoreResult};
 
 /// A hot-index member: a task key and when it is due.
 pub(crate) type Member = (TaskKey, Timestamp);
@@ -26,7 +26,7 @@ enum Source {
 
 pub(crate) struct ShardReader {
     shard: ShardKey,
-    index: Arc<dyn HotIndex>,
+    index: HotWrites,
     occurrences: Arc<dyn OccurrenceStore>,
     /// Members read at most per call.
     limit: usize,
@@ -36,7 +36,7 @@ pub(crate) struct ShardReader {
 impl ShardReader {
     pub(crate) fn new(
         shard: ShardKey,
-        index: Arc<dyn HotIndex>,
+        index: HotWrites,
         occurrences: Arc<dyn OccurrenceStore>,
         limit: usize,
     ) -> Self {
@@ -54,7 +54,12 @@ impl ShardReader {
     pub(crate) async fn read(&mut self, up_to: Timestamp) -> StoreResult<Vec<Member>> {
         let (shard, limit) = (self.shard, self.limit);
         if let Source::HotIndex = self.source {
-            if let Some(due) = self.index.due_if_complete(shard, up_to, limit).await? {
+            if let Some(due) = self
+                .index
+                .reads()
+                .due_if_complete(shard, up_to, limit)
+                .await?
+            {
                 return Ok(due);
             }
             metrics::counter!("chime_scheduler_shard_fallbacks_total").increment(1);
@@ -64,15 +69,15 @@ impl ShardReader {
                 warned: false,
             };
         }
-        if self.index.shard_complete(shard).await? {
+        if self.index.reads().shard_complete(shard).await? {
             // Built (by the migrator): members already handed off must not go twice.
             if let Source::Database { sent, .. } =
                 std::mem::replace(&mut self.source, Source::HotIndex)
             {
                 let sent: Vec<TaskKey> = sent.into_iter().collect();
-                self.index.remove(shard, &sent).await?;
+                self.index.handed_off(shard, &sent).await?;
             }
-            return self.index.due(shard, up_to, limit).await;
+            return self.index.reads().due(shard, up_to, limit).await;
         }
         let Source::Database { sent, warned } = &mut self.source else {
             return Ok(Vec::new());
@@ -102,7 +107,7 @@ impl ShardReader {
     /// Takes members out before their hand-off.
     pub(crate) async fn forget(&mut self, keys: &[TaskKey]) -> StoreResult<()> {
         match &mut self.source {
-            Source::HotIndex => self.index.remove(self.shard, keys).await,
+            Source::HotIndex => self.index.handed_off(self.shard, keys).await,
             Source::Database { sent, .. } => {
                 sent.extend(keys.iter().copied());
                 Ok(())
@@ -118,7 +123,7 @@ impl ShardReader {
                     .iter()
                     .map(|(k, due)| HotEntry::new(*k, *due, self.shard.bucket))
                     .collect();
-                self.index.add(&entries).await
+                self.index.refused(&entries).await
             }
             Source::Database { sent, .. } => {
                 for (k, _) in members {

@@ -386,9 +386,7 @@ pub mod cluster {
                 String::from_utf8_lossy(&migrate.stderr)
             );
 
-            let migrator_port = free_port();
-            let mut env = common(free_port());
-            env.push(("CHIME_MIGRATOR_ADDR", format!("127.0.0.1:{migrator_port}")));
+            let env = common(free_port());
             let migrator =
                 Node::start("migrator".into(), "chime-migrator", env, dir.clone(), "").await;
 

@@ -78,7 +78,6 @@ pub(super) async fn materialize(args: &Args) -> anyhow::Result<Outcome> {
         ("CHIME_REDIS_URL", testkit::redis_url()),
         ("CHIME_REDIS_PREFIX", redis.backend.prefix().to_owned()),
         ("CHIME_ADMIN_ADDR", admin.clone()),
-        ("CHIME_MIGRATOR_ADDR", format!("127.0.0.1:{}", free_port())),
         ("CHIME_BUCKETS", args.buckets.to_string()),
         ("CHIME_LOG", "info".into()),
         // A lead past the whole window above, and room for all of its rows.

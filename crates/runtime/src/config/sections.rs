@@ -180,7 +180,9 @@ impl Default for AuthConfig {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct MigratorConfig {
-    pub addr: SocketAddr,
+    /// Unused: the migrator serves no gRPC any more, only its admin endpoints. Still
+    /// accepted, with a warning, so a rollout's older manifests keep starting.
+    pub addr: Option<SocketAddr>,
     /// How far ahead every enabled timer's occurrences are written: by the gateway with the
     /// timer, then by the migrator, which extends a timer once less than half is left.
     /// Recurring timers keep firing at least this long with every migrator down.
@@ -197,7 +199,7 @@ pub struct MigratorConfig {
 impl Default for MigratorConfig {
     fn default() -> Self {
         Self {
-            addr: SocketAddr::from(([0, 0, 0, 0], 50071)),
+            addr: None,
             lead: Seconds(chime_domain::Horizon::DEFAULT.lead),
             max_ahead: chime_domain::Horizon::DEFAULT.max_rows,
             interval: Seconds::secs(1),

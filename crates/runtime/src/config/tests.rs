@@ -29,7 +29,7 @@ fn loading_nothing_gives_the_built_in_defaults() {
     assert_eq!(c.gateway.http_addr.to_string(), "0.0.0.0:8080");
     assert_eq!(c.gateway.grpc_addr.to_string(), "0.0.0.0:50051");
     assert_eq!(c.executor.addr.to_string(), "0.0.0.0:50061");
-    assert_eq!(c.migrator.addr.to_string(), "0.0.0.0:50071");
+    assert_eq!(c.migrator.addr, None);
     assert_eq!(c.redis.prefix, "chime");
     assert_eq!(c.buckets.get(), 16);
     assert_eq!(c.executor.max_in_flight, 1024);

@@ -9,12 +9,8 @@ use std::time::Duration;
 use chime_domain::{Clock, NewOccurrence, OccurrenceStatus, OverlapPolicy, SystemClock, TaskKey};
 use chime_storage::OccurrenceStore;
 
-mod support {
-    pub mod counting;
-    pub mod pg;
-}
-use support::counting::Counting;
-use support::pg::*;
+use crate::support::counting::Counting;
+use crate::support::pg::*;
 
 /// The executor's default room.
 fn max_in_flight() -> usize {
@@ -144,4 +140,19 @@ async fn a_burst_writes_its_outcomes_without_waiting_out_the_linger() {
         }
     })
     .await;
+}
+
+#[tokio::test]
+async fn an_outcome_write_failing_with_an_unknown_error_is_tried_again_not_dropped() {
+    let s = setup().await;
+    let t = timer(&s, "odd", s.sink.url("/odd"), &[]).await;
+    let key = due_now(&s, &t, 0).await;
+    let counting = Counting::new(s.db.store());
+    counting.failing_records.store(2, Ordering::SeqCst);
+    let exec = executor_over(&s, counting.clone(), max_in_flight());
+    assert_eq!(exec.offer(&[key]).unwrap().accepted, 1);
+    // Dropped, it would stay running until the sweeper fired it again (a duplicate).
+    assert_eq!(finished(&s, key).await.status, OccurrenceStatus::Succeeded);
+    assert_eq!(s.sink.received().len(), 1);
+    assert_eq!(counting.records.load(Ordering::SeqCst), 3);
 }

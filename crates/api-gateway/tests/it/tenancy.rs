@@ -9,15 +9,15 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 
+use crate::support::{TestGateway, client_with};
 use chime_domain::{Claim, OccurrenceStatus, Outcome, TaskKey, Timestamp};
 use chime_proto::v1 as pb;
 use chime_storage::OccurrenceStore;
 use serde_json::{Value, json};
-use support::{TestGateway, client_with};
 use tonic::Code;
 use tonic::transport::Channel;
 

@@ -4,12 +4,12 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
+use crate::support::claimed;
 use chime_domain::{CallbackInput, NetworkPolicy, OccurrenceStatus, SystemClock, Timer};
 use std::net::IpAddr;
 use std::sync::Arc;
-use support::claimed;
 
 use chime_executor::{CallbackSettings, DeliveryTarget, HostLookup, HttpTarget, SystemLookup};
 use chime_test_support::sink::Sink;

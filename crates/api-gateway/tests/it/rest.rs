@@ -3,12 +3,12 @@
 // Helpers outside #[test] functions panic on purpose: a bad fixture is a test bug.
 #![allow(clippy::unwrap_used)]
 
-mod support;
+use crate::support;
 
+use crate::support::{assert_problem, read, timer_json};
 use chime_storage::OccurrenceStore;
 use reqwest::Method;
 use serde_json::{Value, json};
-use support::{assert_problem, read, timer_json};
 
 #[tokio::test]
 async fn create_get_list_update_delete() {

@@ -16,6 +16,8 @@ pub struct Counting {
     inner: Arc<dyn OccurrenceStore>,
     pub claims: AtomicUsize,
     pub records: AtomicUsize,
+    /// This many outcome statements fail, as a server's odd error, before they pass.
+    pub failing_records: AtomicUsize,
     pub held: AtomicUsize,
     pub exclusive: AtomicUsize,
     /// The keys of each claim statement, in order.
@@ -33,6 +35,7 @@ impl Counting {
             inner,
             claims: AtomicUsize::new(0),
             records: AtomicUsize::new(0),
+            failing_records: AtomicUsize::new(0),
             held: AtomicUsize::new(0),
             exclusive: AtomicUsize::new(0),
             claimed: std::sync::Mutex::new(Vec::new()),
@@ -88,6 +91,14 @@ impl OccurrenceStore for Counting {
     }
     async fn record_outcomes(&self, outcomes: &[Outcome]) -> StoreResult<u64> {
         self.records.fetch_add(1, Ordering::SeqCst);
+        let failing = self
+            .failing_records
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+        if failing.is_ok() {
+            return Err(chime_storage::StoreError::internal(
+                "Error on delete of a temporary file",
+            ));
+        }
         self.inner.record_outcomes(outcomes).await
     }
     async fn get_occurrence(&self, key: TaskKey) -> StoreResult<Option<Occurrence>> {

@@ -6,11 +6,9 @@
 
 use std::sync::Arc;
 
-mod support;
-
+use crate::support::{claimed, timer};
 use chime_domain::{AmqpInput, BrokerUrl, CallbackInput, NatsInput, OccurrenceStatus, SystemClock};
 use chime_executor::{AmqpTarget, DeliveryTarget, NatsTarget};
-use support::{claimed, timer};
 
 #[tokio::test]
 async fn brokers_outside_the_allow_list_are_refused_for_good() {

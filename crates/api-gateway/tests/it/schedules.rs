@@ -3,12 +3,12 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod support;
+use crate::support;
 
+use crate::support::assert_problem;
 use chime_proto::v1 as pb;
 use reqwest::Method;
 use serde_json::{Value, json};
-use support::assert_problem;
 
 fn every_minute(app: &str, name: &str, extra: Value) -> Value {
     let mut t = support::timer_json(app, name);

@@ -4,7 +4,7 @@
 // Helpers outside #[test] functions panic on purpose: a bad fixture is a test bug.
 #![allow(clippy::unwrap_used)]
 
-mod support;
+use crate::support;
 
 use chime_proto::v1 as pb;
 use tonic::Code;
@@ -382,7 +382,7 @@ async fn health_and_reflection_v1_and_v1alpha() {
         assert!(names.contains(&"chime.v1.TimerService"), "{names:?}");
         assert!(names.contains(&"grpc.health.v1.Health"), "{names:?}");
         assert!(
-            !names.contains(&"chime.v1.MigratorService"),
+            !names.contains(&"chime.v1.ExecutorService"),
             "not served here: {names:?}"
         );
     }

@@ -3,7 +3,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use chime_proto::v1 as pb;
 use chime_test_support::pki::TestCa;

@@ -3,13 +3,13 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod support;
+use crate::support;
 
+use crate::support::assert_problem;
 use chime_domain::{AppName, Clock, Counts, OccurrenceStatus, SystemClock, Tally, minute_of};
 use chime_proto::v1 as pb;
 use chime_storage::Activity;
 use reqwest::Method;
-use support::assert_problem;
 
 fn tally(app: &str, minutes_ago: i64, succeeded: u64, dead: u64) -> Tally {
     let mut counts = Counts::default();

@@ -1,5 +1,8 @@
 //! A timer and a claimed occurrence of it, for the delivery-target tests.
 
+pub mod counting;
+pub mod pg;
+
 use chime_domain::{CallbackInput, ClaimedOccurrence, Clock, SystemClock, TaskKey, Timer};
 
 /// An hourly timer of app `ops` delivering to `callback`.

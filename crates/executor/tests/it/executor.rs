@@ -15,10 +15,7 @@ use chime_executor::{
 };
 use chime_storage::{Activity, OccurrenceStore, TimerStore};
 
-mod support {
-    pub mod pg;
-}
-use support::pg::*;
+use crate::support::pg::*;
 
 #[tokio::test]
 async fn fires_the_callback_with_chime_headers_and_records_success() {

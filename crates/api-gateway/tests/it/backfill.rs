@@ -3,12 +3,12 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod support;
+use crate::support;
 
+use crate::support::assert_problem;
 use chime_proto::v1 as pb;
 use reqwest::Method;
 use serde_json::{Value, json};
-use support::assert_problem;
 
 /// 2026-01-01T00:00:00Z: every-minute fire times from here are in the past for these tests.
 const JAN_1: i64 = 1_767_225_600;

@@ -406,92 +406,30 @@ async fn a_bucket_held_elsewhere_is_left_to_its_holder() {
     );
 }
 
-type MigratorClient =
-    chime_proto::v1::migrator_service_client::MigratorServiceClient<tonic::transport::Channel>;
-
-/// A migrator replica serving gRPC on loopback, a client, and how to stop it.
-async fn serve_grpc(
-    s: &Setup,
-) -> (
-    MigratorClient,
-    tokio_util::sync::CancellationToken,
-    tokio::task::JoinHandle<anyhow::Result<()>>,
-) {
-    let m = replica(s, s.redis.leases(), Duration::from_secs(3));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let stop = tokio_util::sync::CancellationToken::new();
-    let server = tokio::spawn(chime_migrator::grpc::serve(
-        m,
-        listener,
-        None,
-        Arc::new(chime_runtime::admin::AlwaysReady),
-        stop.clone(),
-        None,
-    ));
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
-    let client = MigratorClient::new(channel);
-    (client, stop, server)
-}
-
+/// The service as its binary runs it: the admin endpoints answer while the periodic step
+/// runs, and both stop on shutdown.
 #[tokio::test]
-async fn migrate_timer_over_grpc() {
-    use chime_proto::v1::{MigrateTimerRequest, MigrateTimersRequest};
+async fn serves_admin_endpoints_until_shutdown() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     let s = setup().await;
-    let t0 = s.clock.now();
-    let t = create(&s, "every-20s", every("20s"), true).await;
-    let (mut client, stop, server) = serve_grpc(&s).await;
-    let triggered = TaskKey::new(t.id, t0.add_millis(5_000));
-    s.store
-        .insert_occurrences(&[chime_domain::NewOccurrence {
-            key: triggered,
-            timer_version: t.version,
-            bucket: t.bucket,
-            due: None,
-        }])
-        .await
-        .unwrap();
-    client
-        .migrate_timer(MigrateTimerRequest {
-            timer_id: t.id.get(),
-            triggered_run_at_ms: Some(triggered.run_at.as_millis()),
-        })
-        .await
-        .unwrap();
-    assert_eq!(indexed(&s, &t, t0).await, secs(&[5, 20, 40]));
-    let missing = client
-        .migrate_timer(MigrateTimerRequest {
-            timer_id: 987_654_321,
-            triggered_run_at_ms: None,
-        })
-        .await
-        .unwrap_err();
-    assert_eq!(missing.code(), tonic::Code::NotFound);
-    let bad = client
-        .migrate_timer(MigrateTimerRequest {
-            timer_id: -1,
-            triggered_run_at_ms: None,
-        })
-        .await
-        .unwrap_err();
-    assert_eq!(bad.code(), tonic::Code::InvalidArgument);
-    client
-        .migrate_timers(MigrateTimersRequest {
-            timer_ids: vec![t.id.get(), 987_654_321],
-        })
-        .await
-        .unwrap();
-    for bad in [vec![-1], vec![1; 1_001]] {
-        let e = client
-            .migrate_timers(MigrateTimersRequest { timer_ids: bad })
-            .await
-            .unwrap_err();
-        assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    let m = replica(&s, s.redis.leases(), Duration::from_secs(3));
+    let admin = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = admin.local_addr().unwrap();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let server = tokio::spawn(chime_migrator::serve(
+        m,
+        Some(admin),
+        Arc::new(chime_runtime::admin::AlwaysReady),
+        stop.clone(),
+    ));
+    for path in ["/healthz", "/readyz", "/metrics"] {
+        let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        conn.write_all(request.as_bytes()).await.unwrap();
+        let mut response = String::new();
+        conn.read_to_string(&mut response).await.unwrap();
+        assert!(response.starts_with("HTTP/1.1 200"), "{path}: {response}");
     }
     stop.cancel();
     server.await.unwrap().unwrap();

@@ -4,7 +4,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use chime_api_gateway::QuotaSettings;
 use chime_proto::v1 as pb;

@@ -7,12 +7,8 @@ use std::sync::atomic::Ordering;
 
 use chime_domain::{Clock, OccurrenceStatus, SystemClock, TaskKey};
 
-mod support {
-    pub mod counting;
-    pub mod pg;
-}
-use support::counting::Counting;
-use support::pg::*;
+use crate::support::counting::Counting;
+use crate::support::pg::*;
 
 #[tokio::test]
 async fn a_key_on_time_is_claimed_apart_from_a_backlog_queued_ahead_of_it() {

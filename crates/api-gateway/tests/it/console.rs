@@ -4,7 +4,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod support;
+use crate::support;
 
 #[tokio::test]
 async fn console_files_are_public_and_locked_down() {

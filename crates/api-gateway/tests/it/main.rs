@@ -1,0 +1,20 @@
+//! The integration tests of this crate, one binary: each file below is a module (one link
+//! instead of one per file). `support` holds their shared fixtures.
+
+// Tests and their fixtures panic on purpose: a failed step is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod activity;
+mod backfill;
+mod binary;
+mod calendars;
+mod callbacks;
+mod console;
+mod grpc;
+mod quotas;
+mod rest;
+mod schedules;
+mod scope;
+mod support;
+mod tenancy;
+mod tls;
