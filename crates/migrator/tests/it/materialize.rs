@@ -410,8 +410,6 @@ async fn a_bucket_held_elsewhere_is_left_to_its_holder() {
 /// runs, and both stop on shutdown.
 #[tokio::test]
 async fn serves_admin_endpoints_until_shutdown() {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
     let s = setup().await;
     let m = replica(&s, s.redis.leases(), Duration::from_secs(3));
     let admin = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -423,13 +421,14 @@ async fn serves_admin_endpoints_until_shutdown() {
         Arc::new(chime_runtime::admin::AlwaysReady),
         stop.clone(),
     ));
+    let http = chime_runtime::http_client().build().unwrap();
     for path in ["/healthz", "/readyz", "/metrics"] {
-        let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
-        let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
-        conn.write_all(request.as_bytes()).await.unwrap();
-        let mut response = String::new();
-        conn.read_to_string(&mut response).await.unwrap();
-        assert!(response.starts_with("HTTP/1.1 200"), "{path}: {response}");
+        let response = http
+            .get(format!("http://{addr}{path}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status().as_u16(), 200, "{path}");
     }
     stop.cancel();
     server.await.unwrap().unwrap();
