@@ -83,20 +83,3 @@ pub(crate) fn secrets_from_rows(rows: Vec<String>) -> StoreResult<Vec<SigningSec
         })
         .collect()
 }
-
-/// The signing secrets of an app (first parameter) at an instant (second, unix ms), the
-/// current one first; `$p` is the backend's parameter sigil.
-macro_rules! active_secrets {
-    ($p:literal) => {
-        concat!(
-            "SELECT secret FROM signing_secrets WHERE app = ",
-            $p,
-            "1 ",
-            "AND (retires_at IS NULL OR retires_at > ",
-            $p,
-            "2) ",
-            "ORDER BY retires_at IS NOT NULL, created_at DESC"
-        )
-    };
-}
-pub(crate) use active_secrets;

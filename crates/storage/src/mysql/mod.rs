@@ -63,7 +63,7 @@ mod activity;
 mod calendars;
 mod create;
 mod credentials;
-mod dialect;
+pub(crate) mod dialect;
 mod occurrences;
 mod retention;
 mod timers;

@@ -25,30 +25,6 @@ macro_rules! new_table {
     };
 }
 
-/// `sql::LIST_RUNS` with one positional parameter per value: `COALESCE` for "any status".
-const LIST_RUNS: &str = concat!(
-    "SELECT ",
-    occurrence_cols!(),
-    " FROM occurrences WHERE timer_id = ? AND status = COALESCE(?, status) \
-      AND run_at < ? ORDER BY run_at DESC LIMIT ?"
-);
-
-/// `sql::LIST_DEAD`, its optional timer and app read once into a one-row table `p`.
-const LIST_DEAD: &str = concat!(
-    "SELECT ",
-    occurrence_cols!(),
-    " FROM (SELECT ? AS t, ? AS a) p, occurrences WHERE status = 'dead' \
-       AND (p.t IS NULL OR timer_id = p.t) \
-       AND (p.a IS NULL OR timer_id IN (SELECT id FROM timers WHERE app = p.a)) \
-       AND (timer_id, run_at) > (?, ?) \
-     ORDER BY timer_id, run_at LIMIT ?"
-);
-
-/// `sql::DUE_IN_BUCKET` on the generated `claimable_due` column and its index.
-const DUE_IN_BUCKET: &str = "SELECT timer_id, run_at, claimable_due AS due FROM occurrences \
-     WHERE bucket = ? AND claimable_due >= ? AND claimable_due < ? \
-     ORDER BY claimable_due LIMIT ?";
-
 fn new_rows_json(batch: &[NewOccurrence]) -> String {
     json_rows(batch.iter().map(|o| {
         json!([
@@ -343,7 +319,7 @@ impl OccurrenceStore for MySqlStore {
         filter: &RunFilter,
         page: &PageRequest,
     ) -> StoreResult<Page<Occurrence>> {
-        crate::sql::list_runs!(&self.pool, LIST_RUNS, filter, page)
+        crate::sql::list_runs!(&self.pool, filter, page, MySql)
     }
 
     async fn find_overdue(
@@ -352,22 +328,7 @@ impl OccurrenceStore for MySqlStore {
         now: Timestamp,
         limit: u32,
     ) -> StoreResult<Vec<Occurrence>> {
-        let rows = sqlx::query(concat!(
-            "(SELECT ",
-            occurrence_cols!(),
-            " FROM occurrences WHERE claimable_due < ? ORDER BY claimable_due LIMIT ?) \
-             UNION ALL (SELECT ",
-            occurrence_cols!(),
-            " FROM occurrences WHERE status = 'running' AND lease_until < ? \
-               ORDER BY lease_until LIMIT ?)"
-        ))
-        .bind(due_before.as_millis())
-        .bind(i64::from(limit))
-        .bind(now.as_millis())
-        .bind(i64::from(limit))
-        .fetch_all(&self.pool)
-        .await?;
-        Ok(crate::oldest_first(rows::occurrences(&rows)?, limit))
+        crate::sql::find_overdue!(&self.pool, due_before, now, limit, MySql)
     }
 
     async fn skip_occurrences(&self, keys: &[TaskKey], reason: &str) -> StoreResult<u64> {
@@ -430,23 +391,11 @@ impl OccurrenceStore for MySqlStore {
         filter: &DeadFilter,
         page: &PageRequest,
     ) -> StoreResult<Page<Occurrence>> {
-        crate::sql::list_dead!(&self.pool, LIST_DEAD, filter, page)
+        crate::sql::list_dead!(&self.pool, filter, page, MySql)
     }
 
     async fn redrive(&self, what: Redrive, now: Timestamp) -> StoreResult<u64> {
-        let (timer, run_at) = what.parts();
-        let done = sqlx::query(
-            "UPDATE occurrences SET status = 'pending', attempt = 0, next_attempt_at = ?, \
-               lease_until = NULL, error = NULL \
-             WHERE status = 'dead' AND timer_id = ? AND (? IS NULL OR run_at = ?)",
-        )
-        .bind(now.as_millis())
-        .bind(timer)
-        .bind(run_at)
-        .bind(run_at)
-        .execute(&self.pool)
-        .await?;
-        Ok(done.rows_affected())
+        crate::sql::redrive!(&self.pool, what, now, MySql)
     }
 
     async fn due_in_bucket(
@@ -456,6 +405,6 @@ impl OccurrenceStore for MySqlStore {
         to: Timestamp,
         limit: u32,
     ) -> StoreResult<Vec<(TaskKey, Timestamp)>> {
-        crate::sql::due_in_bucket!(&self.pool, DUE_IN_BUCKET, bucket, from, to, limit)
+        crate::sql::due_in_bucket!(&self.pool, bucket, from, to, limit, MySql)
     }
 }

@@ -58,7 +58,7 @@ impl Retention for MySqlStore {
             .await?;
         let dead = self.delete_old(&["dead"], before.dead, limit).await?;
         // Activity tallies are kept as long as the history they sum up.
-        sqlx::query("DELETE FROM activity WHERE minute < ?")
+        sqlx::query(<super::dialect::MySql as crate::sql::Dialect>::ACTIVITY_PURGE)
             .bind(before.history.as_millis())
             .execute(&self.pool)
             .await?;

@@ -8,7 +8,7 @@ use chime_domain::{
     TimerId, TimerSpec, Timestamp,
 };
 use serde_json::json;
-use sqlx::{MySql, MySqlConnection, QueryBuilder};
+use sqlx::MySqlConnection;
 
 use super::create::insert_timers;
 use super::dialect::{MySql as Dialect, finish_ms};
@@ -24,14 +24,10 @@ use crate::{
 
 /// Timer `id` if live, read inside the caller's transaction (after its write).
 async fn live_timer(conn: &mut MySqlConnection, id: TimerId) -> StoreResult<Option<Timer>> {
-    let row = sqlx::query(concat!(
-        "SELECT ",
-        timer_cols!(),
-        " FROM timers WHERE id = ? AND deleted_at IS NULL"
-    ))
-    .bind(id.get())
-    .fetch_optional(&mut *conn)
-    .await?;
+    let row = sqlx::query(<Dialect as sql::Dialect>::LIVE_TIMER)
+        .bind(id.get())
+        .fetch_optional(&mut *conn)
+        .await?;
     row.as_ref().map(rows::timer).transpose()
 }
 
@@ -144,58 +140,7 @@ impl TimerStore for MySqlStore {
         filter: &TimerFilter,
         page: &PageRequest,
     ) -> StoreResult<Page<Timer>> {
-        let scope = filter.scope();
-        let after = crate::decode_page_token(page, &scope)?.map_or(0, |(id, _)| id);
-        // Only the conditions the filter has: each a plain predicate MySQL can index.
-        let mut q: QueryBuilder<MySql> = QueryBuilder::new(concat!(
-            "SELECT ",
-            timer_cols!(),
-            " FROM timers WHERE deleted_at IS NULL AND id > "
-        ));
-        q.push_bind(after);
-        if let Some(app) = &filter.app {
-            q.push(" AND app = ").push_bind(app.as_str().to_owned());
-        }
-        if let Some(enabled) = filter.enabled {
-            q.push(" AND enabled = ").push_bind(enabled);
-        }
-        if let Some(bucket) = filter.bucket {
-            q.push(" AND bucket = ").push_bind(bucket.get() as i32);
-        }
-        if let Some(prefix) = &filter.name_prefix {
-            q.push(" AND LEFT(name, CHAR_LENGTH(")
-                .push_bind(prefix.clone())
-                .push(")) = ")
-                .push_bind(prefix.clone());
-        }
-        if let Some((state, now)) = filter.state {
-            match state.as_str() {
-                "paused" => {
-                    q.push(" AND NOT enabled");
-                }
-                "done" => {
-                    q.push(concat!(" AND enabled AND ", finish_ms!(), " < "))
-                        .push_bind(now.as_millis());
-                }
-                _ => {
-                    q.push(concat!(" AND enabled AND COALESCE(", finish_ms!(), " >= "))
-                        .push_bind(now.as_millis())
-                        .push(", TRUE)");
-                }
-            }
-        }
-        if !filter.labels.is_empty() {
-            q.push(" AND JSON_CONTAINS(JSON_EXTRACT(spec, '$.labels'), ")
-                .push_bind(filter.labels_json())
-                .push(")");
-        }
-        q.push(" ORDER BY id LIMIT ")
-            .push_bind(i64::from(page.size.get()) + 1);
-        let rows = q.build().fetch_all(&self.pool).await?;
-        let items = rows::timers(&rows)?;
-        Ok(crate::into_page(items, page.size, &scope, |t| {
-            (t.id.get(), 0)
-        }))
+        sql::list_timers!(&self.pool, filter, page, Dialect)
     }
 
     async fn update_timer(
@@ -273,27 +218,7 @@ impl TimerStore for MySqlStore {
     }
 
     async fn pause_timer(&self, id: TimerId, note: &PauseNote) -> StoreResult<Timer> {
-        let mut tx = self.pool.begin().await?;
-        // The version and time move only if it was enabled: MySQL assigns left to right, so
-        // they read `enabled` before it is cleared.
-        sqlx::query(
-            "UPDATE timers SET version = version + IF(enabled, 1, 0), \
-               updated_at = IF(enabled, ?, updated_at), enabled = FALSE, \
-               paused_reason = ?, paused_at = ?, paused_by = ? \
-             WHERE id = ? AND deleted_at IS NULL",
-        )
-        .bind(note.at.as_millis())
-        .bind(&note.reason)
-        .bind(note.at.as_millis())
-        .bind(note.by.as_deref())
-        .bind(id.get())
-        .execute(&mut *tx)
-        .await?;
-        let timer = live_timer(&mut tx, id)
-            .await?
-            .ok_or_else(|| StoreError::timer_not_found(id))?;
-        tx.commit().await?;
-        Ok(timer)
+        sql::pause_timer!(&self.pool, id, note, Dialect)
     }
 
     async fn remove_finished(&self, ids: &[TimerId], now: Timestamp) -> StoreResult<Vec<TimerId>> {

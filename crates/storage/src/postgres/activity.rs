@@ -1,3 +1,3 @@
-//! [`crate::Activity`] on PostgreSQL: the shared statements.
+//! [`crate::Activity`] on PostgreSQL: the shared impl.
 
-crate::activity::activity_impl!(super::PgStore, pool, pool);
+crate::sql::activity_impl!(super::PgStore, pool, pool, crate::sql::Postgres);

@@ -1,3 +1,3 @@
-//! [`crate::Calendars`] on PostgreSQL: the shared statements.
+//! [`crate::Calendars`] on PostgreSQL: the shared impl.
 
-crate::calendars::calendars_impl!(super::PgStore, pool, pool);
+crate::sql::calendars_impl!(super::PgStore, pool, pool, crate::sql::Postgres);

@@ -13,6 +13,22 @@ use crate::{
     DeadFilter, Exclusive, HotEntry, OccurrenceStore, PageRequest, Redrive, RunFilter, StoreResult,
 };
 
+/// `OccurrenceStore::drop_pending` for the timers `$1`, after `$2` on PostgreSQL. `run_at`
+/// bounds the day partitions read; a pending run due later than its run time (a flexible
+/// window) whose run time has passed stays, for the executor to skip. Rows are found by
+/// primary key, one timer at a time, and deleted by tuple id, as the claim does; the status
+/// is checked only then. Asked for `status = 'pending'` in the same scan, the planner also
+/// read the partial index of claimable rows whole (every pending row of the day) to
+/// intersect the two.
+const DROP_PENDING: &str = "WITH doomed AS ( \
+       SELECT x.toid, x.tid FROM UNNEST($1::bigint[]) AS t(id) CROSS JOIN LATERAL ( \
+         SELECT o.tableoid AS toid, o.ctid AS tid FROM occurrences o \
+         WHERE o.timer_id = t.id AND o.run_at > $2 OFFSET 0) x) \
+     DELETE FROM occurrences o USING doomed d \
+     WHERE o.run_at > $2 AND o.ctid = ANY(ARRAY(SELECT tid FROM doomed)) \
+       AND o.tableoid = d.toid AND o.ctid = d.tid AND o.status = 'pending' \
+     RETURNING o.timer_id, o.run_at, COALESCE(o.next_attempt_at, o.run_at), o.bucket";
+
 #[async_trait]
 impl OccurrenceStore for PgStore {
     async fn insert_occurrences(&self, batch: &[NewOccurrence]) -> StoreResult<u64> {
@@ -113,7 +129,7 @@ impl OccurrenceStore for PgStore {
             .bind(key.timer_id.get())
             .execute(&mut *tx)
             .await?;
-        let done = crate::sql::claim_exclusive!(tx, key, claim, overlap, crate::sql::Numbered);
+        let done = crate::sql::claim_exclusive!(tx, key, claim, overlap, sql::Postgres);
         tx.commit().await?;
         Ok(done)
     }
@@ -234,7 +250,7 @@ impl OccurrenceStore for PgStore {
         filter: &RunFilter,
         page: &PageRequest,
     ) -> StoreResult<Page<Occurrence>> {
-        sql::list_runs!(&self.pool, filter, page)
+        sql::list_runs!(&self.pool, filter, page, sql::Postgres)
     }
 
     async fn skip_occurrences(&self, keys: &[TaskKey], reason: &str) -> StoreResult<u64> {
@@ -264,7 +280,7 @@ impl OccurrenceStore for PgStore {
         if timers.is_empty() {
             return Ok(Vec::new());
         }
-        let rows: Vec<(i64, i64, i64, i32)> = sqlx::query_as(sql::DROP_PENDING_PG)
+        let rows: Vec<(i64, i64, i64, i32)> = sqlx::query_as(DROP_PENDING)
             .bind(timers.iter().map(|t| t.get()).collect::<Vec<i64>>())
             .bind(after.as_millis())
             .fetch_all(&self.pool)
@@ -277,11 +293,11 @@ impl OccurrenceStore for PgStore {
         filter: &DeadFilter,
         page: &PageRequest,
     ) -> StoreResult<Page<Occurrence>> {
-        sql::list_dead!(&self.pool, filter, page)
+        sql::list_dead!(&self.pool, filter, page, sql::Postgres)
     }
 
     async fn redrive(&self, what: Redrive, now: Timestamp) -> StoreResult<u64> {
-        sql::redrive!(&self.pool, what, now)
+        sql::redrive!(&self.pool, what, now, sql::Postgres)
     }
 
     async fn find_overdue(
@@ -290,7 +306,7 @@ impl OccurrenceStore for PgStore {
         now: Timestamp,
         limit: u32,
     ) -> StoreResult<Vec<Occurrence>> {
-        sql::find_overdue!(&self.pool, due_before, now, limit)
+        sql::find_overdue!(&self.pool, due_before, now, limit, sql::Postgres)
     }
 
     async fn due_in_bucket(
@@ -300,7 +316,7 @@ impl OccurrenceStore for PgStore {
         to: Timestamp,
         limit: u32,
     ) -> StoreResult<Vec<(TaskKey, Timestamp)>> {
-        sql::due_in_bucket!(&self.pool, bucket, from, to, limit)
+        sql::due_in_bucket!(&self.pool, bucket, from, to, limit, sql::Postgres)
     }
 }
 

@@ -50,7 +50,7 @@ impl Retention for PgStore {
             .await?;
         let dead = self.delete_old(&["dead"], before.dead, limit).await?;
         // Activity tallies are kept as long as the history they sum up.
-        sqlx::query(crate::activity::PURGE)
+        sqlx::query(<crate::sql::Postgres as crate::sql::Dialect>::ACTIVITY_PURGE)
             .bind(before.history.as_millis())
             .execute(&self.pool)
             .await?;

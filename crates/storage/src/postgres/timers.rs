@@ -72,7 +72,7 @@ impl TimerStore for PgStore {
         let now = self.clock.now();
         let mut out = crate::create_queue::BatchResults::new(batch.len());
         for (req, id) in batch.iter().zip(ids) {
-            match sql::claim_idempotency_key!(tx, req, id, now, sql::Numbered) {
+            match sql::claim_idempotency_key!(tx, req, id, now, sql::Postgres) {
                 Some(original) => out.repeat(original),
                 None => out.fresh(self.new_written(id, &req.timer, horizon)),
             }
@@ -138,7 +138,7 @@ impl TimerStore for PgStore {
         filter: &TimerFilter,
         page: &PageRequest,
     ) -> StoreResult<Page<Timer>> {
-        sql::list_timers!(&self.pool, sql::LIST_TIMERS_PG, filter, page)
+        sql::list_timers!(&self.pool, filter, page, sql::Postgres)
     }
 
     async fn update_timer(
@@ -215,7 +215,7 @@ impl TimerStore for PgStore {
     }
 
     async fn pause_timer(&self, id: TimerId, note: &PauseNote) -> StoreResult<Timer> {
-        sql::pause_timer!(&self.pool, id, note)
+        sql::pause_timer!(&self.pool, id, note, sql::Postgres)
     }
 
     async fn remove_finished(&self, ids: &[TimerId], now: Timestamp) -> StoreResult<Vec<TimerId>> {

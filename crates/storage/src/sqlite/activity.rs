@@ -1,3 +1,3 @@
-//! [`crate::Activity`] on SQLite: the shared statements.
+//! [`crate::Activity`] on SQLite: the shared impl.
 
-crate::activity::activity_impl!(super::SqliteStore, writer, reader);
+crate::sql::activity_impl!(super::SqliteStore, writer, reader, crate::sql::Sqlite);

@@ -1,3 +1,3 @@
-//! [`crate::Calendars`] on SQLite: the shared statements, written through the one writer.
+//! [`crate::Calendars`] on SQLite: the shared impl.
 
-crate::calendars::calendars_impl!(super::SqliteStore, writer, reader);
+crate::sql::calendars_impl!(super::SqliteStore, writer, reader, crate::sql::Sqlite);

@@ -14,6 +14,12 @@ use crate::{
     DeadFilter, Exclusive, HotEntry, OccurrenceStore, PageRequest, Redrive, RunFilter, StoreResult,
 };
 
+/// `OccurrenceStore::drop_pending` for the timers `$1` (a JSON array), after `$2`.
+const DROP_PENDING: &str = "DELETE FROM occurrences \
+     WHERE timer_id IN (SELECT value FROM json_each($1)) AND status = 'pending' \
+       AND run_at > $2 \
+     RETURNING timer_id, run_at, COALESCE(next_attempt_at, run_at), bucket";
+
 #[async_trait]
 impl OccurrenceStore for SqliteStore {
     async fn insert_occurrences(&self, batch: &[NewOccurrence]) -> StoreResult<u64> {
@@ -73,7 +79,7 @@ impl OccurrenceStore for SqliteStore {
     ) -> StoreResult<Exclusive> {
         // One writer connection: its transaction serializes every claimer already.
         let mut tx = self.writer.begin().await?;
-        let done = crate::sql::claim_exclusive!(tx, key, claim, overlap, crate::sql::Numbered);
+        let done = crate::sql::claim_exclusive!(tx, key, claim, overlap, sql::Sqlite);
         tx.commit().await?;
         Ok(done)
     }
@@ -180,7 +186,7 @@ impl OccurrenceStore for SqliteStore {
         filter: &RunFilter,
         page: &PageRequest,
     ) -> StoreResult<Page<Occurrence>> {
-        sql::list_runs!(&self.reader, filter, page)
+        sql::list_runs!(&self.reader, filter, page, sql::Sqlite)
     }
 
     async fn skip_occurrences(&self, keys: &[TaskKey], reason: &str) -> StoreResult<u64> {
@@ -207,7 +213,7 @@ impl OccurrenceStore for SqliteStore {
         if timers.is_empty() {
             return Ok(Vec::new());
         }
-        let rows: Vec<(i64, i64, i64, i32)> = sqlx::query_as(sql::DROP_PENDING_SQLITE)
+        let rows: Vec<(i64, i64, i64, i32)> = sqlx::query_as(DROP_PENDING)
             .bind(
                 serde_json::to_string(&timers.iter().map(|t| t.get()).collect::<Vec<i64>>())
                     .map_err(crate::StoreError::corrupt)?,
@@ -223,11 +229,11 @@ impl OccurrenceStore for SqliteStore {
         filter: &DeadFilter,
         page: &PageRequest,
     ) -> StoreResult<Page<Occurrence>> {
-        sql::list_dead!(&self.reader, filter, page)
+        sql::list_dead!(&self.reader, filter, page, sql::Sqlite)
     }
 
     async fn redrive(&self, what: Redrive, now: Timestamp) -> StoreResult<u64> {
-        sql::redrive!(&self.writer, what, now)
+        sql::redrive!(&self.writer, what, now, sql::Sqlite)
     }
 
     async fn find_overdue(
@@ -236,7 +242,7 @@ impl OccurrenceStore for SqliteStore {
         now: Timestamp,
         limit: u32,
     ) -> StoreResult<Vec<Occurrence>> {
-        sql::find_overdue!(&self.reader, due_before, now, limit)
+        sql::find_overdue!(&self.reader, due_before, now, limit, sql::Sqlite)
     }
 
     async fn due_in_bucket(
@@ -246,7 +252,7 @@ impl OccurrenceStore for SqliteStore {
         to: Timestamp,
         limit: u32,
     ) -> StoreResult<Vec<(TaskKey, Timestamp)>> {
-        sql::due_in_bucket!(&self.reader, bucket, from, to, limit)
+        sql::due_in_bucket!(&self.reader, bucket, from, to, limit, sql::Sqlite)
     }
 }
 

@@ -38,7 +38,7 @@ impl Retention for SqliteStore {
             .await?;
         let dead = self.delete_old(&["dead"], before.dead, limit).await?;
         // Activity tallies are kept as long as the history they sum up.
-        sqlx::query(crate::activity::PURGE)
+        sqlx::query(<crate::sql::Sqlite as crate::sql::Dialect>::ACTIVITY_PURGE)
             .bind(before.history.as_millis())
             .execute(&self.writer)
             .await?;

@@ -37,7 +37,7 @@ impl TimerStore for SqliteStore {
         let now = self.clock.now();
         let mut created = Vec::with_capacity(batch.len());
         for (req, id) in batch.iter().zip(ids) {
-            let written = match sql::claim_idempotency_key!(tx, req, id, now, sql::Numbered) {
+            let written = match sql::claim_idempotency_key!(tx, req, id, now, sql::Sqlite) {
                 Some(original) => original,
                 None => self.insert_timer(&mut tx, id, &req.timer, horizon).await?,
             };
@@ -95,7 +95,7 @@ impl TimerStore for SqliteStore {
         filter: &TimerFilter,
         page: &PageRequest,
     ) -> StoreResult<Page<Timer>> {
-        sql::list_timers!(&self.reader, sql::LIST_TIMERS_SQLITE, filter, page)
+        sql::list_timers!(&self.reader, filter, page, sql::Sqlite)
     }
 
     async fn update_timer(
@@ -172,7 +172,7 @@ impl TimerStore for SqliteStore {
     }
 
     async fn pause_timer(&self, id: TimerId, note: &PauseNote) -> StoreResult<Timer> {
-        sql::pause_timer!(&self.writer, id, note)
+        sql::pause_timer!(&self.writer, id, note, sql::Sqlite)
     }
 
     async fn remove_finished(&self, ids: &[TimerId], now: Timestamp) -> StoreResult<Vec<TimerId>> {
