@@ -3,11 +3,18 @@ SHELL := /bin/bash
 CARGO ?= cargo
 TEST_SERVICES := scripts/with-test-services.sh
 
+# The commit the binaries report (`--version`, `/healthz`, `chime_build_info`); only the
+# binaries' own crates read it, so a new commit relinks them and rebuilds nothing under them.
+ifeq ($(origin CHIME_COMMIT),undefined)
+CHIME_COMMIT := $(shell git describe --always --dirty --abbrev=40 2>/dev/null)
+endif
+export CHIME_COMMIT
+
 # nextest runs each test in its own process (parallel, isolated); plain cargo test otherwise.
 # The end-to-end tests (package chime-e2e) run after the rest and need the binaries built.
 # They run E2E_THREADS at a time: most of their time is waiting for fire times, and they
 # judge outcomes, not lateness figures, so a busy machine does not fail them.
-E2E_THREADS ?= 3
+E2E_THREADS ?= 4
 
 # Clippy is the compiler of the workspace's own crates (RUSTC_WORKSPACE_WRAPPER) in every
 # build here, so linting and building are one compilation: `make lint` builds what `make
@@ -30,7 +37,7 @@ TEST_CMD := $(LINTED) $(CARGO) nextest run --workspace --all-targets --exclude c
 E2E_CMD := $(LINTED) $(CARGO) nextest run --workspace --all-targets -E 'package(chime-e2e)' --test-threads $(E2E_THREADS)
 endif
 
-.PHONY: help build run test lint fmt bench bench-smoke bench-peers peers-packages bench-storage api-fuzz e2e e2e-thrice console-test quickstart-check k8s-check
+.PHONY: help build run test lint fmt proto-release bench bench-smoke bench-peers peers-packages bench-storage api-fuzz e2e e2e-thrice console-test quickstart-check k8s-check
 
 help: ## List the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  %-10s %s\n", $$1, $$2}'
@@ -45,8 +52,12 @@ run: ## Start `chime dev`: every service in one process, REST :8080, gRPC :50051
 test: ## Run every test, against real PostgreSQL and Redis (started here if none is reachable)
 	$(BUILD)
 	$(TEST_SERVICES) $(TEST_CMD)
-	$(TEST_SERVICES) $(E2E_CMD)
-	scripts/console-test.sh
+	@# The browser tests wait for what a page shows, not for the clock, and use ports of their
+	@# own: they run beside the end-to-end tests, their output after them.
+	@mkdir -p target; scripts/console-test.sh > target/console-test.log 2>&1 & console=$$!; \
+	  $(TEST_SERVICES) $(E2E_CMD); e2e=$$?; \
+	  wait $$console; browser=$$?; echo "--- scripts/console-test.sh (exit $$browser)"; \
+	  cat target/console-test.log; [ $$e2e -eq 0 ] && [ $$browser -eq 0 ]
 	scripts/quickstart-check.sh
 
 lint: ## rustfmt check, clippy with warnings denied (building every target), and k8s-check
@@ -100,7 +111,7 @@ bench-storage: ## Storage throughput on its own (PostgreSQL inserts and claims, 
 api-fuzz: ## Fuzz the REST API from its OpenAPI document (schemathesis from PyPI; FUZZ_EXAMPLES=100)
 	$(TEST_SERVICES) scripts/api-fuzz.sh
 
-e2e: ## Only the end-to-end tests: the real binaries as processes (logs under target/e2e/; E2E_THREADS=3 at a time)
+e2e: ## Only the end-to-end tests: the real binaries as processes (logs under target/e2e/; E2E_THREADS=4 at a time)
 	$(BUILD)
 	$(TEST_SERVICES) $(E2E_CMD)
 
@@ -114,6 +125,10 @@ console-test: ## Browser tests of the web console in headless Chromium (installe
 
 quickstart-check: ## The README quickstart, scripted: `make run` + its command must give echo callbacks in 5 s
 	scripts/quickstart-check.sh
+
+proto-release: ## At a release: record the gRPC API's surface (proto/releases/$(VERSION).surface), which later versions may only add to
+	@test -n "$(VERSION)" || { echo "usage: make proto-release VERSION=x.y.z" >&2; exit 1; }
+	CHIME_RELEASE=$(VERSION) $(LINTED) $(CARGO) test --workspace --lib -- --ignored write_release_surface
 
 k8s-check: ## Render every k8s/ overlay and validate it (strict schemas), lint deploy/Dockerfile, check and test the alert rules
 	scripts/k8s-check.sh

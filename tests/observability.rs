@@ -7,9 +7,61 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use chime_e2e::timers::{due_over, now, one_shots, wait_delivered};
+use chime_e2e::timers::{due_over, get_json, now, one_shots, wait_delivered};
 use chime_storage::testkit;
 use chime_test_support::sink::Sink;
+
+/// The commit the binaries were built from: what `make` exported to the build and passes
+/// on to the tests, else `unknown` (a bare `cargo build`).
+fn expected_commit() -> String {
+    std::env::var("CHIME_COMMIT")
+        .ok()
+        .filter(|c| !c.is_empty())
+        .unwrap_or_else(|| "unknown".to_owned())
+}
+
+/// `--version` of every binary, and `/healthz` and `chime_build_info` of every running
+/// service, name the package version and the commit.
+async fn every_service_reports_its_build(c: &chime_e2e::cluster::Cluster) {
+    let commit = expected_commit();
+    let line = format!("{} (commit {commit})", env!("CARGO_PKG_VERSION"));
+    for name in [
+        "chime",
+        "chime-gateway",
+        "chime-scheduler",
+        "chime-executor",
+        "chime-migrator",
+        "chime-bench",
+    ] {
+        let out = std::process::Command::new(chime_test_support::deploy::bin(name))
+            .arg("--version")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{name} --version failed");
+        let printed = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(printed.trim(), format!("{name} {line}"), "{name} --version");
+    }
+    for node in c.nodes() {
+        let health = get_json(format!("{}/healthz", node.admin)).await;
+        assert_eq!(health["status"], "ok", "{}: {health}", node.admin);
+        assert_eq!(health["version"], env!("CARGO_PKG_VERSION"), "{health}");
+        assert_eq!(
+            health["commit"],
+            commit.as_str(),
+            "{}: {health}",
+            node.admin
+        );
+        let gauge = format!(
+            "chime_build_info{{version=\"{}\",commit=\"{commit}\"}} 1",
+            env!("CARGO_PKG_VERSION")
+        );
+        assert!(
+            node.metrics().await.contains(&gauge),
+            "{}: no {gauge}",
+            node.admin
+        );
+    }
+}
 
 /// `chime_…` names in `text`, without the suffixes a histogram's series add.
 fn metric_names(text: &str) -> BTreeSet<String> {
@@ -108,6 +160,7 @@ async fn the_dashboard_and_alerts_name_only_metrics_the_services_export() {
         missing.is_empty(),
         "named in deploy/ but exported by no service: {missing:?}"
     );
+    every_service_reports_its_build(&c).await;
     let unhelped: Vec<&String> = exported.difference(&helped).collect();
     assert!(
         unhelped.is_empty(),

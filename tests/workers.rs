@@ -19,6 +19,8 @@ fn run_at(key: &str) -> i64 {
     key.rsplit(':').next().unwrap().parse().unwrap()
 }
 
+/// The executors are given no peers (`CHIME_EXECUTOR_ENDPOINTS`): once worker-c dies,
+/// executor 1 reaches executor 0's workers only through the membership roster.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_workers_on_two_executors_take_each_delivery_once_and_survive_a_kill_9() {
     let (db, redis) = (testkit::pg().await, testkit::redis().await);

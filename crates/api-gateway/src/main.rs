@@ -16,7 +16,7 @@ use clap::Parser;
 /// gRPC (CHIME_GRPC_ADDR, default :50051) against CHIME_DATABASE_URL. Run
 /// `chime-migrator migrate` first: the gateway refuses a database whose schema is behind.
 #[derive(Parser)]
-#[command(name = "chime-gateway", version)]
+#[command(name = "chime-gateway", version = chime_runtime::build_info!().register())]
 struct Cli {
     #[command(flatten)]
     common: CommonArgs,

@@ -12,7 +12,7 @@ mod storage;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "chime-bench", version, about = "Chime benchmarks")]
+#[command(name = "chime-bench", version = chime_runtime::build_info!().register(), about = "Chime benchmarks")]
 struct Cli {
     #[command(subcommand)]
     command: Command,

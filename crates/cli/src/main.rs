@@ -35,7 +35,7 @@ use output::Output;
 /// `chime dev`, or the chime-gateway of a deployment. Exit codes: 0 success, 1 the server
 /// refused or failed the request, 2 bad usage, 3 the server cannot be reached, 4 not found.
 #[derive(Parser)]
-#[command(name = "chime", version, verbatim_doc_comment)]
+#[command(name = "chime", version = chime_runtime::build_info!().register(), verbatim_doc_comment)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -15,7 +15,7 @@ use chime_executor::{
     Targets, WorkerTarget, Workers,
 };
 use chime_runtime::auth::Authenticator;
-use chime_runtime::fleet::{Endpoints, Fleet};
+use chime_runtime::fleet::{Endpoints, Fleet, advertised_url};
 use chime_runtime::{AuthMode, CommonArgs};
 use clap::Parser;
 use std::time::Duration;
@@ -25,11 +25,14 @@ use std::time::Duration;
 /// most CHIME_EXECUTOR__MAX_IN_FLIGHT (default 1024) at once; beyond that it answers "full"
 /// and schedulers try another replica. On SIGTERM it stops taking work and finishes what it
 /// accepted within CHIME_SHUTDOWN_GRACE.
+/// The roster group executors announce themselves in, for each other's worker forwarding.
+const EXECUTORS_GROUP: &str = "executors";
+
 /// The longest a forwarded worker delivery may take: the longest callback timeout, and some.
 const MAX_FORWARD_WAIT: Duration = Duration::from_secs(310);
 
 #[derive(Parser)]
-#[command(name = "chime-executor", version)]
+#[command(name = "chime-executor", version = chime_runtime::build_info!().register())]
 struct Cli {
     #[command(flatten)]
     common: CommonArgs,
@@ -56,7 +59,8 @@ async fn main() -> anyhow::Result<()> {
         config.auth.cache_ttl.get(),
     ));
     // Registered workers connect here (WorkerService) with their app's token; a group with
-    // no worker here is asked of the other executors (CHIME_EXECUTOR_ENDPOINTS, if set).
+    // no worker here is asked of the other executors: CHIME_EXECUTOR_ENDPOINTS if set, else
+    // those in the `executors` roster (beside the hot index), where this one announces itself.
     let workers = Workers::new();
     // NATS and AMQP publishes go only to the brokers listed in CHIME_BROKERS.
     let brokers = Arc::new(config.brokers()?);
@@ -72,6 +76,26 @@ async fn main() -> anyhow::Result<()> {
         )
         .await;
         fleet.keep_resolving(Duration::from_secs(5), shutdown.clone());
+        worker_target = worker_target.with_peers(Peers::new(fleet));
+    } else if let Some(membership) = stores.membership.clone() {
+        let fleet = Fleet::new(
+            Endpoints::Static(Vec::new()),
+            tls.as_ref().map(|t| t.grpc_client()),
+            MAX_FORWARD_WAIT,
+        )
+        .await;
+        let me = advertised_url(
+            config.executor.advertise_url.as_deref(),
+            config.executor.addr,
+            tls.is_some(),
+        );
+        fleet.join_roster(
+            membership,
+            EXECUTORS_GROUP,
+            me,
+            config.roster(),
+            shutdown.clone(),
+        );
         worker_target = worker_target.with_peers(Peers::new(fleet));
     }
     let targets = Targets::new(

@@ -18,7 +18,7 @@ use clap::{Parser, Subcommand};
 /// (CHIME_REDIS_URL); /healthz, /readyz and /metrics on CHIME_ADMIN_ADDR (default :9071).
 /// `chime-migrator migrate` applies the database migrations and exits.
 #[derive(Parser)]
-#[command(name = "chime-migrator", version)]
+#[command(name = "chime-migrator", version = chime_runtime::build_info!().register())]
 struct Cli {
     #[command(flatten)]
     common: CommonArgs,

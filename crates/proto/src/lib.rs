@@ -1,5 +1,6 @@
 //! Chime's gRPC API, generated from `proto/chime/v1`.
 
+pub mod compat;
 #[allow(clippy::all, clippy::pedantic, missing_docs)]
 mod targets;
 

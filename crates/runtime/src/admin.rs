@@ -1,5 +1,5 @@
-//! The admin endpoints every service serves: `/healthz` (the process runs), `/readyz` (it can
-//! do its job now) and `/metrics` (Prometheus text).
+//! The admin endpoints every service serves: `/healthz` (the process runs; its version and
+//! commit, as JSON), `/readyz` (it can do its job now) and `/metrics` (Prometheus text).
 
 use std::sync::Arc;
 
@@ -37,7 +37,17 @@ impl Readiness for AlwaysReady {
 /// [`Router::merge`].
 pub fn admin_router(readiness: Arc<dyn Readiness>) -> Router {
     Router::new()
-        .route("/healthz", get(|| async { "ok" }))
+        .route(
+            "/healthz",
+            get(|| async {
+                let build = crate::BuildInfo::current();
+                axum::Json(serde_json::json!({
+                    "status": "ok",
+                    "version": build.version,
+                    "commit": build.commit,
+                }))
+            }),
+        )
         .route(
             "/readyz",
             get(|State(r): State<Arc<dyn Readiness>>| async move {

@@ -1,11 +1,14 @@
-//! Where the executors are (`CHIME_EXECUTOR_ENDPOINTS`) and one lazy gRPC channel to each:
-//! schedulers hand keys to them, executors forward worker deliveries to each other.
+//! Where the executors are and one lazy gRPC channel to each: schedulers hand keys to them
+//! (`CHIME_EXECUTOR_ENDPOINTS`), executors forward worker deliveries to each other (the
+//! configured endpoints if set, else the `executors` membership roster: [`Fleet::join_roster`]).
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::sync::Arc;
 use std::time::Duration;
 
+use chime_storage::Membership;
 use tokio::sync::RwLock;
+use tokio_util::sync::CancellationToken;
 use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 
 /// Where the executors are: `CHIME_EXECUTOR_ENDPOINTS`.
@@ -153,6 +156,43 @@ impl Fleet {
             .collect()
     }
 
+    /// Finds the executors through the membership roster rather than configured endpoints:
+    /// heartbeats `me` (this executor's URL as its peers reach it, [`advertised_url`]) in
+    /// group `group` every `settings.heartbeat`, and makes the other live members the
+    /// fleet, until `stop`; then leaves the group at once, so peers stop forwarding to it.
+    pub fn join_roster(
+        self: &Arc<Self>,
+        membership: Arc<dyn Membership>,
+        group: &'static str,
+        me: String,
+        settings: crate::RosterSettings,
+        stop: CancellationToken,
+    ) -> tokio::task::JoinHandle<()> {
+        let this = self.clone();
+        tokio::spawn(async move {
+            tracing::info!(group, me = %me, "announcing this executor in the roster");
+            loop {
+                match membership.heartbeat(group, &me, settings.ttl).await {
+                    Ok(members) => {
+                        let peers = members.into_iter().filter(|m| *m != me).collect();
+                        if let Err(e) = this.apply(peers).await {
+                            tracing::warn!(group, error = %e, "a roster member is no URL");
+                        }
+                    }
+                    // The last list stands; a peer gone meanwhile only fails its forward.
+                    Err(e) => tracing::warn!(group, error = %e, "roster heartbeat failed"),
+                }
+                tokio::select! {
+                    () = stop.cancelled() => break,
+                    () = tokio::time::sleep(settings.heartbeat) => {}
+                }
+            }
+            if let Err(e) = membership.leave(group, &me).await {
+                tracing::warn!(group, error = %e, "cannot leave the roster; it will lapse");
+            }
+        })
+    }
+
     async fn refresh(&self) -> Result<(), String> {
         let targets: Vec<String> = match &self.endpoints {
             Endpoints::Static(urls) => urls.clone(),
@@ -170,6 +210,11 @@ impl Fleet {
                 addrs.iter().map(|a| format!("{scheme}://{a}")).collect()
             }
         };
+        self.apply(targets).await
+    }
+
+    /// Makes `targets` the executors, keeping the channels of those that stay.
+    async fn apply(&self, targets: Vec<String>) -> Result<(), String> {
         let current = self.replicas.read().await.clone();
         if current.iter().map(|r| &r.target).eq(targets.iter()) {
             return Ok(());
@@ -204,6 +249,31 @@ impl Fleet {
         *self.replicas.write().await = Arc::new(replicas);
         Ok(())
     }
+}
+
+/// The URL peers reach an executor listening on `addr` at: `configured` if given, else
+/// `addr` itself, with this machine's address in place of an unspecified IP (`0.0.0.0`):
+/// the one its default route leaves from (a pod's IP in Kubernetes), or loopback.
+pub fn advertised_url(configured: Option<&str>, addr: SocketAddr, tls: bool) -> String {
+    if let Some(url) = configured {
+        return url.to_owned();
+    }
+    let ip = if addr.ip().is_unspecified() {
+        own_ip().unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST))
+    } else {
+        addr.ip()
+    };
+    let scheme = if tls { "https" } else { "http" };
+    format!("{scheme}://{}", SocketAddr::new(ip, addr.port()))
+}
+
+/// The local address of a route to a private address: connecting a UDP socket sends
+/// nothing, it only picks the interface.
+fn own_ip() -> Option<IpAddr> {
+    let socket = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0)).ok()?;
+    socket.connect((Ipv4Addr::new(10, 255, 255, 255), 9)).ok()?;
+    let ip = socket.local_addr().ok()?.ip();
+    (!ip.is_unspecified()).then_some(ip)
 }
 
 #[cfg(test)]
@@ -241,6 +311,82 @@ mod tests {
         assert!(Endpoints::parse(&list(&["exec"])).is_err());
         assert!(Endpoints::parse(&list(&["exec:port"])).is_err());
         assert!(Endpoints::parse(&list(&["a:1", "b:2"])).is_err());
+    }
+
+    #[test]
+    fn an_executor_advertises_a_reachable_url() {
+        let on = |a: &str| a.parse::<SocketAddr>().unwrap();
+        assert_eq!(
+            advertised_url(Some("http://exec-1:7"), on("0.0.0.0:50061"), false),
+            "http://exec-1:7"
+        );
+        assert_eq!(
+            advertised_url(None, on("127.0.0.1:50061"), false),
+            "http://127.0.0.1:50061"
+        );
+        assert_eq!(
+            advertised_url(None, on("10.1.2.3:50061"), true),
+            "https://10.1.2.3:50061"
+        );
+        let any = advertised_url(None, on("0.0.0.0:50061"), false);
+        assert!(!any.contains("0.0.0.0"), "{any}");
+        assert!(any.ends_with(":50061"), "{any}");
+    }
+
+    /// Polls `fleet`'s targets until they are `want` (within 5 s).
+    async fn until_targets(fleet: &Fleet, want: &[&str]) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            let now = fleet.targets().await;
+            if now == want {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "targets {now:?}, want {want:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn executors_find_each_other_in_the_roster_and_leave_it_on_stop() {
+        let clock: Arc<dyn chime_domain::Clock> = Arc::new(chime_domain::SystemClock);
+        let membership: Arc<dyn Membership> =
+            Arc::new(chime_storage::memory::MemoryLeases::new(clock));
+        let settings = crate::RosterSettings {
+            heartbeat: Duration::from_millis(20),
+            ttl: Duration::from_secs(5),
+        };
+        let empty = || Endpoints::Static(Vec::new());
+        let timeout = Duration::from_secs(1);
+        let (a, b) = (
+            Fleet::new(empty(), None, timeout).await,
+            Fleet::new(empty(), None, timeout).await,
+        );
+        let (stop_a, stop_b) = (CancellationToken::new(), CancellationToken::new());
+        let (url_a, url_b) = ("http://127.0.0.1:1", "http://127.0.0.1:2");
+        let joined_a = a.join_roster(
+            membership.clone(),
+            "executors",
+            url_a.into(),
+            settings,
+            stop_a.clone(),
+        );
+        b.join_roster(
+            membership.clone(),
+            "executors",
+            url_b.into(),
+            settings,
+            stop_b.clone(),
+        );
+        until_targets(&a, &[url_b]).await;
+        until_targets(&b, &[url_a]).await;
+        stop_a.cancel();
+        joined_a.await.unwrap();
+        // Left at once, not after its 5-s lapse.
+        until_targets(&b, &[]).await;
+        stop_b.cancel();
     }
 
     #[tokio::test]

@@ -3,6 +3,7 @@
 
 pub mod admin;
 pub mod auth;
+mod build_info;
 mod config;
 pub mod fleet;
 mod roster;
@@ -11,6 +12,7 @@ mod telemetry;
 mod tls;
 mod traces;
 
+pub use build_info::BuildInfo;
 pub use config::{
     AuthConfig, AuthMode, CallbacksConfig, CommonArgs, Config, ConfigError, DatabaseConfig,
     ExecutorConfig, GatewayConfig, LogConfig, LogFormat, MembershipConfig, MigratorConfig,

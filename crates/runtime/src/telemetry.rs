@@ -87,6 +87,14 @@ pub fn prometheus() -> PrometheusHandle {
             let (recorder, handle) = prometheus_recorder(METRICS_UPKEEP);
             // Fails only if another recorder was installed first; metrics then go there.
             let _ = metrics::set_global_recorder(recorder);
+            // Which build answers, for dashboards that compare versions during a rollout.
+            let build = crate::BuildInfo::current();
+            metrics::describe_gauge!(
+                "chime_build_info",
+                "1, labelled with the version and git commit this process was built from"
+            );
+            metrics::gauge!("chime_build_info", "version" => build.version, "commit" => build.commit)
+                .set(1.0);
             handle
         })
         .clone()

@@ -19,7 +19,7 @@ use clap::Parser;
 /// Shards Redis lost are read from CHIME_DATABASE_URL. On SIGTERM it stops leasing and
 /// releases its leases.
 #[derive(Parser)]
-#[command(name = "chime-scheduler", version)]
+#[command(name = "chime-scheduler", version = chime_runtime::build_info!().register())]
 struct Cli {
     #[command(flatten)]
     common: CommonArgs,

@@ -399,8 +399,8 @@ pub mod cluster {
             for (i, port) in ports.iter().enumerate() {
                 let mut env = common(free_port());
                 env.push(("CHIME_EXECUTOR_ADDR", format!("127.0.0.1:{port}")));
-                // Its peers, for worker deliveries to a worker connected elsewhere.
-                env.push(("CHIME_EXECUTOR_ENDPOINTS", urls.join(",")));
+                // No CHIME_EXECUTOR_ENDPOINTS: executors find their peers (for worker
+                // deliveries to a worker connected elsewhere) in the membership roster.
                 executors.push(
                     Node::start(
                         format!("executor-{i}"),

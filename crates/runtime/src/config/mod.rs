@@ -54,8 +54,9 @@ const ENV_ALIASES: &[(&str, &str)] = &[
 ];
 
 /// Variables that steer loading itself rather than set a value.
-/// `CHIME_SERVER` and `CHIME_TOKEN` are the `chime` client's.
-const ENV_IGNORED: &[&str] = &["config", "server", "token"];
+/// `CHIME_SERVER` and `CHIME_TOKEN` are the `chime` client's; `CHIME_COMMIT` is read when
+/// building (`BuildInfo`), and `make` exports it to everything it runs.
+const ENV_IGNORED: &[&str] = &["config", "server", "token", "commit"];
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -82,7 +83,7 @@ impl From<figment::Error> for ConfigError {
 pub struct Config {
     /// Work is split into this many buckets (`CHIME_BUCKETS`); every service must agree.
     pub buckets: BucketCount,
-    /// `/healthz`, `/readyz`, `/metrics`; each service picks its own default when absent.
+    /// `/healthz` (with the version and commit), `/readyz`, `/metrics`; each service picks its own default when absent.
     pub admin_addr: Option<SocketAddr>,
     /// How long a stopping service may drain in-flight work.
     pub shutdown_grace: Seconds,

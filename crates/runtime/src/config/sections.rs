@@ -331,6 +331,10 @@ pub struct ExecutorConfig {
     /// Timers kept between claims (a timer is the same until its version changes, which the
     /// claim reports): a claim of cached timers reads and parses none. 0 keeps none.
     pub timer_cache: usize,
+    /// The URL other executors reach this one's gRPC at, which it announces in the
+    /// `executors` roster when no `CHIME_EXECUTOR_ENDPOINTS` is set. `None`: the listening
+    /// address, with the machine's own address for an unspecified IP (`0.0.0.0`).
+    pub advertise_url: Option<String>,
 }
 
 impl Default for ExecutorConfig {
@@ -343,6 +347,7 @@ impl Default for ExecutorConfig {
             claim_linger: Seconds(Duration::from_millis(20)),
             outcome_linger: Seconds(Duration::from_millis(50)),
             timer_cache: 16_384,
+            advertise_url: None,
         }
     }
 }

@@ -409,6 +409,11 @@ fn auth_is_required_by_default_and_needs_a_strong_bootstrap_token() {
 }
 
 #[test]
+fn the_build_commit_in_the_environment_is_no_setting() {
+    assert!(load_with(None, &[("CHIME_COMMIT", "0123abcd-dirty")]).is_ok());
+}
+
+#[test]
 fn tls_files_go_together_and_are_read_at_start() {
     let err = load_with(None, &[("CHIME_TLS_CERT", "/etc/chime/tls.crt")]).unwrap_err();
     assert!(err.to_string().contains("tls.cert and tls.key"), "{err}");
