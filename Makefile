@@ -28,16 +28,19 @@ endif
 # resolves other features for the shared dependencies and compiles most of the tree again.
 BUILD := $(LINTED) $(CARGO) build --workspace --bins
 
+UPGRADE_TEST := durability::an_upgrade_from_the_previous_build_under_load_loses_nothing
 ifeq ($(shell command -v cargo-nextest 2>/dev/null),)
 TEST_CMD := $(LINTED) $(CARGO) test --workspace --all-targets --exclude chime-e2e
 E2E_CMD := $(LINTED) $(CARGO) test --workspace --test e2e -- --test-threads $(E2E_THREADS)
+UPGRADE_CMD := $(LINTED) $(CARGO) test --workspace --test e2e -- --ignored --exact $(UPGRADE_TEST)
 else
 TEST_CMD := $(LINTED) $(CARGO) nextest run --workspace --all-targets --exclude chime-e2e
 # --workspace keeps the feature set of the build above (nothing recompiles).
 E2E_CMD := $(LINTED) $(CARGO) nextest run --workspace --all-targets -E 'package(chime-e2e)' --test-threads $(E2E_THREADS)
+UPGRADE_CMD := $(LINTED) $(CARGO) nextest run --workspace --all-targets --run-ignored only -E 'package(chime-e2e) & test(=$(UPGRADE_TEST))'
 endif
 
-.PHONY: help build run test lint fmt proto-release bench bench-smoke bench-peers peers-packages bench-storage api-fuzz e2e e2e-thrice console-test quickstart-check k8s-check
+.PHONY: help build run test lint fmt proto-release upgrade-check bench bench-smoke bench-peers peers-packages bench-storage api-fuzz e2e e2e-thrice console-test quickstart-check k8s-check
 
 help: ## List the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  %-10s %s\n", $$1, $$2}'
@@ -125,6 +128,10 @@ console-test: ## Browser tests of the web console in headless Chromium (installe
 
 quickstart-check: ## The README quickstart, scripted: `make run` + its command must give echo callbacks in 5 s
 	scripts/quickstart-check.sh
+
+upgrade-check: ## A rolling upgrade under load from the build of PREV (default: the release in deploy/upgrade-from; built once, cached in ~/.cache/chime/upgrade) to this one; IF_CHANGED=1 runs it only when migrations/, proto/ or the config changed since
+	$(BUILD)
+	scripts/upgrade-check.sh $(if $(IF_CHANGED),--if-changed) $(PREV) -- $(UPGRADE_CMD)
 
 proto-release: ## At a release: record the gRPC API's surface (proto/releases/$(VERSION).surface), which later versions may only add to
 	@test -n "$(VERSION)" || { echo "usage: make proto-release VERSION=x.y.z" >&2; exit 1; }

@@ -340,21 +340,51 @@ async fn wait_for_deliveries(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rolling_upgrade_under_load_loses_nothing() {
+    rolling_upgrade("rolling-upgrade", None).await;
+}
+
+/// `make upgrade-check PREV=<commit>`: the stack of that commit's build (its binaries in
+/// `CHIME_UPGRADE_FROM`, its migrations applied) under load, this build's migrations
+/// applied, then each process replaced by this build's, one at a time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs another build's binaries: make upgrade-check"]
+async fn an_upgrade_from_the_previous_build_under_load_loses_nothing() {
+    let from = std::env::var("CHIME_UPGRADE_FROM")
+        .expect("CHIME_UPGRADE_FROM: the directory of the previous build's binaries");
+    rolling_upgrade("upgrade-check", Some(from.into())).await;
+}
+
+/// Every process stopped with SIGTERM and started again on this build, one at a time, as a
+/// rolling upgrade of the Deployments does, under 200 every-1s timers and 3,000 one-shots;
+/// from another build's stack (`from`) or this one's.
+async fn rolling_upgrade(test: &'static str, from: Option<std::path::PathBuf>) {
     let db = testkit::pg_unmigrated().await;
     let redis = testkit::redis().await;
     let sink = Sink::start().await.unwrap();
-    let mut c = chime_e2e::start_on("rolling-upgrade", &db, &redis, 2, 2, Vec::new()).await;
+    let mut c = chime_e2e::start_from(test, &db, &redis, (2, 2), Vec::new(), from).await;
     let url = sink.url("/hook");
     let ticks = tickers(&c.rest, &url, 200).await;
     let first = now();
     let shots = one_shots(&c.rest, &url, &due_over(first + 5_000, 40_000, 3_000)).await;
-    // Every process stopped with SIGTERM and replaced, one at a time, as a rolling upgrade
-    // of the Deployments does, while the one-shots fire: the first once they have begun,
-    // each next one after another 400 deliveries (about two seconds).
+    // The first process is replaced once the one-shots have begun, each next one after
+    // another 400 deliveries (about two seconds); this build's migrations go first, while
+    // the old build runs, as the migrate Job of a rollout does.
     wait_for_deliveries(&sink, |d| d.keys().any(|k| shots.contains(k))).await;
+    let migrate = std::process::Command::new(chime_e2e::bin("chime-migrator"))
+        .arg("migrate")
+        .env_clear()
+        .env("CHIME_DATABASE_URL", db.url())
+        .output()
+        .unwrap();
+    assert!(
+        migrate.status.success(),
+        "{}",
+        String::from_utf8_lossy(&migrate.stderr)
+    );
     let rolling = now();
     for node in c.nodes_mut() {
         node.service.stop().await;
+        node.upgrade();
         node.restart().await;
         // Counted without copying the sink's log: under this load a copy per poll costs the
         // test process a core.
@@ -388,8 +418,8 @@ async fn a_rolling_upgrade_under_load_loses_nothing() {
         .max()
         .unwrap_or(0);
     eprintln!(
-        "rolling upgrade of 6 processes over {} ms under 200 every-1s timers and 3,000 \
-         one-shots: one-shots 0 lost, p99 lateness {p99} ms; {dupes} duplicates in {} \
+        "{test}: rolling upgrade of 6 processes over {} ms under 200 every-1s timers and \
+         3,000 one-shots: one-shots 0 lost, p99 lateness {p99} ms; {dupes} duplicates in {} \
          deliveries; most seconds one timer missed: {worst_ticker}",
         rolled - rolling,
         all.len()

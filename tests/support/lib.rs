@@ -38,7 +38,19 @@ pub async fn start_on(
     executors: usize,
     env: Vec<(&'static str, String)>,
 ) -> cluster::Cluster {
-    cluster::Cluster::start(cluster::Spec {
+    start_from(test, db, redis, (schedulers, executors), env, None).await
+}
+
+/// [`start_on`] with the binaries of another build (in `from`), as an upgrade starts.
+pub async fn start_from(
+    test: &'static str,
+    db: &chime_storage::testkit::PgFixture,
+    redis: &chime_storage::testkit::RedisFixture,
+    (schedulers, executors): (usize, usize),
+    env: Vec<(&'static str, String)>,
+    from: Option<std::path::PathBuf>,
+) -> cluster::Cluster {
+    let spec = cluster::Spec {
         test,
         database_url: db.url(),
         redis_url: chime_storage::testkit::redis_url(),
@@ -46,8 +58,8 @@ pub async fn start_on(
         schedulers,
         executors,
         env: test_env(env),
-    })
-    .await
+    };
+    cluster::Cluster::start_from(spec, from).await
 }
 
 /// How late a callback may arrive in an end-to-end test and still count as on time. The

@@ -93,10 +93,22 @@ impl Service {
         env: &[(&str, String)],
         dir: &Path,
     ) -> Self {
+        Self::start_path(name, &bin(binary), args, env, dir)
+    }
+
+    /// [`Self::start`] of the executable at `path` (another build's, in an upgrade test).
+    pub fn start_path(
+        name: &str,
+        path: &Path,
+        args: &[&str],
+        env: &[(&str, String)],
+        dir: &Path,
+    ) -> Self {
+        let binary = path.display();
         let log = dir.join(format!("{name}.log"));
         let out = File::create(&log).expect("log file");
         let err = out.try_clone().expect("log file");
-        let mut cmd = Command::new(bin(binary));
+        let mut cmd = Command::new(path);
         cmd.args(args)
             .env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())
@@ -245,14 +257,25 @@ pub mod cluster {
         pub admin: String,
         name: String,
         binary: &'static str,
+        /// Where its executable is: another build's directory, or `None` for this build's.
+        from: Option<PathBuf>,
         env: Vec<(&'static str, String)>,
         dir: PathBuf,
+    }
+
+    /// `binary` in `from` (another build's directory) or in this build's.
+    fn executable(from: Option<&PathBuf>, binary: &str) -> PathBuf {
+        match from {
+            Some(dir) => dir.join(binary),
+            None => super::bin(binary),
+        }
     }
 
     impl Node {
         async fn start(
             name: String,
             binary: &'static str,
+            from: Option<PathBuf>,
             env: Vec<(&'static str, String)>,
             dir: PathBuf,
             ready: &str,
@@ -262,7 +285,8 @@ pub mod cluster {
                 .find(|(k, _)| *k == "CHIME_ADMIN_ADDR")
                 .map(|(_, v)| format!("http://{v}"))
                 .unwrap_or_default();
-            let mut service = Service::start(&name, binary, &[], &env, &dir);
+            let path = executable(from.as_ref(), binary);
+            let mut service = Service::start_path(&name, &path, &[], &env, &dir);
             let ready = if ready.is_empty() {
                 format!("{admin}/readyz")
             } else {
@@ -274,9 +298,20 @@ pub mod cluster {
                 admin,
                 name,
                 binary,
+                from,
                 env,
                 dir,
             }
+        }
+
+        /// Which build it runs: another build's directory, or `None` for this one's.
+        pub fn build(&self) -> Option<&PathBuf> {
+            self.from.as_ref()
+        }
+
+        /// From its next (re)start on, runs this build's binary: a rolling upgrade's step.
+        pub fn upgrade(&mut self) {
+            self.from = None;
         }
 
         /// The value it was started with for `key`.
@@ -299,9 +334,9 @@ pub mod cluster {
         pub async fn restart(&mut self) {
             assert!(!self.service.running(), "{} still runs", self.name);
             let n = self.dir.read_dir().map(|d| d.count()).unwrap_or(0);
-            self.service = Service::start(
+            self.service = Service::start_path(
                 &format!("{}-{n}", self.name),
-                self.binary,
+                &executable(self.from.as_ref(), self.binary),
                 &[],
                 &self.env,
                 &self.dir,
@@ -351,6 +386,12 @@ pub mod cluster {
         /// Migrates the database, then starts migrator, executors, schedulers and gateway, each
         /// with its own admin port, and waits until all are ready.
         pub async fn start(spec: Spec) -> Self {
+            Self::start_from(spec, None).await
+        }
+
+        /// [`Self::start`] with the binaries of another build, in `from` (its migrations
+        /// included): the stack an upgrade starts from.
+        pub async fn start_from(spec: Spec, from: Option<PathBuf>) -> Self {
             let dir = log_dir(spec.test);
             eprintln!("process logs: {}", dir.display());
             let common = |admin: u16| -> Vec<(&'static str, String)> {
@@ -374,7 +415,7 @@ pub mod cluster {
                 env.extend(spec.env.iter().cloned());
                 env
             };
-            let migrate = std::process::Command::new(super::bin("chime-migrator"))
+            let migrate = std::process::Command::new(executable(from.as_ref(), "chime-migrator"))
                 .arg("migrate")
                 .env_clear()
                 .env("CHIME_DATABASE_URL", &spec.database_url)
@@ -387,8 +428,15 @@ pub mod cluster {
             );
 
             let env = common(free_port());
-            let migrator =
-                Node::start("migrator".into(), "chime-migrator", env, dir.clone(), "").await;
+            let migrator = Node::start(
+                "migrator".into(),
+                "chime-migrator",
+                from.clone(),
+                env,
+                dir.clone(),
+                "",
+            )
+            .await;
 
             let mut executors = Vec::new();
             let ports: Vec<u16> = (0..spec.executors).map(|_| free_port()).collect();
@@ -405,6 +453,7 @@ pub mod cluster {
                     Node::start(
                         format!("executor-{i}"),
                         "chime-executor",
+                        from.clone(),
                         env,
                         dir.clone(),
                         "",
@@ -420,6 +469,7 @@ pub mod cluster {
                     Node::start(
                         format!("scheduler-{i}"),
                         "chime-scheduler",
+                        from.clone(),
                         env,
                         dir.clone(),
                         "",
@@ -435,6 +485,7 @@ pub mod cluster {
             let gateway = Node::start(
                 "gateway".into(),
                 "chime-gateway",
+                from.clone(),
                 env,
                 dir.clone(),
                 &format!("{rest}/readyz"),
