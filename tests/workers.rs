@@ -94,13 +94,11 @@ async fn three_workers_on_two_executors_take_each_delivery_once_and_survive_a_ki
     assert!(lost.is_empty(), "lost: {lost:?}");
     // Only deliveries open on the killed worker (8 credits) may have run twice.
     assert!(duplicates <= 8, "{duplicates} duplicates");
-    // A gross-regression bound only: the 20-ms target is a performance figure, measured by
-    // the bench's `workers` scenario (paced run), since this shared 2-core machine's timing
-    // varies by more than that between runs.
-    assert!(
-        percentile(&lateness, 0.99) <= 100,
-        "p99 lateness above 100 ms"
-    );
+    // Outcomes, not speed: a callback counts as on time within the suite's generous bound
+    // (a wait for a lease or a sweep costs more); the latency target is measured by the
+    // bench's `workers` scenario, since a busy 2-core machine varies between runs.
+    let p99 = percentile(&lateness, 0.99);
+    assert!(p99 <= chime_e2e::ON_TIME_MS, "p99 lateness {p99} ms");
     // Both executors delivered, and the killed worker had taken work before it died.
     assert!(by_worker("worker-c") > 0 && by_worker("worker-b") > 0);
     for w in &mut workers {
