@@ -67,35 +67,30 @@ async fn main() -> anyhow::Result<()> {
     let tls = chime_runtime::Tls::load(&config.tls)?;
     let mut worker_target = WorkerTarget::new(workers.clone()).with_signer(signer.clone());
     let shutdown = chime_runtime::shutdown_token();
-    if !config.scheduler.executor_endpoints.is_empty() {
-        let endpoints = Endpoints::parse(&config.scheduler.executor_endpoints)?;
-        let fleet = Fleet::new(
-            endpoints,
-            tls.as_ref().map(|t| t.grpc_client()),
-            MAX_FORWARD_WAIT,
-        )
-        .await;
-        fleet.keep_resolving(Duration::from_secs(5), shutdown.clone());
-        worker_target = worker_target.with_peers(Peers::new(fleet));
-    } else if let Some(membership) = stores.membership.clone() {
-        let fleet = Fleet::new(
-            Endpoints::Static(Vec::new()),
-            tls.as_ref().map(|t| t.grpc_client()),
-            MAX_FORWARD_WAIT,
-        )
-        .await;
-        let me = advertised_url(
-            config.executor.advertise_url.as_deref(),
-            config.executor.addr,
-            tls.is_some(),
-        );
-        fleet.join_roster(
-            membership,
-            EXECUTORS_GROUP,
-            me,
-            config.roster(),
-            shutdown.clone(),
-        );
+    // Peers: the configured endpoints, else the roster; neither without a hot path.
+    let configured = !config.scheduler.executor_endpoints.is_empty();
+    let endpoints = match configured {
+        true => Some(Endpoints::parse(&config.scheduler.executor_endpoints)?),
+        false => stores
+            .membership
+            .is_some()
+            .then(|| Endpoints::Static(Vec::new())),
+    };
+    if let Some(endpoints) = endpoints {
+        let grpc_tls = tls.as_ref().map(|t| t.grpc_client());
+        let fleet = Fleet::new(endpoints, grpc_tls, MAX_FORWARD_WAIT).await;
+        match stores.membership.clone().filter(|_| !configured) {
+            Some(membership) => {
+                let me = advertised_url(
+                    config.executor.advertise_url.as_deref(),
+                    config.executor.addr,
+                    tls.is_some(),
+                );
+                let roster = config.roster();
+                fleet.join_roster(membership, EXECUTORS_GROUP, me, roster, shutdown.clone());
+            }
+            None => fleet.keep_resolving(Duration::from_secs(5), shutdown.clone()),
+        }
         worker_target = worker_target.with_peers(Peers::new(fleet));
     }
     let targets = Targets::new(
