@@ -101,7 +101,7 @@ start_postgres() {
     mkdir -p "$pg_dir"
     [[ $(id -u) -eq 0 ]] && chown postgres "$pg_dir"
     port=$(free_port)
-    say "PostgreSQL not reachable at $db_url; starting a throwaway one on port $port"
+    say "starting a throwaway PostgreSQL on port $port (max_connections=300)"
     as_pg "$initdb" -D "$pg_dir/data" -U postgres -A trust --no-sync >"$scratch/initdb.log" 2>&1 ||
         { cat "$scratch/initdb.log" >&2; exit 1; }
     as_pg "$pg_ctl" -D "$pg_dir/data" -l "$pg_dir/server.log" -w -t 60 \
@@ -207,7 +207,22 @@ start_rabbitmq() {
     say "error: the throwaway RabbitMQ did not start"; exit 1
 }
 
-postgres_reachable "$db_url" || start_postgres
+# Four end-to-end deployments at once, each process with a pool of its own, beside the
+# tests' own pools: a server with fewer slots than this (PostgreSQL's default is 100) fails
+# tests for want of a connection, so the default one is used only when it has the room.
+PG_MIN_CONNECTIONS=250
+postgres_roomy() {
+    local max
+    max=$(psql "$1" -Atqc 'show max_connections' 2>/dev/null) || return 1
+    ((max >= PG_MIN_CONNECTIONS)) && return 0
+    say "PostgreSQL at $1 allows $max connections, fewer than the $PG_MIN_CONNECTIONS the tests may open"
+    return 1
+}
+if ! postgres_reachable "$db_url"; then
+    start_postgres
+elif [[ -z ${CHIME_TEST_DATABASE_URL:-} ]] && ! postgres_roomy "$db_url"; then
+    start_postgres
+fi
 redis_reachable "$redis_url" || start_redis
 mysql_reachable || start_mariadb
 answers "$nats_url" || start_nats

@@ -75,12 +75,10 @@ async fn create_writer(
         let result = {
             let rows: Vec<(&Written, Timestamp)> =
                 group.iter().map(|p| (&p.written, p.watermark)).collect();
-            // Atomic, so safe to repeat: once more on a transient failure (a day partition
-            // attached under the statement, a deadlock), which the next try does not meet.
-            match db.insert_timers(&rows).await {
-                Err(e) if e.is_retryable() => db.insert_timers(&rows).await,
-                done => done,
-            }
+            // One atomic statement: when it rolled back (a day partition attached under it,
+            // a deadlock), the same rows go again.
+            let (db, rows) = (&db, &rows);
+            crate::error::retry_rolled_back(|| db.insert_timers(rows)).await
         };
         for pending in group {
             let timer = &pending.written.timer;

@@ -4,6 +4,8 @@ use std::sync::Arc;
 
 use chime_domain::{TimerId, ValidationError};
 
+use crate::StoreResult;
+
 /// Why a backend failed: the driver's error kept whole (its source chain too), shareable
 /// between the callers of one group commit.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -72,9 +74,50 @@ impl StoreError {
         matches!(self, Self::Unavailable(_))
     }
 
+    /// Transient, and surely nothing committed: the database refused the statement (a
+    /// deadlock, a serialization failure, a partition attached under it, no connection slot
+    /// free) or no pooled connection was to be had. Unlike a connection lost mid-commit, the
+    /// same transaction can run again without writing anything twice.
+    pub fn rolled_back(&self) -> bool {
+        let Self::Unavailable(cause) = self else {
+            return false;
+        };
+        matches!(
+            cause.downcast_ref::<sqlx::Error>(),
+            Some(sqlx::Error::Database(_) | sqlx::Error::PoolTimedOut)
+        )
+    }
+
     pub(crate) fn corrupt(what: impl std::fmt::Display) -> Self {
         Self::internal(format!("corrupt stored value: {what}"))
     }
+}
+
+/// How often a transaction that [rolled back](StoreError::rolled_back) runs again, and the
+/// first pause between tries (doubling after each).
+const TRIES: u32 = 4;
+const FIRST_PAUSE: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// Runs `tx` (a whole transaction) until it succeeds, fails for good, or has rolled back
+/// [`TRIES`] times: the races it meets (a day partition attached under it, a deadlock with a
+/// concurrent write, a burst of connections) are over within milliseconds, so the caller
+/// should not see them as "unavailable".
+pub(crate) async fn retry_rolled_back<T, F>(mut tx: impl FnMut() -> F) -> StoreResult<T>
+where
+    F: std::future::Future<Output = StoreResult<T>>,
+{
+    let mut pause = FIRST_PAUSE;
+    for _ in 1..TRIES {
+        match tx().await {
+            Err(e) if e.rolled_back() => {
+                tracing::debug!(error = %e, "transaction rolled back; trying it again");
+                tokio::time::sleep(pause).await;
+                pause *= 2;
+            }
+            done => return done,
+        }
+    }
+    tx().await
 }
 
 /// Unique-constraint violations are reported by the caller, which knows what was duplicated.
@@ -137,5 +180,93 @@ impl From<sqlx::migrate::MigrateError> for StoreError {
             sqlx::migrate::MigrateError::Execute(e) => e.into(),
             other => Self::Internal(Cause::new(other)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::borrow::Cow;
+
+    /// A statement the server refused with SQLSTATE `code`.
+    #[derive(Debug, thiserror::Error)]
+    #[error("refused with {0}")]
+    struct Refused(&'static str);
+
+    impl sqlx::error::DatabaseError for Refused {
+        fn message(&self) -> &str {
+            "refused"
+        }
+        fn code(&self) -> Option<Cow<'_, str>> {
+            Some(Cow::Borrowed(self.0))
+        }
+        fn as_error(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+            self
+        }
+        fn as_error_mut(&mut self) -> &mut (dyn std::error::Error + Send + Sync + 'static) {
+            self
+        }
+        fn into_error(self: Box<Self>) -> Box<dyn std::error::Error + Send + Sync + 'static> {
+            self
+        }
+        fn kind(&self) -> sqlx::error::ErrorKind {
+            sqlx::error::ErrorKind::Other
+        }
+    }
+
+    fn refused(code: &'static str) -> StoreError {
+        sqlx::Error::Database(Box::new(Refused(code))).into()
+    }
+
+    fn io() -> StoreError {
+        sqlx::Error::Io(std::io::ErrorKind::ConnectionReset.into()).into()
+    }
+
+    #[test]
+    fn only_what_surely_did_not_commit_counts_as_rolled_back() {
+        // Deadlock, partition attached under the statement, too many connections.
+        assert!(refused("40P01").rolled_back());
+        assert!(refused("53300").rolled_back());
+        assert!(StoreError::from(sqlx::Error::PoolTimedOut).rolled_back());
+        // A connection lost mid-commit may have committed; a constraint fails every time.
+        assert!(io().is_retryable() && !io().rolled_back());
+        assert!(!refused("23505").rolled_back());
+        assert!(!StoreError::unavailable("writer gone").rolled_back());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_rolled_back_transaction_runs_again_until_it_commits() {
+        let mut runs = 0;
+        let out = retry_rolled_back(|| {
+            runs += 1;
+            let out = if runs < 3 {
+                Err(refused("40001"))
+            } else {
+                Ok(runs)
+            };
+            async move { out }
+        })
+        .await;
+        assert_eq!(out.unwrap(), 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn it_gives_up_after_its_tries_and_never_repeats_an_unknown_outcome() {
+        let mut runs = 0;
+        let out: StoreResult<()> = retry_rolled_back(|| {
+            runs += 1;
+            async { Err(refused("40P01")) }
+        })
+        .await;
+        assert!(out.unwrap_err().rolled_back());
+        assert_eq!(runs, TRIES);
+        let mut runs = 0;
+        let out: StoreResult<()> = retry_rolled_back(|| {
+            runs += 1;
+            async { Err(io()) }
+        })
+        .await;
+        assert!(out.is_err());
+        assert_eq!(runs, 1);
     }
 }

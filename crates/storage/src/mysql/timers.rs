@@ -76,24 +76,13 @@ impl TimerStore for MySqlStore {
         if batch.is_empty() {
             return Ok(Vec::new());
         }
-        let ids = self.next_ids(batch.len()).await?;
-        let mut tx = self.pool.begin().await?;
-        let now = self.clock.now();
-        let mut out = crate::create_queue::BatchResults::new(batch.len());
-        for (req, id) in batch.iter().zip(ids) {
-            match sql::claim_idempotency_key!(tx, req, id, now, Dialect) {
-                Some(original) => out.repeat(original),
-                None => out.fresh(new_written(id, &req.timer, self.buckets, now, horizon)),
-            }
-        }
-        let group = out.group();
-        if !group.is_empty() {
-            let inserted = insert_timers(&mut tx, &group).await?;
-            // The transaction rolls back when dropped.
-            out.check_inserted(&inserted)?;
-        }
-        tx.commit().await?;
-        out.finish()
+        sql::create_timers!(
+            self,
+            batch,
+            Dialect,
+            |id, req, now| new_written(id, &req.timer, self.buckets, now, horizon),
+            |tx, group| insert_timers(&mut tx, &group)
+        )
     }
 
     async fn get_timer(&self, id: TimerId) -> StoreResult<Timer> {

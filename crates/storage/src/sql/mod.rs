@@ -96,7 +96,7 @@ pub(crate) use credentials::credentials_impl;
 pub(crate) use occurrences::{
     claim_exclusive, due_in_bucket, find_overdue, list_dead, list_runs, redrive,
 };
-pub(crate) use timers::{claim_idempotency_key, list_timers, pause_timer};
+pub(crate) use timers::{claim_idempotency_key, create_timers, list_timers, pause_timer};
 
 /// The statements more than one backend runs, in each backend's words (see the module
 /// comment). The defaults are PostgreSQL's and SQLite's.

@@ -97,4 +97,41 @@ macro_rules! claim_idempotency_key {
     }};
 }
 
-pub(crate) use {claim_idempotency_key, list_timers, pause_timer};
+
+/// `TimerStore::create_timers` on a store with `pool`, `clock` and `next_ids`: every request's
+/// idempotency key claimed and the fresh timers inserted as one group (`$insert`, given the
+/// transaction `$tx` and the group `$group`), in one transaction, run again when it rolled
+/// back (the same ids each time: a try that rolled back wrote nothing). `$fresh` makes the
+/// rows of a new timer from its id `$id`, request `$req` and the transaction's `$now`.
+macro_rules! create_timers {
+    ($store:expr, $batch:expr, $d:ty,
+     |$id:ident, $req:ident, $now:ident| $fresh:expr,
+     |$tx:ident, $group:ident| $insert:expr) => {{
+        let store = $store;
+        let batch: &[$crate::CreateTimer] = &$batch;
+        let ids = $crate::error::retry_rolled_back(|| store.next_ids(batch.len())).await?;
+        let ids = &ids;
+        $crate::error::retry_rolled_back(|| async move {
+            let mut $tx = store.pool.begin().await?;
+            let $now = store.clock.now();
+            let mut out = $crate::create_queue::BatchResults::new(batch.len());
+            for ($req, $id) in batch.iter().zip(ids.iter().copied()) {
+                match $crate::sql::claim_idempotency_key!($tx, $req, $id, $now, $d) {
+                    Some(original) => out.repeat(original),
+                    None => out.fresh($fresh),
+                }
+            }
+            let $group = out.group();
+            if !$group.is_empty() {
+                let inserted = $insert.await?;
+                // The transaction rolls back when dropped.
+                out.check_inserted(&inserted)?;
+            }
+            $tx.commit().await?;
+            out.finish()
+        })
+        .await
+    }};
+}
+
+pub(crate) use {claim_idempotency_key, create_timers, list_timers, pause_timer};
