@@ -40,7 +40,7 @@ E2E_CMD := $(LINTED) $(CARGO) nextest run --workspace --all-targets -E 'package(
 UPGRADE_CMD := $(LINTED) $(CARGO) nextest run --workspace --all-targets --run-ignored only -E 'package(chime-e2e) & test(=$(UPGRADE_TEST))'
 endif
 
-.PHONY: help build run test lint fmt proto-release upgrade-check bench bench-smoke bench-peers peers-packages bench-storage api-fuzz e2e e2e-thrice console-test quickstart-check k8s-check
+.PHONY: help build run test lint fmt proto-release upgrade-check bench bench-smoke bench-peers peers-packages bench-storage api-fuzz e2e e2e-thrice console-test quickstart-check k8s-check k8s-play
 
 help: ## List the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  %-10s %s\n", $$1, $$2}'
@@ -139,3 +139,7 @@ proto-release: ## At a release: record the gRPC API's surface (proto/releases/$(
 
 k8s-check: ## Render every k8s/ overlay and validate it (strict schemas), lint deploy/Dockerfile, check and test the alert rules
 	scripts/k8s-check.sh
+
+k8s-play: ## Run the manifests (k8s/overlays/dev) under podman kube play with an image of this tree's binaries: readiness, a callback, 500 one-shots while executors scale 2 -> 3 and one pod is deleted, 0 lost
+	$(BUILD)
+	$(TEST_SERVICES) scripts/k8s-play.sh

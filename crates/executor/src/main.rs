@@ -15,22 +15,19 @@ use chime_executor::{
     Targets, WorkerTarget, Workers,
 };
 use chime_runtime::auth::Authenticator;
-use chime_runtime::fleet::{Endpoints, Fleet, advertised_url};
+use chime_runtime::fleet::{EXECUTORS_GROUP, Endpoints, Fleet, advertised_url};
 use chime_runtime::{AuthMode, CommonArgs};
 use clap::Parser;
 use std::time::Duration;
+
+/// The longest a forwarded worker delivery may take: the longest callback timeout, and some.
+const MAX_FORWARD_WAIT: Duration = Duration::from_secs(310);
 
 /// Chime executor: accepts due occurrences over gRPC (CHIME_EXECUTOR_ADDR, default :50061),
 /// claims each in CHIME_DATABASE_URL, performs its HTTP callback and records the outcome. At
 /// most CHIME_EXECUTOR__MAX_IN_FLIGHT (default 1024) at once; beyond that it answers "full"
 /// and schedulers try another replica. On SIGTERM it stops taking work and finishes what it
 /// accepted within CHIME_SHUTDOWN_GRACE.
-/// The roster group executors announce themselves in, for each other's worker forwarding.
-const EXECUTORS_GROUP: &str = "executors";
-
-/// The longest a forwarded worker delivery may take: the longest callback timeout, and some.
-const MAX_FORWARD_WAIT: Duration = Duration::from_secs(310);
-
 #[derive(Parser)]
 #[command(name = "chime-executor", version = chime_runtime::build_info!().register())]
 struct Cli {

@@ -11,6 +11,10 @@ use tokio::sync::RwLock;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 
+/// The membership group executors announce themselves in ([`Fleet::join_roster`]) and
+/// schedulers without configured endpoints follow ([`Fleet::follow_roster`]).
+pub const EXECUTORS_GROUP: &str = "executors";
+
 /// Where the executors are: `CHIME_EXECUTOR_ENDPOINTS`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Endpoints {
@@ -189,6 +193,35 @@ impl Fleet {
             }
             if let Err(e) = membership.leave(group, &me).await {
                 tracing::warn!(group, error = %e, "cannot leave the roster; it will lapse");
+            }
+        })
+    }
+
+    /// Follows the executors through the roster they announce themselves in, without
+    /// joining it: every `every`, the live members of `group` become the fleet, until `stop`.
+    /// A failed read keeps the last list.
+    pub fn follow_roster(
+        self: &Arc<Self>,
+        membership: Arc<dyn Membership>,
+        group: &'static str,
+        every: Duration,
+        stop: CancellationToken,
+    ) -> tokio::task::JoinHandle<()> {
+        let this = self.clone();
+        tokio::spawn(async move {
+            loop {
+                match membership.members(group).await {
+                    Ok(members) => {
+                        if let Err(e) = this.apply(members).await {
+                            tracing::warn!(group, error = %e, "a roster member is no URL");
+                        }
+                    }
+                    Err(e) => tracing::warn!(group, error = %e, "cannot read the roster"),
+                }
+                tokio::select! {
+                    () = stop.cancelled() => break,
+                    () = tokio::time::sleep(every) => {}
+                }
             }
         })
     }

@@ -61,6 +61,18 @@ impl GrpcExecutors {
         self.fleet.keep_resolving(every, stop);
     }
 
+    /// Balances over the executors announced in the membership roster instead, read every
+    /// `every` until `stop` (see [`Fleet::follow_roster`]).
+    pub fn follow_roster(
+        &self,
+        membership: Arc<dyn chime_storage::Membership>,
+        every: Duration,
+        stop: tokio_util::sync::CancellationToken,
+    ) {
+        let group = chime_runtime::fleet::EXECUTORS_GROUP;
+        self.fleet.follow_roster(membership, group, every, stop);
+    }
+
     /// The targets currently balanced over.
     pub async fn targets(&self) -> Vec<String> {
         self.fleet.targets().await

@@ -14,8 +14,9 @@ use chime_scheduler::{Endpoints, GrpcExecutors, Scheduler, SchedulerSettings};
 use clap::Parser;
 
 /// Chime scheduler-trigger: leases hot-index shards in CHIME_REDIS_URL and hands each due
-/// occurrence to the executors of CHIME_EXECUTOR_ENDPOINTS (comma-separated URLs, or one DNS
-/// name such as chime-executor:50061, re-resolved every few seconds) at its due millisecond.
+/// occurrence to the executors at its due millisecond: those announced in the membership
+/// roster, or those of CHIME_EXECUTOR_ENDPOINTS if set (comma-separated URLs, or one DNS
+/// name such as chime-executor:50061, re-resolved every few seconds).
 /// Shards Redis lost are read from CHIME_DATABASE_URL. On SIGTERM it stops leasing and
 /// releases its leases.
 #[derive(Parser)]
@@ -31,7 +32,11 @@ async fn main() -> anyhow::Result<()> {
     let Some(config) = cli.common.start()? else {
         return Ok(());
     };
-    let endpoints = Endpoints::parse(&config.scheduler.executor_endpoints)?;
+    // Without configured endpoints, the executors are those announced in the roster.
+    let endpoints = match config.scheduler.executor_endpoints.is_empty() {
+        true => None,
+        false => Some(Endpoints::parse(&config.scheduler.executor_endpoints)?),
+    };
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let stores = chime_storage::Stores::for_service(
         &config.store_settings(),
@@ -44,8 +49,20 @@ async fn main() -> anyhow::Result<()> {
     let db = stores.database.clone();
     let shutdown = chime_runtime::shutdown_token();
     let tls = chime_runtime::Tls::load(&config.tls)?;
-    let executors = GrpcExecutors::with_tls(endpoints, tls.map(|t| t.grpc_client())).await;
-    executors.keep_resolving(Duration::from_secs(5), shutdown.clone());
+    let grpc_tls = tls.map(|t| t.grpc_client());
+    let executors = match endpoints {
+        Some(endpoints) => {
+            let executors = GrpcExecutors::with_tls(endpoints, grpc_tls).await;
+            executors.keep_resolving(Duration::from_secs(5), shutdown.clone());
+            executors
+        }
+        None => {
+            let executors = GrpcExecutors::with_tls(Endpoints::Static(Vec::new()), grpc_tls).await;
+            let every = config.roster().heartbeat;
+            executors.follow_roster(membership.clone(), every, shutdown.clone());
+            executors
+        }
+    };
     let scheduler = Scheduler::new(
         db.timers.clone(),
         index,

@@ -289,6 +289,7 @@ macro_rules! storage_contract {
             use super::*;
             $crate::storage_contract!(@membership_case $make, heartbeats_show_every_live_member_sorted);
             $crate::storage_contract!(@membership_case $make, a_member_that_stops_heartbeating_lapses);
+            $crate::storage_contract!(@membership_case $make, members_are_read_without_joining);
             $crate::storage_contract!(@membership_case $make, a_lease_held_by_a_departed_member_is_taken);
         }
     };

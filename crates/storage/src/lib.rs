@@ -546,6 +546,10 @@ pub trait Membership: Send + Sync + 'static {
 
     /// Removes `member` at once, so peers take over its buckets without waiting for a lapse.
     async fn leave(&self, group: &str, member: &str) -> StoreResult<()>;
+
+    /// The group's live members, sorted, read without joining: for a service that follows
+    /// a group it is not part of (schedulers finding the executors).
+    async fn members(&self, group: &str) -> StoreResult<Vec<String>>;
 }
 
 /// Page tokens with an optional secondary key; shared by the SQL backends.

@@ -173,6 +173,20 @@ impl Membership for MemoryLeases {
         }
         Ok(())
     }
+
+    async fn members(&self, group: &str) -> StoreResult<Vec<String>> {
+        let now = self.clock.now();
+        let groups = lock(&self.members)?;
+        let mut live: Vec<String> = groups
+            .get(group)
+            .into_iter()
+            .flatten()
+            .filter(|(_, until)| **until > now)
+            .map(|(m, _)| m.clone())
+            .collect();
+        live.sort();
+        Ok(live)
+    }
 }
 
 #[async_trait]

@@ -50,6 +50,10 @@ const HEARTBEAT: &str = "local t = redis.call('TIME') \
     redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1]) \
     redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[2]) * 10) \
     return redis.call('ZRANGE', KEYS[1], 0, -1)";
+/// The live members by the server's clock, leaving the set as it is.
+const MEMBERS: &str = "local t = redis.call('TIME') \
+    local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) \
+    return redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf')";
 
 #[derive(Debug, Clone)]
 pub struct RedisSettings {
@@ -400,6 +404,21 @@ impl Membership for RedisLeases {
             .zrem(self.0.members_key(group), member.to_owned())
             .await?;
         Ok(())
+    }
+
+    async fn members(&self, group: &str) -> StoreResult<Vec<String>> {
+        let mut live: Vec<String> = self
+            .0
+            .pool
+            .next()
+            .eval(
+                MEMBERS,
+                vec![self.0.members_key(group)],
+                Vec::<String>::new(),
+            )
+            .await?;
+        live.sort();
+        Ok(live)
     }
 }
 

@@ -464,7 +464,11 @@ pub mod cluster {
             let mut schedulers = Vec::new();
             for i in 0..spec.schedulers {
                 let mut env = common(free_port());
-                env.push(("CHIME_EXECUTOR_ENDPOINTS", urls.join(",")));
+                // This build's schedulers find the executors in the roster, as in the
+                // manifests; an older build's were given their addresses.
+                if from.is_some() {
+                    env.push(("CHIME_EXECUTOR_ENDPOINTS", urls.join(",")));
+                }
                 schedulers.push(
                     Node::start(
                         format!("scheduler-{i}"),

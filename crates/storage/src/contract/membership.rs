@@ -78,6 +78,37 @@ pub async fn a_member_that_stops_heartbeating_lapses(
     assert_eq!(seen, ids(&["long"]));
 }
 
+pub async fn members_are_read_without_joining(
+    membership: Arc<dyn Membership>,
+    _leases: Arc<dyn Leases>,
+    time: Arc<dyn TimeControl>,
+) {
+    let ttl = Duration::from_secs(30);
+    assert!(membership.members(GROUP).await.unwrap().is_empty());
+    membership.heartbeat(GROUP, "b", ttl).await.unwrap();
+    membership.heartbeat(GROUP, "a", ttl).await.unwrap();
+    membership.heartbeat("migrator", "c", ttl).await.unwrap();
+    assert_eq!(membership.members(GROUP).await.unwrap(), ids(&["a", "b"]));
+    // The reader is no member: the members see only each other.
+    assert_eq!(
+        membership.heartbeat(GROUP, "a", ttl).await.unwrap(),
+        ids(&["a", "b"])
+    );
+    membership.leave(GROUP, "b").await.unwrap();
+    assert_eq!(membership.members(GROUP).await.unwrap(), ids(&["a"]));
+    // A lapsed member is not read, even before anyone heartbeats it away.
+    membership
+        .heartbeat(GROUP, "short", Duration::from_millis(300))
+        .await
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while membership.members(GROUP).await.unwrap() != ids(&["a"]) {
+        assert!(tokio::time::Instant::now() < deadline, "short never lapsed");
+        time.advance(Duration::from_millis(100));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 pub async fn a_lease_held_by_a_departed_member_is_taken(
     _membership: Arc<dyn Membership>,
     leases: Arc<dyn Leases>,

@@ -131,4 +131,14 @@ impl Membership for PgHotPath {
             .await?;
         Ok(())
     }
+
+    async fn members(&self, group: &str) -> StoreResult<Vec<String>> {
+        Ok(sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "SELECT member FROM group_members WHERE grp = $1 AND until > {DB_NOW} \
+             ORDER BY member"
+        )))
+        .bind(group)
+        .fetch_all(&self.pool)
+        .await?)
+    }
 }
