@@ -97,7 +97,6 @@ macro_rules! claim_idempotency_key {
     }};
 }
 
-
 /// `TimerStore::create_timers` on a store with `pool`, `clock` and `next_ids`: every request's
 /// idempotency key claimed and the fresh timers inserted as one group (`$insert`, given the
 /// transaction `$tx` and the group `$group`), in one transaction, run again when it rolled
