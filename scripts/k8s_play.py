@@ -38,6 +38,7 @@ import sys
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 
 import yaml
@@ -299,7 +300,8 @@ def main():
         sh("psql", database_url, "-Atqc", f"CREATE DATABASE {db}")
         cleanups.append(lambda: sh("psql", database_url, "-Atqc",
                                    f"DROP DATABASE IF EXISTS {db} WITH (FORCE)", check=False))
-        pg_host, pg_port = database_url.split("@", 1)[1].split("/", 1)[0].rsplit(":", 1)
+        pg = urllib.parse.urlsplit(database_url)
+        pg_host, pg_port = pg.hostname or "127.0.0.1", pg.port or 5432
         fwd_port = free_port(gateway)
         forward = subprocess.Popen(
             ["socat", f"TCP-LISTEN:{fwd_port},bind={gateway},fork,reuseaddr",
@@ -311,9 +313,9 @@ def main():
              "--requirepass", redis_pass, "--save", "", "--appendonly", "no",
              "--protected-mode", "no", "--logfile", os.path.join(WORK, "redis.log")])
         cleanups.append(redis.kill)
-        pg_user = database_url.split("://", 1)[1].split("@", 1)[0]
+        login = pg.netloc.rsplit("@", 1)[0] + "@" if "@" in pg.netloc else ""
         values = {
-            "database-url": f"postgres://{pg_user}@{gateway}:{fwd_port}/{db}",
+            "database-url": f"postgres://{login}{gateway}:{fwd_port}/{db}",
             "redis-url": f"redis://:{redis_pass}@{gateway}:{redis_port}",
             "bootstrap-token": TOKEN,
         }
