@@ -40,7 +40,7 @@ E2E_CMD := $(LINTED) $(CARGO) nextest run --workspace --all-targets -E 'package(
 UPGRADE_CMD := $(LINTED) $(CARGO) nextest run --workspace --all-targets --run-ignored only -E 'package(chime-e2e) & test(=$(UPGRADE_TEST))'
 endif
 
-.PHONY: help build run test lint fmt proto-release upgrade-check bench bench-smoke bench-peers peers-packages bench-storage api-fuzz e2e e2e-thrice console-test quickstart-check k8s-check k8s-play
+.PHONY: help build run test lint fmt api-release upgrade-check bench bench-smoke bench-peers peers-packages bench-storage api-fuzz e2e e2e-thrice console-test quickstart-check k8s-check k8s-play
 
 help: ## List the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  %-10s %s\n", $$1, $$2}'
@@ -133,9 +133,10 @@ upgrade-check: ## A rolling upgrade under load from the build of PREV (default: 
 	$(BUILD)
 	scripts/upgrade-check.sh $(if $(IF_CHANGED),--if-changed) $(PREV) -- $(UPGRADE_CMD)
 
-proto-release: ## At a release: record the gRPC API's surface (proto/releases/$(VERSION).surface), which later versions may only add to
-	@test -n "$(VERSION)" || { echo "usage: make proto-release VERSION=x.y.z" >&2; exit 1; }
+api-release: ## At a release: record the gRPC and REST APIs' surfaces (proto/releases/, crates/api-gateway/releases/), which later versions may only add to
+	@test -n "$(VERSION)" || { echo "usage: make api-release VERSION=x.y.z" >&2; exit 1; }
 	CHIME_RELEASE=$(VERSION) $(LINTED) $(CARGO) test --workspace --lib -- --ignored write_release_surface
+	CHIME_RELEASE=$(VERSION) $(TEST_SERVICES) $(LINTED) $(CARGO) test --workspace --test it -- --ignored compat::write_release_surface
 
 k8s-check: ## Render every k8s/ overlay and validate it (strict schemas), lint deploy/Dockerfile, check and test the alert rules
 	scripts/k8s-check.sh

@@ -1,6 +1,6 @@
 //! The API only adds: every message field (number, name, type), enum value and RPC of a
 //! released version is still there, unchanged. A release's surface is checked in as text
-//! (`proto/releases/<version>.surface`, written by `make proto-release VERSION=…`); the
+//! (`proto/releases/<version>.surface`, written by `make api-release VERSION=…`); the
 //! test below fails on anything today's descriptors removed, renumbered or retyped.
 
 use std::collections::BTreeSet;
@@ -133,9 +133,9 @@ mod tests {
         assert!(!today.contains(&parts.join(" ")));
     }
 
-    /// `make proto-release VERSION=x.y.z` writes the release's surface with this.
+    /// `make api-release VERSION=x.y.z` writes the release's surface with this.
     #[test]
-    #[ignore = "writes proto/releases/$CHIME_RELEASE.surface; run by make proto-release"]
+    #[ignore = "writes proto/releases/$CHIME_RELEASE.surface; run by make api-release"]
     fn write_release_surface() {
         let version = std::env::var("CHIME_RELEASE").expect("CHIME_RELEASE=x.y.z");
         let today = super::current().expect("descriptors decode");

@@ -9,6 +9,7 @@ mod backfill;
 mod binary;
 mod calendars;
 mod callbacks;
+mod compat;
 mod console;
 mod grpc;
 mod quotas;
