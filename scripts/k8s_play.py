@@ -27,6 +27,7 @@ Podman is not Kubernetes; what it lacks is bridged here and nowhere in k8s/ (doc
 """
 
 import base64
+import copy
 import http.server
 import json
 import os
@@ -40,6 +41,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from datetime import datetime
 
 import yaml
 
@@ -98,17 +100,10 @@ def call(method, url, body=None, token=None):
 
 def runtime_stage():
     """deploy/Dockerfile's last stage, without its FROM and the COPY of the build stage."""
-    lines, stage = open(os.path.join(ROOT, "deploy", "Dockerfile")).read().splitlines(), []
-    for line in lines:
-        if line.startswith("FROM "):
-            stage = []
-            continue
-        stage.append(line)
-    joined, out = "\n".join(stage).replace("\\\n", " "), []
-    for line in joined.splitlines():
-        if line.strip() and not line.startswith("#") and not line.startswith("COPY --from"):
-            out.append(line)
-    return out
+    text = open(os.path.join(ROOT, "deploy", "Dockerfile")).read().replace("\\\n", " ")
+    stage = text.rsplit("\nFROM ", 1)[1].splitlines()[1:]
+    return [line for line in stage
+            if line.strip() and not line.startswith(("#", "COPY --from"))]
 
 
 def build_image(tag, bins):
@@ -263,13 +258,16 @@ def keep_logs(container):
         f.write(out.stdout + out.stderr)
 
 
-def executor_outcomes(container):
-    status, body = call("GET", f"http://{pod_ip(container)}:9061/metrics")
-    total = 0.0
-    for line in body.splitlines() if status == 200 else []:
-        if line.startswith("chime_executor_outcomes_total"):
-            total += float(line.rsplit(" ", 1)[1])
-    return int(total)
+def admin_port(deployment):
+    """The port its readiness probe asks: the admin port, which serves /metrics too."""
+    return deployment["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]["httpGet"]["port"]
+
+
+def metric(container, port, name):
+    """The sum of a metric's series on a container's /metrics."""
+    status, body = call("GET", f"http://{pod_ip(container)}:{port}/metrics")
+    return sum(float(line.rsplit(" ", 1)[1]) for line in body.splitlines()
+               if status == 200 and line.split("{")[0].split(" ")[0] == name)
 
 
 # ---- The run ---------------------------------------------------------------------------
@@ -386,8 +384,9 @@ def main():
         say(f"{ONE_SHOTS} one-shots created, due over 20 s")
 
         until("the first one-shots to fire", 30, lambda: time.time() > due0 + 3)
-        third = dict(next(d for d in deployments if d["metadata"]["name"] == "chime-executor"))
-        third = json.loads(json.dumps(third))
+        executor = next(d for d in deployments if d["metadata"]["name"] == "chime-executor")
+        port = admin_port(executor)
+        third = copy.deepcopy(executor)
         third["metadata"]["name"] = "chime-executor-3"
         third["spec"]["replicas"] = 1
         play("scale.yaml", [third])
@@ -411,7 +410,10 @@ def main():
             with sink.lock:
                 return {k for k, _ in sink.got}
         until("every one-shot's callback", 90, lambda: keys <= received(), every=0.5)
-        time.sleep(2)  # late duplicates, if any, arrive now rather than after the count
+        # Counted once no executor has a callback in flight: a duplicate would be among them.
+        until("the executors to go idle", 30, lambda: all(
+            metric(c, port, "chime_executor_in_flight") == 0
+            for c in containers("chime-executor")))
         with sink.lock:
             got = list(sink.got)
         counts = {}
@@ -425,7 +427,8 @@ def main():
         lateness.sort()
         p50 = lateness[len(lateness) // 2]
         p99 = lateness[int(len(lateness) * 0.99)]
-        per_executor = {c: executor_outcomes(c) for c in containers("chime-executor")}
+        per_executor = {c: int(metric(c, port, "chime_executor_outcomes_total"))
+                        for c in containers("chime-executor")}
         new = sum(n for c, n in per_executor.items() if c.startswith("chime-executor-3"))
         if lost or new == 0:
             sys.exit(f"k8s-play: lost {lost} of {ONE_SHOTS}; the added executor ran {new}")
@@ -446,7 +449,6 @@ def main():
 
 def _millis(rfc3339):
     """Epoch milliseconds of an RFC 3339 UTC timestamp with up to millisecond precision."""
-    from datetime import datetime
     return int(datetime.fromisoformat(rfc3339.replace("Z", "+00:00")).timestamp() * 1000 + 0.5)
 
 

@@ -370,17 +370,7 @@ async fn rolling_upgrade(test: &'static str, from: Option<std::path::PathBuf>) {
     // another 400 deliveries (about two seconds); this build's migrations go first, while
     // the old build runs, as the migrate Job of a rollout does.
     wait_for_deliveries(&sink, |d| d.keys().any(|k| shots.contains(k))).await;
-    let migrate = std::process::Command::new(chime_e2e::bin("chime-migrator"))
-        .arg("migrate")
-        .env_clear()
-        .env("CHIME_DATABASE_URL", db.url())
-        .output()
-        .unwrap();
-    assert!(
-        migrate.status.success(),
-        "{}",
-        String::from_utf8_lossy(&migrate.stderr)
-    );
+    chime_e2e::cluster::migrate(None, &db.url());
     let rolling = now();
     for node in c.nodes_mut() {
         node.service.stop().await;

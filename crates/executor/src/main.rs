@@ -65,18 +65,13 @@ async fn main() -> anyhow::Result<()> {
     let mut worker_target = WorkerTarget::new(workers.clone()).with_signer(signer.clone());
     let shutdown = chime_runtime::shutdown_token();
     // Peers: the configured endpoints, else the roster; neither without a hot path.
-    let configured = !config.scheduler.executor_endpoints.is_empty();
-    let endpoints = match configured {
-        true => Some(Endpoints::parse(&config.scheduler.executor_endpoints)?),
-        false => stores
-            .membership
-            .is_some()
-            .then(|| Endpoints::Static(Vec::new())),
-    };
-    if let Some(endpoints) = endpoints {
+    let configured = Endpoints::configured(&config.scheduler.executor_endpoints)?;
+    let roster = stores.membership.clone().filter(|_| configured.is_none());
+    if configured.is_some() || roster.is_some() {
+        let endpoints = configured.unwrap_or(Endpoints::Static(Vec::new()));
         let grpc_tls = tls.as_ref().map(|t| t.grpc_client());
         let fleet = Fleet::new(endpoints, grpc_tls, MAX_FORWARD_WAIT).await;
-        match stores.membership.clone().filter(|_| !configured) {
+        match roster {
             Some(membership) => {
                 let me = advertised_url(
                     config.executor.advertise_url.as_deref(),

@@ -47,6 +47,15 @@ impl EndpointsError {
 }
 
 impl Endpoints {
+    /// The configured list [parsed](Self::parse), or `None` when nothing is configured: the
+    /// fleet is then the `executors` roster ([`Fleet::join_roster`], [`Fleet::follow_roster`]).
+    pub fn configured(list: &[String]) -> Result<Option<Self>, EndpointsError> {
+        match list.is_empty() {
+            true => Ok(None),
+            false => Self::parse(list).map(Some),
+        }
+    }
+
     /// Reads the configured list: URLs with a scheme are static; a single `host:port` (or
     /// `dns:///host:port`) is a DNS name.
     pub fn parse(list: &[String]) -> Result<Self, EndpointsError> {
@@ -175,22 +184,11 @@ impl Fleet {
         let this = self.clone();
         tokio::spawn(async move {
             tracing::info!(group, me = %me, "announcing this executor in the roster");
-            loop {
-                match membership.heartbeat(group, &me, settings.ttl).await {
-                    Ok(members) => {
-                        let peers = members.into_iter().filter(|m| *m != me).collect();
-                        if let Err(e) = this.apply(peers).await {
-                            tracing::warn!(group, error = %e, "a roster member is no URL");
-                        }
-                    }
-                    // The last list stands; a peer gone meanwhile only fails its forward.
-                    Err(e) => tracing::warn!(group, error = %e, "roster heartbeat failed"),
-                }
-                tokio::select! {
-                    () = stop.cancelled() => break,
-                    () = tokio::time::sleep(settings.heartbeat) => {}
-                }
-            }
+            this.track(settings.heartbeat, &stop, || async {
+                let members = membership.heartbeat(group, &me, settings.ttl).await?;
+                Ok(members.into_iter().filter(|m| *m != me).collect())
+            })
+            .await;
             if let Err(e) = membership.leave(group, &me).await {
                 tracing::warn!(group, error = %e, "cannot leave the roster; it will lapse");
             }
@@ -199,7 +197,6 @@ impl Fleet {
 
     /// Follows the executors through the roster they announce themselves in, without
     /// joining it: every `every`, the live members of `group` become the fleet, until `stop`.
-    /// A failed read keeps the last list.
     pub fn follow_roster(
         self: &Arc<Self>,
         membership: Arc<dyn Membership>,
@@ -209,21 +206,30 @@ impl Fleet {
     ) -> tokio::task::JoinHandle<()> {
         let this = self.clone();
         tokio::spawn(async move {
-            loop {
-                match membership.members(group).await {
-                    Ok(members) => {
-                        if let Err(e) = this.apply(members).await {
-                            tracing::warn!(group, error = %e, "a roster member is no URL");
-                        }
-                    }
-                    Err(e) => tracing::warn!(group, error = %e, "cannot read the roster"),
-                }
-                tokio::select! {
-                    () = stop.cancelled() => break,
-                    () = tokio::time::sleep(every) => {}
-                }
-            }
+            this.track(every, &stop, || membership.members(group)).await;
         })
+    }
+
+    /// Makes what `read` returns the fleet, every `every` until `stop`. A failed read keeps
+    /// the last list: a peer gone meanwhile only fails the calls made to it.
+    async fn track<F>(&self, every: Duration, stop: &CancellationToken, mut read: impl FnMut() -> F)
+    where
+        F: std::future::Future<Output = chime_storage::StoreResult<Vec<String>>>,
+    {
+        loop {
+            match read().await {
+                Ok(members) => {
+                    if let Err(e) = self.apply(members).await {
+                        tracing::warn!(error = %e, "a roster member is no URL");
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "cannot read the executors roster"),
+            }
+            tokio::select! {
+                () = stop.cancelled() => break,
+                () = tokio::time::sleep(every) => {}
+            }
+        }
     }
 
     async fn refresh(&self) -> Result<(), String> {
@@ -344,6 +350,9 @@ mod tests {
         assert!(Endpoints::parse(&list(&["exec"])).is_err());
         assert!(Endpoints::parse(&list(&["exec:port"])).is_err());
         assert!(Endpoints::parse(&list(&["a:1", "b:2"])).is_err());
+        // Nothing configured is no error: the fleet is the roster then.
+        assert_eq!(Endpoints::configured(&[]), Ok(None));
+        assert!(Endpoints::configured(&list(&["a:1", "b:2"])).is_err());
     }
 
     #[test]

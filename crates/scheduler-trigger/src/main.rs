@@ -33,10 +33,8 @@ async fn main() -> anyhow::Result<()> {
         return Ok(());
     };
     // Without configured endpoints, the executors are those announced in the roster.
-    let endpoints = match config.scheduler.executor_endpoints.is_empty() {
-        true => None,
-        false => Some(Endpoints::parse(&config.scheduler.executor_endpoints)?),
-    };
+    let endpoints = Endpoints::configured(&config.scheduler.executor_endpoints)?;
+    let follow_roster = endpoints.is_none();
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let stores = chime_storage::Stores::for_service(
         &config.store_settings(),
@@ -49,20 +47,14 @@ async fn main() -> anyhow::Result<()> {
     let db = stores.database.clone();
     let shutdown = chime_runtime::shutdown_token();
     let tls = chime_runtime::Tls::load(&config.tls)?;
-    let grpc_tls = tls.map(|t| t.grpc_client());
-    let executors = match endpoints {
-        Some(endpoints) => {
-            let executors = GrpcExecutors::with_tls(endpoints, grpc_tls).await;
-            executors.keep_resolving(Duration::from_secs(5), shutdown.clone());
-            executors
-        }
-        None => {
-            let executors = GrpcExecutors::with_tls(Endpoints::Static(Vec::new()), grpc_tls).await;
-            let every = config.roster().heartbeat;
-            executors.follow_roster(membership.clone(), every, shutdown.clone());
-            executors
-        }
-    };
+    let endpoints = endpoints.unwrap_or(Endpoints::Static(Vec::new()));
+    let executors = GrpcExecutors::with_tls(endpoints, tls.map(|t| t.grpc_client())).await;
+    // A static list never changes; a DNS name is re-resolved, the roster read again.
+    executors.keep_resolving(Duration::from_secs(5), shutdown.clone());
+    if follow_roster {
+        let every = config.roster().heartbeat;
+        executors.follow_roster(membership.clone(), every, shutdown.clone());
+    }
     let scheduler = Scheduler::new(
         db.timers.clone(),
         index,

@@ -271,6 +271,22 @@ pub mod cluster {
         }
     }
 
+    /// Applies the migrations of this build (`from`: `None`) or another's to the database at
+    /// `url`, as the migrate Job does, and waits for them.
+    pub fn migrate(from: Option<&PathBuf>, url: &str) {
+        let migrate = std::process::Command::new(executable(from, "chime-migrator"))
+            .arg("migrate")
+            .env_clear()
+            .env("CHIME_DATABASE_URL", url)
+            .output()
+            .expect("chime-migrator migrate");
+        assert!(
+            migrate.status.success(),
+            "{}",
+            String::from_utf8_lossy(&migrate.stderr)
+        );
+    }
+
     impl Node {
         async fn start(
             name: String,
@@ -415,17 +431,7 @@ pub mod cluster {
                 env.extend(spec.env.iter().cloned());
                 env
             };
-            let migrate = std::process::Command::new(executable(from.as_ref(), "chime-migrator"))
-                .arg("migrate")
-                .env_clear()
-                .env("CHIME_DATABASE_URL", &spec.database_url)
-                .output()
-                .expect("chime-migrator migrate");
-            assert!(
-                migrate.status.success(),
-                "{}",
-                String::from_utf8_lossy(&migrate.stderr)
-            );
+            migrate(from.as_ref(), &spec.database_url);
 
             let env = common(free_port());
             let migrator = Node::start(
