@@ -9,8 +9,10 @@ use std::time::Duration;
 use chime_domain::{
     BucketCount, Clock, Horizon, NewOccurrence, NewTimer, Timer, TimerId, ValidationError,
 };
+use sqlx::ConnectOptions;
 use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+    SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
+    SqliteSynchronous,
 };
 
 use crate::migrate::{SchemaStatus, applied_versions_or_none, compare, sqlite_migrator};
@@ -38,6 +40,10 @@ pub struct SqliteStore {
     reader: SqlitePool,
     clock: Arc<dyn Clock>,
     buckets: BucketCount,
+    /// In memory: a connection of the store's own, never used. The database lives while any
+    /// connection to it is open, and the pool may close and reopen its one (a query
+    /// cancelled mid-way, a failed health check): without this, that emptied the database.
+    _anchor: Option<Arc<std::sync::Mutex<SqliteConnection>>>,
 }
 
 impl SqliteStore {
@@ -56,9 +62,12 @@ impl SqliteStore {
             .synchronous(SqliteSynchronous::Normal)
             .busy_timeout(Duration::from_secs(10))
             .foreign_keys(true);
+        let anchor = match in_memory {
+            true => Some(Arc::new(std::sync::Mutex::new(options.connect().await?))),
+            false => None,
+        };
         let writer = SqlitePoolOptions::new()
             .max_connections(1)
-            // An in-memory database vanishes with its last connection: keep this one.
             .min_connections(1)
             .idle_timeout(None)
             .max_lifetime(None)
@@ -77,6 +86,7 @@ impl SqliteStore {
             reader,
             clock,
             buckets,
+            _anchor: anchor,
         })
     }
 
@@ -180,5 +190,29 @@ impl SqliteStore {
     pub async fn close(&self) {
         self.reader.close().await;
         self.writer.close().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[tokio::test]
+    async fn an_in_memory_database_outlives_the_pools_connection() {
+        let clock = Arc::new(chime_domain::SystemClock);
+        let store = SqliteStore::open("sqlite::memory:", clock, BucketCount::DEFAULT)
+            .await
+            .unwrap();
+        store.migrate().await.unwrap();
+        // The pool's one connection closed, as sqlx does with one it cannot trust; the pool
+        // opens another.
+        store.writer.acquire().await.unwrap().close().await.unwrap();
+        let timers: i64 = sqlx::query_scalar("SELECT count(*) FROM timers")
+            .fetch_one(&store.writer)
+            .await
+            .unwrap();
+        assert_eq!(timers, 0);
     }
 }
