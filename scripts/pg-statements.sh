@@ -24,12 +24,9 @@ pg_ctl=$(pg_bin pg_ctl)
 
 dir=$(mktemp -d /tmp/chime-pgstat.XXXXXX)
 [[ $(id -u) -eq 0 ]] && chown postgres "$dir"
-port=""
-for _ in $(seq 50); do
-    candidate=$((20000 + RANDOM % 30000))
-    if ! (exec 3<>"/dev/tcp/127.0.0.1/$candidate") 2>/dev/null; then port=$candidate; break; fi
-done
-[[ -n $port ]] || { echo "pg-statements: no free port" >&2; exit 1; }
+# shellcheck source=scripts/lib/ports.sh
+source "$(dirname "$0")/lib/ports.sh"
+free_port port
 
 stop() {
     as_pg "$pg_ctl" -D "$dir/data" -m fast stop >/dev/null 2>&1 || true

@@ -5,6 +5,8 @@
 # PROFILE=release builds and runs optimised binaries (benchmarks); default debug.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/lib/ports.sh
+source scripts/lib/ports.sh
 
 profile=${PROFILE:-debug}
 # The whole workspace, as `make test` builds it: one package alone resolves other features
@@ -32,25 +34,23 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-free_port() {
-    local port
-    while :; do
-        port=$((20000 + RANDOM % 30000))
-        (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null || { echo "$port"; return; }
-    done
-}
 token="with-gateway-$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')"
-http_port=$(free_port)
-grpc_port=$(free_port)
+free_port http_port
+free_port grpc_port
 mkdir -p target
-CHIME_DATABASE_URL=$url "$bin/chime-migrator" migrate
+CHIME_DATABASE_URL=$url "$bin/chime-migrator" migrate ||
+    { echo "with-gateway: chime-migrator migrate failed on $url" >&2; exit 1; }
 CHIME_DATABASE_URL=$url CHIME_LOG=${CHIME_LOG:-warn} CHIME_BOOTSTRAP_TOKEN=$token \
     CHIME_HTTP_ADDR=127.0.0.1:$http_port CHIME_GRPC_ADDR=127.0.0.1:$grpc_port \
     "$bin/chime-gateway" > target/gateway-under-test.log 2>&1 &
 gateway_pid=$!
 for _ in $(seq 200); do
     curl -fs "http://127.0.0.1:$http_port/readyz" >/dev/null 2>&1 && break
-    kill -0 "$gateway_pid" 2>/dev/null || { cat target/gateway-under-test.log >&2; exit 1; }
+    if ! kill -0 "$gateway_pid" 2>/dev/null; then
+        echo "with-gateway: the gateway exited before it was ready (ports $http_port, $grpc_port); its log:" >&2
+        cat target/gateway-under-test.log >&2
+        exit 1
+    fi
     sleep 0.05
 done
 

@@ -7,6 +7,8 @@
 #
 #   scripts/with-test-services.sh cargo nextest run --workspace
 set -euo pipefail
+# shellcheck source=scripts/lib/ports.sh
+source "$(dirname "$0")/lib/ports.sh"
 
 db_url=${CHIME_TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/test}
 redis_url=${CHIME_TEST_REDIS_URL:-redis://127.0.0.1:6379}
@@ -53,19 +55,6 @@ as_pg() {
     fi
 }
 
-free_port() {
-    local port
-    for _ in $(seq 50); do
-        port=$((20000 + RANDOM % 30000))
-        if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-            echo "$port"
-            return
-        fi
-    done
-    say "no free port found"
-    exit 1
-}
-
 pg_bin() {
     command -v "$1" 2>/dev/null && return
     ls /usr/lib/postgresql/*/bin/"$1" 2>/dev/null | sort -V | tail -n 1
@@ -100,7 +89,7 @@ start_postgres() {
     pg_dir=$scratch/pg
     mkdir -p "$pg_dir"
     [[ $(id -u) -eq 0 ]] && chown postgres "$pg_dir"
-    port=$(free_port)
+    free_port port
     say "starting a throwaway PostgreSQL on port $port (max_connections=300)"
     as_pg "$initdb" -D "$pg_dir/data" -U postgres -A trust --no-sync >"$scratch/initdb.log" 2>&1 ||
         { cat "$scratch/initdb.log" >&2; exit 1; }
@@ -116,7 +105,7 @@ start_redis() {
         exit 1
     fi
     ensure_scratch
-    redis_port=$(free_port)
+    free_port redis_port
     say "Redis not reachable at $redis_url; starting a throwaway one on port $redis_port"
     redis-server --port "$redis_port" --bind 127.0.0.1 --save "" --appendonly no \
         --dir "$scratch" --daemonize yes --logfile "$scratch/redis.log" >/dev/null
@@ -145,7 +134,7 @@ start_mariadb() {
     ensure_scratch
     dir=$scratch/mariadb
     mkdir -p "$dir"
-    port=$(free_port)
+    free_port port
     say "MariaDB not reachable at $mysql_url; starting a throwaway one on port $port"
     "$install" --no-defaults --datadir="$dir/data" --user="$(id -un)" \
         --auth-root-authentication-method=normal >"$scratch/mariadb-install.log" 2>&1 ||
@@ -175,7 +164,7 @@ start_nats() {
         { say "error: NATS does not answer at $nats_url and nats-server is not installed: apt-get install nats-server"; exit 1; }
     [[ -n $scratch ]] || scratch=$(mktemp -d)
     local port
-    port=$(free_port)
+    free_port port
     say "starting a throwaway nats-server -js on :$port"
     nats-server -a 127.0.0.1 -p "$port" -js -sd "$scratch/nats" >"$scratch/nats.log" 2>&1 &
     nats_pid=$!
@@ -188,17 +177,18 @@ start_rabbitmq() {
     [[ -x /usr/lib/rabbitmq/bin/rabbitmq-server ]] ||
         { say "error: RabbitMQ does not answer at $amqp_url and rabbitmq-server is not installed: apt-get install rabbitmq-server"; exit 1; }
     [[ -n $scratch ]] || scratch=$(mktemp -d)
-    local port dir=$scratch/rabbitmq
-    port=$(free_port)
+    local port dist_port dir=$scratch/rabbitmq
+    free_port port
     mkdir -p "$dir"
     echo "[]." >"$dir/enabled_plugins"
     echo "listeners.tcp.local = 127.0.0.1:$port" >"$dir/rabbitmq.conf"
     : >"$dir/env.conf"
+    free_port dist_port
     say "starting a throwaway RabbitMQ on :$port"
     HOME=$dir RUNNING_UNDER_SYSTEMD=true RABBITMQ_CONF_ENV_FILE=$dir/env.conf \
         RABBITMQ_CONFIG_FILE=$dir/rabbitmq.conf RABBITMQ_ENABLED_PLUGINS_FILE=$dir/enabled_plugins \
         RABBITMQ_NODENAME="chime_test_$port@localhost" RABBITMQ_NODE_PORT=$port \
-        RABBITMQ_DIST_PORT=$(free_port) ERL_EPMD_ADDRESS=127.0.0.1 \
+        RABBITMQ_DIST_PORT=$dist_port ERL_EPMD_ADDRESS=127.0.0.1 \
         RABBITMQ_MNESIA_BASE=$dir/mnesia RABBITMQ_LOG_BASE=$dir/log RABBITMQ_PID_FILE=$dir/pid \
         /usr/lib/rabbitmq/bin/rabbitmq-server </dev/null >"$dir/server.log" 2>&1 &
     rabbit_pid=$!
