@@ -37,7 +37,7 @@ pub use horizon::{EXHAUSTED, Horizon, Plan};
 pub use ids::{AppName, Bucket, BucketCount, ShardKey, TaskKey, TimerId, TimerName};
 pub use network::{Blocked, Cidr, CidrError, NetworkPolicy};
 pub use occurrence::{
-    Claim, ClaimedOccurrence, NewOccurrence, Occurrence, OccurrenceStatus, Outcome,
+    Claim, ClaimedOccurrence, NewOccurrence, Occurrence, OccurrenceStatus, Outcome, Overtaken,
 };
 pub use ownership::Ownership;
 pub use page::{Page, PageSize, PageToken};

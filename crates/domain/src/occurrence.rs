@@ -161,6 +161,18 @@ pub struct Claim {
     pub lease_until: Timestamp,
 }
 
+/// A scheduled run to mark `skipped` before any claim, because its timer's next run is due
+/// already: written only while the row still waits for its first attempt at `due`, at
+/// `timer_version`, so a retry, redrive, backfill or a row of another version is left alone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Overtaken {
+    pub key: TaskKey,
+    pub timer_version: i64,
+    /// Its natural due instant: the run time, or its place in a flexible window.
+    pub due: Timestamp,
+    pub reason: String,
+}
+
 /// An occurrence this claimer won.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ClaimedOccurrence {

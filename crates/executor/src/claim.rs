@@ -1,18 +1,19 @@
 //! The claim side of the pipeline: queued keys gathered into batches, claimed in one
 //! statement, checked against their timers, and their callbacks started at the due instant.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use chime_domain::{
-    Claim, ClaimedOccurrence, Clock, OccurrenceStatus, Outcome, OverlapPolicy, TaskKey, Timer,
+    Claim, ClaimedOccurrence, Clock, OccurrenceStatus, Outcome, OverlapPolicy, Overtaken, TaskKey,
+    Timer,
 };
 use chime_storage::{Exclusive, StoreResult};
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
-use crate::outcome::{completes, skip_reason};
+use crate::outcome::{completes, misfired, natural_due, overtaken, skip_reason};
 use crate::{Backoff, CLAIM_MARGIN, Done, Inner, Job, hosts, settle, timers};
 
 /// Claims one lane's queued keys a batch at a time: whatever queued up while the previous
@@ -85,6 +86,7 @@ impl Inner {
     /// their host's cap, claim the rest, then skip or fire each claimed occurrence.
     async fn claim_and_fire(self: Arc<Self>, jobs: &mut Vec<Job>) -> StoreResult<()> {
         let mut timers = self.timers_of(jobs).await?;
+        self.skip_overtaken(jobs, &timers).await;
         let claim = self.claim_terms(&timers);
         let mut slots = self.admit_to_hosts(jobs, &timers);
         let mut claimed = self.claim_keys(jobs, &timers, claim).await?;
@@ -138,6 +140,56 @@ impl Inner {
             timers.extend(read.into_iter().map(|t| (t.id, t)));
         }
         Ok(timers)
+    }
+
+    /// Marks `skipped`, without claiming them, the keys whose timer's next run is due
+    /// already: under overload most keys are such runs, and a claim and an outcome for each
+    /// cost the database twice what the one write here does. The store writes only rows
+    /// still waiting for their first attempt at their natural due time; the rest (retries,
+    /// redrives, backfills, rows of another version) go on to the claim, which decides them
+    /// as before. A failure here only leaves every key to the claim.
+    async fn skip_overtaken(&self, jobs: &mut Vec<Job>, timers: &Timers) {
+        let now = self.clock.now();
+        let runs: Vec<Overtaken> = jobs
+            .iter()
+            .filter_map(|job| {
+                let t = timers.get(&job.key.timer_id).filter(|t| t.enabled)?;
+                let run_at = job.key.run_at;
+                let due = natural_due(t, run_at);
+                // A run past its catch_up_window is skipped at the claim, saying so.
+                if t.spec.catch_up_window.is_some_and(|w| w.exceeded(due, now)) {
+                    return None;
+                }
+                let next = overtaken(t, run_at, now)?;
+                Some(Overtaken {
+                    key: job.key,
+                    timer_version: t.version,
+                    due,
+                    reason: misfired(next),
+                })
+            })
+            .collect();
+        if runs.is_empty() {
+            return;
+        }
+        let skipped: HashSet<TaskKey> = match self.occurrences.skip_overtaken(&runs).await {
+            Ok(keys) => keys.into_iter().collect(),
+            Err(e) => {
+                tracing::warn!(error = %e, runs = runs.len(), "cannot skip overtaken runs; claiming them");
+                return;
+            }
+        };
+        if skipped.is_empty() {
+            return;
+        }
+        let n = skipped.len() as u64;
+        tracing::debug!(skipped = n, "skipped overtaken runs before claiming");
+        metrics::counter!("chime_executor_skipped_total").increment(n);
+        metrics::counter!("chime_executor_misfired_total").increment(n);
+        metrics::counter!("chime_executor_outcomes_total", "status" => OccurrenceStatus::Skipped.as_str())
+            .increment(n);
+        // Dropping a job frees its permit.
+        jobs.retain(|job| !skipped.contains(&job.key));
     }
 
     /// The claim's time and lease: long enough for the slowest callback among `timers`.

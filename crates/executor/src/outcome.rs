@@ -111,23 +111,39 @@ pub(crate) fn skip_reason(
     // redrive or a backfill, which asked for this run whatever came after it, nor the run
     // `buffer_one` kept waiting for the one in flight, which is late by design.
     let run_at = claimed.key.run_at;
-    let natural = t.due_of(run_at).unwrap_or(run_at);
-    if now <= claimed.due
-        || claimed.backfill
-        || claimed.due != natural
-        || t.spec.misfire == MisfirePolicy::FireAll
-        || t.spec.overlap == OverlapPolicy::BufferOne
-    {
+    if now <= claimed.due || claimed.backfill || claimed.due != natural_due(t, run_at) {
         return None;
     }
-    let next = t.overtaken_at(run_at).filter(|next| *next <= now)?;
+    let next = overtaken(t, run_at, now)?;
     Some(Skip {
-        reason: format!(
-            "misfired: the next run, due {}, was due before this one could start",
-            next.to_rfc3339()
-        ),
+        reason: misfired(next),
         misfired: true,
     })
+}
+
+/// When the scheduled run at `run_at` comes due if nothing moves it: its run time, or its
+/// place in the timer's flexible window.
+pub(crate) fn natural_due(t: &Timer, run_at: Timestamp) -> Timestamp {
+    t.due_of(run_at).unwrap_or(run_at)
+}
+
+/// When `t`'s next run came due, if it did by `now` and the policies let a first attempt of
+/// the run at `run_at`, at its natural due time, be skipped for it: not under `fire_all`,
+/// nor `buffer_one`, whose held-back run is late by design.
+pub(crate) fn overtaken(t: &Timer, run_at: Timestamp, now: Timestamp) -> Option<Timestamp> {
+    if t.spec.misfire == MisfirePolicy::FireAll || t.spec.overlap == OverlapPolicy::BufferOne {
+        return None;
+    }
+    t.overtaken_at(run_at).filter(|next| *next <= now)
+}
+
+/// The error recorded on a run skipped because its timer's next run, due at `next`, came
+/// due before this one could start.
+pub(crate) fn misfired(next: Timestamp) -> String {
+    format!(
+        "misfired: the next run, due {}, was due before this one could start",
+        next.to_rfc3339()
+    )
 }
 
 /// Whether an occurrence that just ended was the last of a timer that deletes itself when

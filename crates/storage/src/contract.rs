@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use chime_domain::{
     AppName, Bucket, CallbackInput, Claim, Horizon, NewOccurrence, NewTimer, OccurrenceStatus,
-    Outcome, PageSize, ScheduleInput, ShardKey, TaskKey, Timer, TimerId, TimerName, TimerSpec,
-    Timestamp,
+    Outcome, OverlapPolicy, Overtaken, PageSize, ScheduleInput, ShardKey, TaskKey, Timer, TimerId,
+    TimerName, TimerSpec, Timestamp,
 };
 
 use crate::{
@@ -202,6 +202,7 @@ macro_rules! storage_contract {
             due_in_bucket_is_scoped_to_bucket_window_and_status,
             racing_claimers_win_each_occurrence_exactly_once,
             skipping_touches_claimable_occurrences_only,
+            overtaken_runs_are_skipped_only_while_waiting_for_a_first_attempt,
             dropping_pending_leaves_what_is_due_or_under_way,
             dead_letters_are_listed_and_redriven,
         ]);

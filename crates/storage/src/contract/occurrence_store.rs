@@ -285,6 +285,84 @@ pub async fn skipping_touches_claimable_occurrences_only(store: Arc<dyn Occurren
     assert_eq!(store.skip_occurrences(&[], "x").await.unwrap(), 0);
 }
 
+pub async fn overtaken_runs_are_skipped_only_while_waiting_for_a_first_attempt(
+    store: Arc<dyn OccurrenceStore>,
+) {
+    let mut windowed = occ(31, T0 + 5_000, 1, 0);
+    windowed.due = Some(Timestamp::from_millis(T0 + 5_500));
+    let backfilled = occ(32, T0, 1, 0);
+    store
+        .insert_occurrences(&[
+            occ(31, T0, 1, 0),
+            occ(31, T0 + 1_000, 1, 0),
+            occ(31, T0 + 2_000, 1, 0),
+            occ(31, T0 + 3_000, 1, 0),
+            occ(31, T0 + 4_000, 2, 0),
+            windowed,
+        ])
+        .await
+        .unwrap();
+    store
+        .backfill(&[backfilled], OverlapPolicy::AllowAll)
+        .await
+        .unwrap();
+    // Running (claimed), and retrying (claimed, then failed once).
+    let running = key(31, T0 + 1_000);
+    let retrying = key(31, T0 + 2_000);
+    store
+        .claim(&[running, retrying], claim_at(T0, 30_000))
+        .await
+        .unwrap();
+    let mut failed = outcome(retrying, 1, OccurrenceStatus::Retrying, T0 + 2_001);
+    failed.next_attempt_at = Some(Timestamp::from_millis(T0 + 60_000));
+    store.record_outcomes(&[failed]).await.unwrap();
+    let run = |k: TaskKey, version: i64, due: i64| Overtaken {
+        key: k,
+        timer_version: version,
+        due: Timestamp::from_millis(due),
+        reason: format!("misfired at {}", k.run_at.as_millis()),
+    };
+    let mut skipped = store
+        .skip_overtaken(&[
+            run(key(31, T0), 1, T0),
+            run(running, 1, T0 + 1_000),
+            run(retrying, 1, T0 + 2_000),
+            // Of another version than the row's, and a row of a newer version than asked.
+            run(key(31, T0 + 3_000), 2, T0 + 3_000),
+            run(key(31, T0 + 4_000), 1, T0 + 4_000),
+            // Due later than its run time: skipped at that due only.
+            run(key(31, T0 + 5_000), 1, T0 + 5_500),
+            run(key(32, T0), 1, T0),
+            run(key(99, T0), 1, T0),
+        ])
+        .await
+        .unwrap();
+    skipped.sort_by_key(|k| k.run_at);
+    assert_eq!(skipped, vec![key(31, T0), key(31, T0 + 5_000)]);
+    let o = store.get_occurrence(key(31, T0)).await.unwrap().unwrap();
+    assert_eq!(o.status, OccurrenceStatus::Skipped);
+    assert_eq!(o.error.as_deref(), Some(&*format!("misfired at {T0}")));
+    for (k, status) in [
+        (running, OccurrenceStatus::Running),
+        (retrying, OccurrenceStatus::Retrying),
+        (key(31, T0 + 3_000), OccurrenceStatus::Pending),
+        (key(31, T0 + 4_000), OccurrenceStatus::Pending),
+        (key(32, T0), OccurrenceStatus::Pending),
+    ] {
+        assert_eq!(status_of(store.as_ref(), k).await, status, "{k}");
+    }
+    // The windowed run asked at its run time rather than its due: left alone.
+    let mut late = occ(33, T0 + 5_000, 1, 0);
+    late.due = Some(Timestamp::from_millis(T0 + 5_500));
+    store.insert_occurrences(&[late]).await.unwrap();
+    let none = store
+        .skip_overtaken(&[run(key(33, T0 + 5_000), 1, T0 + 5_000)])
+        .await
+        .unwrap();
+    assert!(none.is_empty());
+    assert!(store.skip_overtaken(&[]).await.unwrap().is_empty());
+}
+
 pub async fn dropping_pending_leaves_what_is_due_or_under_way(store: Arc<dyn OccurrenceStore>) {
     // Due before the cut, pending after it (one due later by its window), running after
     // it, a second timer's, and one of a timer not named.

@@ -52,6 +52,14 @@ macro_rules! keys_table {
     };
 }
 
+/// `JSON_TABLE` over `crate::sql::overtaken_json`, as `k`.
+macro_rules! overtaken_table {
+    () => {
+        "JSON_TABLE(?, '$[*]' COLUMNS (timer_id BIGINT PATH '$[0]', run_at BIGINT PATH '$[1]', \
+         version BIGINT PATH '$[2]', due BIGINT PATH '$[3]', reason TEXT PATH '$[4]')) k"
+    };
+}
+
 /// A JSON array of timer ids bound to one `?`, as a table `t (id)`.
 macro_rules! timers_table {
     () => {

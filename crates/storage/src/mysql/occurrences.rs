@@ -4,8 +4,8 @@ use std::collections::HashSet;
 
 use async_trait::async_trait;
 use chime_domain::{
-    Bucket, Claim, ClaimedOccurrence, NewOccurrence, Occurrence, Outcome, OverlapPolicy, Page,
-    TaskKey, Timestamp,
+    Bucket, Claim, ClaimedOccurrence, NewOccurrence, Occurrence, Outcome, OverlapPolicy, Overtaken,
+    Page, TaskKey, Timestamp,
 };
 use serde_json::json;
 use sqlx::MySqlConnection;
@@ -347,6 +347,49 @@ impl OccurrenceStore for MySqlStore {
         .execute(&self.pool)
         .await?;
         Ok(done.rows_affected())
+    }
+
+    async fn skip_overtaken(&self, runs: &[Overtaken]) -> StoreResult<Vec<TaskKey>> {
+        if runs.is_empty() {
+            return Ok(Vec::new());
+        }
+        // No UPDATE … RETURNING: the rows are locked as the claim locks them (passing over
+        // those a claimer holds), then marked.
+        let mut tx = self.pool.begin().await?;
+        let locked = sqlx::query(concat!(
+            "SELECT o.timer_id, o.run_at FROM ",
+            overtaken_table!(),
+            occurrences_by_key!("k"),
+            " WHERE o.status = 'pending' AND o.attempt = 0 AND o.backfill IS NULL \
+               AND o.timer_version = k.version AND COALESCE(o.next_attempt_at, o.run_at) = k.due \
+             FOR UPDATE SKIP LOCKED"
+        ))
+        .bind(crate::sql::overtaken_json(runs))
+        .fetch_all(&mut *tx)
+        .await?;
+        let keys: HashSet<TaskKey> = locked
+            .iter()
+            .map(rows::task_key)
+            .collect::<StoreResult<_>>()?;
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let marked: Vec<Overtaken> = runs
+            .iter()
+            .filter(|r| keys.contains(&r.key))
+            .cloned()
+            .collect();
+        sqlx::query(concat!(
+            "UPDATE ",
+            overtaken_table!(),
+            occurrences_by_key!("k"),
+            " SET o.status = 'skipped', o.error = k.reason, o.lease_until = NULL"
+        ))
+        .bind(crate::sql::overtaken_json(&marked))
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(keys.into_iter().collect())
     }
 
     async fn drop_pending(

@@ -2,8 +2,8 @@
 
 use async_trait::async_trait;
 use chime_domain::{
-    Bucket, Claim, ClaimedOccurrence, NewOccurrence, Occurrence, Outcome, OverlapPolicy, Page,
-    TaskKey, Timestamp,
+    Bucket, Claim, ClaimedOccurrence, NewOccurrence, Occurrence, Outcome, OverlapPolicy, Overtaken,
+    Page, TaskKey, Timestamp,
 };
 
 use super::PgStore;
@@ -270,6 +270,50 @@ impl OccurrenceStore for PgStore {
         .execute(&self.pool)
         .await?;
         Ok(done.rows_affected())
+    }
+
+    async fn skip_overtaken(&self, runs: &[Overtaken]) -> StoreResult<Vec<TaskKey>> {
+        if runs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let keys: Vec<TaskKey> = runs.iter().map(|r| r.key).collect();
+        let (ids, run_ats) = split_keys(&keys);
+        let (from, to) = span(&run_ats);
+        // Found and locked as the claim does (rows a claimer holds are passed over), then
+        // updated by tuple id; the conditions hold on the locked version of each row.
+        let skipped = sqlx::query(
+            "WITH r AS ( \
+               SELECT * FROM UNNEST($1::bigint[], $2::bigint[], $3::bigint[], $4::bigint[], \
+                 $5::text[]) AS r(timer_id, run_at, version, due, reason)), \
+             cand AS ( \
+               SELECT x.toid, x.tid, r.reason FROM r CROSS JOIN LATERAL ( \
+                 SELECT o.tableoid AS toid, o.ctid AS tid FROM occurrences o \
+                 WHERE o.timer_id = r.timer_id AND o.run_at = r.run_at \
+                   AND o.status = 'pending' AND o.attempt = 0 AND o.backfill IS NULL \
+                   AND o.timer_version = r.version \
+                   AND COALESCE(o.next_attempt_at, o.run_at) = r.due \
+                 FOR UPDATE SKIP LOCKED) x) \
+             UPDATE occurrences o SET status = 'skipped', error = c.reason, lease_until = NULL \
+             FROM cand c \
+             WHERE o.run_at BETWEEN $6 AND $7 AND o.ctid = ANY(ARRAY(SELECT tid FROM cand)) \
+               AND o.tableoid = c.toid AND o.ctid = c.tid \
+               AND o.status = 'pending' AND o.attempt = 0 \
+             RETURNING o.timer_id, o.run_at",
+        )
+        .bind(ids)
+        .bind(&run_ats)
+        .bind(runs.iter().map(|r| r.timer_version).collect::<Vec<i64>>())
+        .bind(runs.iter().map(|r| r.due.as_millis()).collect::<Vec<i64>>())
+        .bind(
+            runs.iter()
+                .map(|r| r.reason.as_str())
+                .collect::<Vec<&str>>(),
+        )
+        .bind(from)
+        .bind(to)
+        .fetch_all(&self.pool)
+        .await?;
+        skipped.iter().map(rows::task_key).collect()
     }
 
     async fn drop_pending(

@@ -94,7 +94,7 @@ pub(crate) use activity::activity_impl;
 pub(crate) use calendars::calendars_impl;
 pub(crate) use credentials::credentials_impl;
 pub(crate) use occurrences::{
-    claim_exclusive, due_in_bucket, find_overdue, list_dead, list_runs, redrive,
+    claim_exclusive, due_in_bucket, find_overdue, list_dead, list_runs, overtaken_json, redrive,
 };
 pub(crate) use timers::{claim_idempotency_key, create_timers, list_timers, pause_timer};
 

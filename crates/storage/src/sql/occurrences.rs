@@ -218,3 +218,22 @@ macro_rules! due_in_bucket {
 }
 
 pub(crate) use {claim_exclusive, due_in_bucket, find_overdue, list_dead, list_runs, redrive};
+
+/// `[[timer_id, run_at, version, due, reason], …]`: the runs of
+/// `OccurrenceStore::skip_overtaken` as one JSON parameter (`json_each`, `JSON_TABLE`).
+pub(crate) fn overtaken_json(runs: &[chime_domain::Overtaken]) -> String {
+    serde_json::Value::Array(
+        runs.iter()
+            .map(|r| {
+                serde_json::json!([
+                    r.key.timer_id.get(),
+                    r.key.run_at.as_millis(),
+                    r.timer_version,
+                    r.due.as_millis(),
+                    r.reason
+                ])
+            })
+            .collect(),
+    )
+    .to_string()
+}

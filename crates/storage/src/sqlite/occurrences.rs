@@ -2,8 +2,8 @@
 
 use async_trait::async_trait;
 use chime_domain::{
-    Bucket, Claim, ClaimedOccurrence, NewOccurrence, Occurrence, Outcome, OverlapPolicy, Page,
-    TaskKey, Timestamp,
+    Bucket, Claim, ClaimedOccurrence, NewOccurrence, Occurrence, Outcome, OverlapPolicy, Overtaken,
+    Page, TaskKey, Timestamp,
 };
 use serde_json::json;
 
@@ -203,6 +203,27 @@ impl OccurrenceStore for SqliteStore {
         .execute(&self.writer)
         .await?;
         Ok(done.rows_affected())
+    }
+
+    async fn skip_overtaken(&self, runs: &[Overtaken]) -> StoreResult<Vec<TaskKey>> {
+        if runs.is_empty() {
+            return Ok(Vec::new());
+        }
+        // One writer: no claimer holds a row while this runs.
+        let skipped = sqlx::query(
+            "UPDATE occurrences SET status = 'skipped', error = r.reason, lease_until = NULL \
+             FROM (SELECT value ->> 0 AS timer_id, value ->> 1 AS run_at, value ->> 2 AS version, \
+                     value ->> 3 AS due, value ->> 4 AS reason FROM json_each(?1)) AS r \
+             WHERE occurrences.timer_id = r.timer_id AND occurrences.run_at = r.run_at \
+               AND occurrences.status = 'pending' AND occurrences.attempt = 0 \
+               AND occurrences.backfill IS NULL AND occurrences.timer_version = r.version \
+               AND COALESCE(occurrences.next_attempt_at, occurrences.run_at) = r.due \
+             RETURNING occurrences.timer_id, occurrences.run_at",
+        )
+        .bind(sql::overtaken_json(runs))
+        .fetch_all(&self.writer)
+        .await?;
+        skipped.iter().map(rows::task_key).collect()
     }
 
     async fn drop_pending(

@@ -53,16 +53,27 @@ pub fn executor_over(
 }
 
 pub async fn timer(s: &Setup, name: &str, url: String, headers: &[(&str, &str)]) -> Timer {
-    let now = SystemClock.now();
+    let every_hour = ScheduleInput {
+        every: Some("1h".into()),
+        ..Default::default()
+    }
+    .resolve(SystemClock.now(), None, None)
+    .unwrap();
+    timer_on(s, name, url, headers, every_hour).await
+}
+
+/// [`timer`] on `schedule`.
+pub async fn timer_on(
+    s: &Setup,
+    name: &str,
+    url: String,
+    headers: &[(&str, &str)],
+    schedule: chime_domain::Schedule,
+) -> Timer {
     let spec = TimerSpec {
         app: AppName::parse("ops").unwrap(),
         name: TimerName::parse(name).unwrap(),
-        schedule: ScheduleInput {
-            every: Some("1h".into()),
-            ..Default::default()
-        }
-        .resolve(now, None, None)
-        .unwrap(),
+        schedule,
         callback: CallbackInput {
             url: Some(url),
             method: Some("PUT".into()),
