@@ -156,6 +156,11 @@ impl Inner {
                 let t = timers.get(&job.key.timer_id).filter(|t| t.enabled)?;
                 let run_at = job.key.run_at;
                 let due = natural_due(t, run_at);
+                // Not late at all (most keys are claimed just ahead of their due instant):
+                // no schedule to walk.
+                if now <= due {
+                    return None;
+                }
                 // A run past its catch_up_window is skipped at the claim, saying so.
                 if t.spec.catch_up_window.is_some_and(|w| w.exceeded(due, now)) {
                     return None;
