@@ -82,11 +82,46 @@ async fn gather(inner: &Inner, jobs: &mut mpsc::UnboundedReceiver<Job>, batch: &
 type Timers = HashMap<chime_domain::TimerId, Arc<Timer>>;
 
 impl Inner {
-    /// Claims `jobs` and starts their callbacks: read their timers, hold back keys over
-    /// their host's cap, claim the rest, then skip or fire each claimed occurrence.
+    /// Claims `jobs` and starts their callbacks: read their timers; mark the runs their
+    /// timer's next run overtook skipped, beside the claim of the others (one round trip
+    /// each, side by side, so the skips add no wait to the keys that fire); claim, skip or
+    /// fire the rest. An overtaken run the store did not skip (a retry, say) is claimed after.
     async fn claim_and_fire(self: Arc<Self>, jobs: &mut Vec<Job>) -> StoreResult<()> {
-        let mut timers = self.timers_of(jobs).await?;
-        self.skip_overtaken(jobs, &timers).await;
+        let timers = self.timers_of(jobs).await?;
+        let runs = self.overtaken_runs(jobs, &timers);
+        if runs.is_empty() {
+            return self.claim_known(jobs, timers).await;
+        }
+        let keys: HashSet<TaskKey> = runs.iter().map(|r| r.key).collect();
+        let (mut held, rest): (Vec<Job>, Vec<Job>) =
+            jobs.drain(..).partition(|j| keys.contains(&j.key));
+        *jobs = rest;
+        let (skipped, claimed) = tokio::join!(
+            self.skip_overtaken(&runs),
+            self.claim_known(jobs, timers.clone())
+        );
+        // Dropping a skipped job frees its permit.
+        held.retain(|j| !skipped.contains(&j.key));
+        if let Err(e) = claimed {
+            // Tried again with the held keys: the caller retries what is left in `jobs`.
+            jobs.append(&mut held);
+            return Err(e);
+        }
+        if held.is_empty() {
+            return Ok(());
+        }
+        let claimed = self.claim_known(&mut held, timers).await;
+        jobs.append(&mut held);
+        claimed
+    }
+
+    /// [`Self::claim_and_fire`] for `jobs` whose `timers` are read: hold back keys over their
+    /// host's cap, claim the rest, then skip or fire each claimed occurrence.
+    async fn claim_known(
+        self: &Arc<Self>,
+        jobs: &mut Vec<Job>,
+        mut timers: Timers,
+    ) -> StoreResult<()> {
         let claim = self.claim_terms(&timers);
         let mut slots = self.admit_to_hosts(jobs, &timers);
         let mut claimed = self.claim_keys(jobs, &timers, claim).await?;
@@ -142,16 +177,12 @@ impl Inner {
         Ok(timers)
     }
 
-    /// Marks `skipped`, without claiming them, the keys whose timer's next run is due
-    /// already: under overload most keys are such runs, and a claim and an outcome for each
-    /// cost the database twice what the one write here does. The store writes only rows
-    /// still waiting for their first attempt at their natural due time; the rest (retries,
-    /// redrives, backfills, rows of another version) go on to the claim, which decides them
-    /// as before. A failure here only leaves every key to the claim.
-    async fn skip_overtaken(&self, jobs: &mut Vec<Job>, timers: &Timers) {
+    /// The runs of `jobs` to mark `skipped` without a claim: their timer's next run is due
+    /// already. Under overload most keys are such runs, and a claim and an outcome for each
+    /// cost the database twice what the one write of [`Self::skip_overtaken`] does.
+    fn overtaken_runs(&self, jobs: &[Job], timers: &Timers) -> Vec<Overtaken> {
         let now = self.clock.now();
-        let runs: Vec<Overtaken> = jobs
-            .iter()
+        jobs.iter()
             .filter_map(|job| {
                 let t = timers.get(&job.key.timer_id).filter(|t| t.enabled)?;
                 let run_at = job.key.run_at;
@@ -173,28 +204,30 @@ impl Inner {
                     reason: misfired(next),
                 })
             })
-            .collect();
-        if runs.is_empty() {
-            return;
-        }
-        let skipped: HashSet<TaskKey> = match self.occurrences.skip_overtaken(&runs).await {
+            .collect()
+    }
+
+    /// Marks `runs` skipped where the store finds them still waiting for their first attempt
+    /// at their natural due time and version; the rest (retries, redrives, backfills, rows
+    /// of another version) are left to the claim, which decides them as before. Returns the
+    /// keys marked; none when the store fails, which only leaves every key to the claim.
+    async fn skip_overtaken(&self, runs: &[Overtaken]) -> HashSet<TaskKey> {
+        let skipped: HashSet<TaskKey> = match self.occurrences.skip_overtaken(runs).await {
             Ok(keys) => keys.into_iter().collect(),
             Err(e) => {
                 tracing::warn!(error = %e, runs = runs.len(), "cannot skip overtaken runs; claiming them");
-                return;
+                return HashSet::new();
             }
         };
-        if skipped.is_empty() {
-            return;
-        }
         let n = skipped.len() as u64;
-        tracing::debug!(skipped = n, "skipped overtaken runs before claiming");
-        metrics::counter!("chime_executor_skipped_total").increment(n);
-        metrics::counter!("chime_executor_misfired_total").increment(n);
-        metrics::counter!("chime_executor_outcomes_total", "status" => OccurrenceStatus::Skipped.as_str())
-            .increment(n);
-        // Dropping a job frees its permit.
-        jobs.retain(|job| !skipped.contains(&job.key));
+        if n > 0 {
+            tracing::debug!(skipped = n, "skipped overtaken runs before claiming");
+            metrics::counter!("chime_executor_skipped_total").increment(n);
+            metrics::counter!("chime_executor_misfired_total").increment(n);
+            metrics::counter!("chime_executor_outcomes_total", "status" => OccurrenceStatus::Skipped.as_str())
+                .increment(n);
+        }
+        skipped
     }
 
     /// The claim's time and lease: long enough for the slowest callback among `timers`.

@@ -126,7 +126,8 @@ async fn skips_disabled_changed_and_deleted_timers_without_calling_back() {
 }
 
 /// Runs a whole interval late are skipped before any claim (one write each, no claim and no
-/// outcome of their own) and never called back; a run not overtaken is claimed and fires.
+/// outcome of their own) and never called back; a run not overtaken is claimed and fires, and
+/// so does a late retry (the skip leaves it alone, the claim after it takes it).
 #[tokio::test]
 async fn overtaken_runs_are_skipped_without_a_claim() {
     let s = setup().await;
@@ -148,19 +149,42 @@ async fn overtaken_runs_are_skipped_without_a_claim() {
         )
         .map(|at| TaskKey::new(t.id, at))
         .collect();
-    assert!(late.len() >= 2, "{late:?}");
+    assert!(late.len() >= 3, "{late:?}");
     insert(&s, &t, &late).await;
+    // The earliest failed once and waits for its retry, due now.
+    let (retry, late) = (late[0], late[1..].to_vec());
+    let first =
+        s.db.store
+            .claim(
+                &[retry],
+                chime_domain::Claim {
+                    now,
+                    lease_until: now.add_millis(30_000),
+                },
+            )
+            .await
+            .unwrap();
+    assert_eq!(first.len(), 1);
+    let mut failed = Outcome::ended(
+        retry,
+        1,
+        OccurrenceStatus::Retrying,
+        Some(now),
+        Some("HTTP 503".into()),
+    );
+    failed.next_attempt_at = Some(now);
+    s.db.store.record_outcomes(&[failed]).await.unwrap();
     // Not a scheduled run (a trigger's): never overtaken.
     let triggered = due_now(&s, &t, 0).await;
     let counting = Counting::new(s.db.store());
     let exec = executor_over(&s, counting.clone(), 16);
     let mut offered = late.clone();
-    offered.push(triggered);
+    offered.extend([triggered, retry]);
     assert_eq!(exec.offer(&offered).unwrap().accepted, offered.len());
-    assert_eq!(
-        finished(&s, triggered).await.status,
-        OccurrenceStatus::Succeeded
-    );
+    for key in [triggered, retry] {
+        assert_eq!(finished(&s, key).await.status, OccurrenceStatus::Succeeded);
+    }
+    assert_eq!(finished(&s, retry).await.attempt, 2);
     for key in &late {
         let run = finished(&s, *key).await;
         assert_eq!(run.status, OccurrenceStatus::Skipped, "{key}");
@@ -179,7 +203,8 @@ async fn overtaken_runs_are_skipped_without_a_claim() {
         .copied()
         .collect();
     assert!(late.iter().all(|k| !claimed.contains(k)), "{claimed:?}");
-    assert_eq!(s.sink.count(), 1);
+    assert!(claimed.contains(&retry), "{claimed:?}");
+    assert_eq!(s.sink.count(), 2);
     wait_for("the permits back", || async { exec.in_flight() == 0 }).await;
 }
 
