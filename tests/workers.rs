@@ -255,3 +255,118 @@ async fn nacks_retry_with_backoff_silent_workers_lose_the_delivery_and_no_worker
     }
     cluster.stop().await;
 }
+
+/// What a worker's command prints is each run's output, for succeeded and failed attempts
+/// (deliveries the other executor claims reach the workers forwarded); `keep_output: false`
+/// keeps none. Read back over REST (`runs`, `GET /v1/runs/{key}`) and with `chime timers run`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn worker_output_is_kept_per_run_unless_turned_off() {
+    let (db, redis) = (testkit::pg().await, testkit::redis().await);
+    let mut cluster = start_on("workers-output", &db, &redis, 1, 2, vec![]).await;
+    let pool = Workers::for_faults(&cluster, "workers-output-receipts").await;
+    let file = pool.receipts.clone();
+    // Only executor 0 has workers: what executor 1 claims is forwarded to them.
+    let e0 = executor_url(&cluster.executors[0]);
+    let talk = format!(
+        r#"{RECORD}; echo "processed $CHIME_IDEMPOTENCY_KEY"; echo "warn: slow disk" >&2;
+        case "$CHIME_TIMER_NAME" in fail*) exit 4;; esac"#
+    );
+    let mut workers = vec![
+        pool.start("talker", &e0, "talk", 4, &talk),
+        pool.start("secretive", &e0, "secret", 4, &format!("{RECORD}; echo token=s3cr3t")),
+    ];
+    until("two workers connected", Duration::from_secs(30), || async {
+        connected(&cluster).await == 2.0
+    })
+    .await;
+    let timer = |name: &str, callback: serde_json::Value| {
+        json!({"app": "faults", "name": name, "schedule": {"after": "2s"},
+            "callback": callback, "retry": {"max_attempts": 1}})
+    };
+    let key_of = |t: &serde_json::Value| {
+        format!(
+            "{}:{}",
+            t["id"],
+            chime_e2e::timers::ms(t["schedule"]["at"].as_str().unwrap())
+        )
+    };
+    let mut talking = Vec::new();
+    for i in 0..6 {
+        let t = create(
+            &cluster.rest,
+            timer(&format!("talk-{i}"), json!({"worker": {"group": "talk"}})),
+        )
+        .await;
+        talking.push(key_of(&t));
+    }
+    let failing = key_of(
+        &create(
+            &cluster.rest,
+            timer("fail-once", json!({"worker": {"group": "talk"}})),
+        )
+        .await,
+    );
+    let quiet = create(
+        &cluster.rest,
+        timer(
+            "secret",
+            json!({"worker": {"group": "secret"}, "keep_output": false}),
+        ),
+    )
+    .await;
+    assert_eq!(quiet["callback"]["keep_output"], false, "{quiet}");
+    let hushed = key_of(&quiet);
+    let run_of = |key: &str| get_json(format!("{}/v1/runs/{key}", cluster.rest));
+    let mut every: Vec<String> = talking.clone();
+    every.extend([failing.clone(), hushed.clone()]);
+    until("every run ended", Duration::from_secs(60), || {
+        let every = every.clone();
+        let rest = cluster.rest.clone();
+        async move {
+            for key in &every {
+                let run = get_json(format!("{rest}/v1/runs/{key}")).await;
+                if !matches!(run["status"].as_str(), Some("succeeded" | "dead")) {
+                    return false;
+                }
+            }
+            true
+        }
+    })
+    .await;
+    for key in &talking {
+        let run = run_of(key).await;
+        assert_eq!(run["status"], "succeeded", "{run}");
+        let output = run["output"].as_str().unwrap_or_default();
+        assert!(output.contains(&format!("processed {key}")), "{run}");
+        assert!(output.contains("warn: slow disk"), "{run}");
+    }
+    let failed = run_of(&failing).await;
+    assert_eq!(failed["status"], "dead", "{failed}");
+    assert!(
+        failed["output"]
+            .as_str()
+            .is_some_and(|o| o.contains(&format!("processed {failing}"))),
+        "{failed}"
+    );
+    let secret = run_of(&hushed).await;
+    assert_eq!(secret["status"], "succeeded", "{secret}");
+    assert!(secret["output"].is_null(), "{secret}");
+    // The worker did run it: the receiver's record has it.
+    assert!(receipts(&file).contains_key(&hushed));
+    // `chime timers run KEY` prints the whole output.
+    let shown = std::process::Command::new(chime_test_support::deploy::bin("chime"))
+        .args(["timers", "run", &talking[0], "--server", &cluster.grpc])
+        .env("CHIME_TOKEN", chime_test_support::deploy::BOOTSTRAP_TOKEN)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&shown.stdout);
+    assert!(shown.status.success(), "{}", String::from_utf8_lossy(&shown.stderr));
+    assert!(text.contains(&format!("processed {}", talking[0])), "{text}");
+    assert!(text.contains("warn: slow disk"), "{text}");
+    let missing = get_json(format!("{}/v1/runs/{}:1", cluster.rest, quiet["id"])).await;
+    assert_eq!(missing["status"], 404, "{missing}");
+    for w in &mut workers {
+        w.terminate();
+    }
+    cluster.stop().await;
+}

@@ -298,6 +298,11 @@ test('its runs appear in the detail page as they fire against the sink', async (
   assert.equal(cells[2], '1', 'attempt');
   assert.equal(cells[3], '200', 'HTTP status');
   assert.match(cells[4], /\d+ m?s/, 'lateness');
+  // The run's output (the sink's answer): its first line, the whole of it when opened.
+  assert.equal(cells[6].startsWith('ok'), true, `output cell: ${cells[6]}`);
+  await page.click('#run-history tr[data-status=succeeded] td.output summary');
+  await page.waitForSelector('#run-history tr[data-status=succeeded] td.output details[open] pre');
+  assert.match(await page.textContent('#spec'), /Run output\s*kept/);
   await shot(page, 'timer-detail');
   assert.deepEqual(unexpected(mark), []);
 });

@@ -372,6 +372,8 @@ pub trait TimerApi: Send + Sync + 'static {
     ) -> ApiResult<Backfilled>;
     async fn list_runs(&self, ctx: &RequestContext, query: ListRuns)
     -> ApiResult<Page<Occurrence>>;
+    /// One run by its task key `{timer_id}:{run_at_ms}`, with its whole output.
+    async fn get_run(&self, ctx: &RequestContext, key: &str) -> ApiResult<Occurrence>;
     async fn list_dead_letters(
         &self,
         ctx: &RequestContext,

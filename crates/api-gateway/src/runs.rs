@@ -34,6 +34,29 @@ impl TimerService {
         Ok(self.occurrences.list_runs(&filter, &page).await?)
     }
 
+    /// [`crate::api::TimerApi::get_run`].
+    pub(crate) async fn run(&self, ctx: &RequestContext, raw_key: &str) -> ApiResult<Occurrence> {
+        ctx.require(Scope::Read)?;
+        let key: TaskKey = raw_key.parse()?;
+        self.visible_run(ctx, key).await
+    }
+
+    /// Run `key` of a timer the caller may see; 404 otherwise, as for an unknown run.
+    async fn visible_run(&self, ctx: &RequestContext, key: TaskKey) -> ApiResult<Occurrence> {
+        let run = match self.check_visible(ctx, key.timer_id).await {
+            Ok(()) => self.occurrences.get_occurrence(key).await?,
+            Err(e) if e.code == ErrorCode::NotFound => None,
+            Err(e) => return Err(e),
+        };
+        run.ok_or_else(|| {
+            ApiError::new(
+                ErrorCode::NotFound,
+                "NOT_FOUND",
+                format!("run {key} not found"),
+            )
+        })
+    }
+
     /// [`crate::api::TimerApi::list_dead_letters`].
     pub(crate) async fn dead_letters(
         &self,
@@ -67,18 +90,7 @@ impl TimerService {
         match what {
             RedriveTarget::Run(raw) => {
                 let key: TaskKey = raw.parse()?;
-                let run = match self.check_visible(ctx, key.timer_id).await {
-                    Ok(()) => self.occurrences.get_occurrence(key).await?,
-                    Err(e) if e.code == ErrorCode::NotFound => None,
-                    Err(e) => return Err(e),
-                };
-                let Some(run) = run else {
-                    return Err(ApiError::new(
-                        ErrorCode::NotFound,
-                        "NOT_FOUND",
-                        format!("run {key} not found"),
-                    ));
-                };
+                let run = self.visible_run(ctx, key).await?;
                 if run.status != OccurrenceStatus::Dead {
                     return Err(ApiError::new(
                         ErrorCode::FailedPrecondition,

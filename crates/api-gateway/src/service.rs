@@ -548,6 +548,10 @@ impl TimerApi for TimerService {
         self.runs(ctx, query).await
     }
 
+    async fn get_run(&self, ctx: &RequestContext, key: &str) -> ApiResult<Occurrence> {
+        self.run(ctx, key).await
+    }
+
     async fn list_dead_letters(
         &self,
         ctx: &RequestContext,

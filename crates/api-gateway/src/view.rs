@@ -38,6 +38,7 @@ pub struct CallbackShown {
     pub headers: Vec<(String, String)>,
     pub body: Option<String>,
     pub timeout: String,
+    pub keep_output: bool,
 }
 
 pub struct RetryShown {
@@ -101,6 +102,7 @@ impl TimerView {
                 .collect(),
             body: cb.body.as_ref().map(|b| b.as_str().to_owned()),
             timeout: format_duration(cb.timeout.get()),
+            keep_output: cb.keep_output,
         }
     }
 

@@ -201,6 +201,7 @@ fn request(app: &str, d: Declared, dry_run: bool) -> Result<pb::ApplyTimerReques
                 headers: d.callback.headers.into_iter().collect(),
                 body: d.callback.body,
                 timeout: d.callback.timeout.unwrap_or_default(),
+                keep_output: d.callback.keep_output,
             }),
             retry: Some(pb::RetryPolicy {
                 max_attempts: retry.max_attempts.unwrap_or(0),

@@ -44,8 +44,12 @@ pub enum TimersCommand {
     ///
     /// Example: chime timers backfill 42 --from 2026-11-20T00:00:00Z --to 2026-11-23T00:00:00Z
     Backfill(BackfillArgs),
-    /// A timer's runs, newest first: status, attempt, lateness, HTTP status, error.
+    /// A timer's runs, newest first: status, attempt, lateness, HTTP status, error, and the
+    /// first line of the output.
     Runs(RunsArgs),
+    /// One run by its task key (`{timer_id}:{run_at_ms}`, as `runs` lists it), with its
+    /// whole output.
+    Run { task_key: String },
 }
 
 #[derive(Debug, Clone, Args, Default)]
@@ -139,6 +143,10 @@ pub struct SpecArgs {
     /// Callback timeout (default 5s).
     #[arg(long)]
     pub timeout: Option<String>,
+    /// Keep what the target answers (response body, worker output) as each run's output
+    /// (default true); false for callees whose answers hold secrets.
+    #[arg(long, value_name = "BOOL")]
+    pub keep_output: Option<bool>,
     /// Attempts per occurrence, the first included.
     #[arg(long)]
     pub max_attempts: Option<u32>,

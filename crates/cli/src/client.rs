@@ -123,6 +123,9 @@ fn apply_callback(callback: &mut pb::Callback, url: Option<&str>, spec: &SpecArg
     if let Some(t) = &spec.timeout {
         callback.timeout = t.clone();
     }
+    if let Some(keep) = spec.keep_output {
+        callback.keep_output = Some(keep);
+    }
 }
 
 fn apply_retry(retry: &mut pb::RetryPolicy, spec: &SpecArgs) {
@@ -263,6 +266,13 @@ pub async fn run(
                 .await?
                 .into_inner();
             output::runs(&page.runs, &page.next_page_token, out)
+        }
+        TimersCommand::Run { task_key } => {
+            let run = client
+                .get_run(pb::GetRunRequest { task_key })
+                .await?
+                .into_inner();
+            output::run(&run, out)
         }
     })
 }

@@ -237,13 +237,62 @@ pub fn runs(rs: &[pb::Run], token: &str, out: Output) -> String {
                 r.lateness_ms.map_or("-".into(), |l| format!("{l} ms")),
                 r.http_status.map_or("-".into(), |s| s.to_string()),
                 r.error.clone(),
+                first_line(&r.output, 40),
             ]
         })
         .collect();
     table(
-        &["RUN AT", "STATUS", "ATTEMPT", "LATENESS", "HTTP", "ERROR"],
+        &[
+            "RUN AT", "STATUS", "ATTEMPT", "LATENESS", "HTTP", "ERROR", "OUTPUT",
+        ],
         &rows,
     ) + &next_page(token)
+}
+
+/// The first non-empty line of `text`, cut to `chars` with an ellipsis.
+fn first_line(text: &str, chars: usize) -> String {
+    let line = text.lines().map(str::trim).find(|l| !l.is_empty()).unwrap_or("");
+    if line.chars().count() <= chars {
+        return line.to_owned();
+    }
+    line.chars().take(chars.saturating_sub(1)).collect::<String>() + "…"
+}
+
+/// One run, every field, and its whole output after them.
+pub fn run(r: &pb::Run, out: Output) -> String {
+    if out == Output::Json {
+        return pretty(&run_json(r));
+    }
+    let field = |name: &str, value: String| format!("{name:<16}{value}\n");
+    let mut text = field("task_key", r.task_key.clone())
+        + &field("status", r.status.clone())
+        + &field("attempt", r.attempt.to_string())
+        + &field("run_at", r.run_at.map(rfc3339).unwrap_or_default())
+        + &field("fired_at", r.fired_at.map(rfc3339).unwrap_or("-".into()))
+        + &field(
+            "lateness",
+            r.lateness_ms.map_or("-".into(), |l| format!("{l} ms")),
+        )
+        + &field(
+            "http_status",
+            r.http_status.map_or("-".into(), |s| s.to_string()),
+        );
+    if !r.error.is_empty() {
+        text += &field("error", r.error.clone());
+    }
+    if !r.backfill.is_empty() {
+        text += &field("backfill", r.backfill.clone());
+    }
+    if r.output.is_empty() {
+        text += &field("output", "-".into());
+    } else {
+        text += "output:\n";
+        text += &r.output;
+        if !r.output.ends_with('\n') {
+            text.push('\n');
+        }
+    }
+    text
 }
 
 fn state_text(raw: i32) -> &'static str {

@@ -1,14 +1,19 @@
 //! `chime worker --app A --group G -- CMD…`: a registered worker that runs CMD once per
 //! delivery, with the body on stdin and the metadata in `CHIME_*` environment variables;
 //! exit status 0 acks it, any other status nacks it (retryable) with the tail of stderr.
+//! What it printed (stdout, then stderr) goes with the answer as the run's output, unless
+//! the timer says `"keep_output": false`.
 
 use std::process::Stdio;
 
-use chime_worker::{Answer, Delivery, WorkerConfig};
+use chime_worker::{Answer, Answered, Delivery, WorkerConfig};
 use tokio::io::AsyncWriteExt;
 
 /// How much of a failed command's stderr goes into its nack.
 const STDERR_TAIL: usize = 500;
+/// How much of what the command printed (stdout, then stderr) goes with its answer as the
+/// run's output; the executor keeps at most its last 4 KiB.
+const OUTPUT_TAIL: usize = 4096;
 
 #[derive(clap::Args)]
 pub struct WorkerArgs {
@@ -52,13 +57,15 @@ pub async fn run(
     chime_worker::run(config, handler, chime_runtime::shutdown_token()).await
 }
 
-async fn run_command(command: &[String], d: Delivery) -> Answer {
+async fn run_command(command: &[String], d: Delivery) -> Answered {
     let Some((program, args)) = command.split_first() else {
         return Answer::Nack {
             retryable: false,
             error: "no command".into(),
-        };
+        }
+        .into();
     };
+    let keep_output = d.keep_output;
     let spawned = tokio::process::Command::new(program)
         .args(args)
         .env("CHIME_DELIVERY_ID", &d.id)
@@ -69,7 +76,7 @@ async fn run_command(command: &[String], d: Delivery) -> Answer {
         .env("CHIME_SCHEDULED_AT", &d.scheduled_at)
         .env("CHIME_ATTEMPT", d.attempt.to_string())
         .stdin(Stdio::piped())
-        .stdout(Stdio::inherit())
+        .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true)
         .spawn();
@@ -79,7 +86,8 @@ async fn run_command(command: &[String], d: Delivery) -> Answer {
             return Answer::Nack {
                 retryable: true,
                 error: format!("cannot start {program}: {e}"),
-            };
+            }
+            .into();
         }
     };
     if let Some(mut stdin) = child.stdin.take() {
@@ -87,29 +95,49 @@ async fn run_command(command: &[String], d: Delivery) -> Answer {
         let _ = stdin.write_all(&d.body).await;
     }
     let waited = tokio::time::timeout(d.ack_timeout, child.wait_with_output()).await;
-    match waited {
-        Ok(Ok(out)) if out.status.success() => Answer::Ack,
-        Ok(Ok(out)) => {
-            let stderr = String::from_utf8_lossy(&out.stderr);
-            eprint!("{stderr}");
-            let tail = stderr
-                .char_indices()
-                .rev()
-                .nth(STDERR_TAIL)
-                .map_or(&*stderr, |(i, _)| &stderr[i..]);
-            Answer::Nack {
+    let out = match waited {
+        Ok(Ok(out)) => out,
+        Ok(Err(e)) => {
+            return Answer::Nack {
                 retryable: true,
-                error: format!("{}: {}", out.status, tail.trim()),
+                error: format!("waiting for {program}: {e}"),
             }
+            .into();
         }
-        Ok(Err(e)) => Answer::Nack {
-            retryable: true,
-            error: format!("waiting for {program}: {e}"),
-        },
         // Dropping the child kills it.
-        Err(_) => Answer::Nack {
+        Err(_) => {
+            return Answer::Nack {
+                retryable: true,
+                error: format!("{program} ran longer than {:?}", d.ack_timeout),
+            }
+            .into();
+        }
+    };
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // The worker's own log still shows what the command printed.
+    print!("{stdout}");
+    eprint!("{stderr}");
+    let answer = if out.status.success() {
+        Answer::Ack
+    } else {
+        Answer::Nack {
             retryable: true,
-            error: format!("{program} ran longer than {:?}", d.ack_timeout),
-        },
+            error: format!("{}: {}", out.status, tail(&stderr, STDERR_TAIL).trim()),
+        }
+    };
+    if !keep_output {
+        return answer.into();
     }
+    let printed = if stderr.is_empty() {
+        stdout.into_owned()
+    } else {
+        format!("{stdout}{stderr}")
+    };
+    answer.with_output(tail(&printed, OUTPUT_TAIL))
+}
+
+/// The last `chars` characters of `s`.
+fn tail(s: &str, chars: usize) -> &str {
+    s.char_indices().rev().nth(chars).map_or(s, |(i, _)| &s[i..])
 }

@@ -282,6 +282,9 @@ pub struct Callback {
     pub headers: CallbackHeaders,
     pub body: Option<CallbackBody>,
     pub timeout: CallbackTimeout,
+    /// Keep what the target answers (an HTTP response body, a worker's output) as the run's
+    /// output; off for callees whose answers hold secrets.
+    pub keep_output: bool,
 }
 
 impl Callback {
@@ -293,6 +296,7 @@ impl Callback {
             headers: CallbackHeaders::default(),
             body: None,
             timeout: CallbackTimeout::default(),
+            keep_output: true,
         }
     }
 
@@ -336,6 +340,10 @@ pub struct CallbackInput {
     pub body: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout: Option<String>,
+    /// Keep what the target answers (an HTTP response body, a worker's stdout and stderr) as
+    /// each run's `output`; default true. false for callees whose answers hold secrets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keep_output: Option<bool>,
 }
 
 impl CallbackInput {
@@ -386,6 +394,7 @@ impl CallbackInput {
                 .transpose()
                 .map_err(under)?
                 .unwrap_or_default(),
+            keep_output: self.keep_output.unwrap_or(true),
         })
     }
 }

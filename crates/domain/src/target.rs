@@ -335,6 +335,17 @@ pub(crate) struct CallbackRepr {
     body: Option<CallbackBody>,
     #[serde(default)]
     timeout: CallbackTimeout,
+    #[serde(default = "keeps_output", skip_serializing_if = "keeps")]
+    keep_output: bool,
+}
+
+/// Specs stored before `keep_output` existed kept output.
+fn keeps_output() -> bool {
+    true
+}
+
+fn keeps(keep: &bool) -> bool {
+    *keep
 }
 
 pub(crate) const ONE_TARGET: &str = "give exactly one of url, worker, nats or amqp";
@@ -367,6 +378,7 @@ impl TryFrom<CallbackRepr> for Callback {
             headers: r.headers,
             body: r.body,
             timeout: r.timeout,
+            keep_output: r.keep_output,
         })
     }
 }
@@ -389,6 +401,7 @@ impl From<Callback> for CallbackRepr {
             headers: c.headers,
             body: c.body,
             timeout: c.timeout,
+            keep_output: c.keep_output,
         }
     }
 }

@@ -96,6 +96,8 @@ pub struct Delivery {
     pub headers: HashMap<String, String>,
     /// How long the executor waits for the answer.
     pub ack_timeout: Duration,
+    /// Whether the timer keeps output: when false, an answer's output is not sent.
+    pub keep_output: bool,
 }
 
 impl From<pb::Delivery> for Delivery {
@@ -111,6 +113,7 @@ impl From<pb::Delivery> for Delivery {
             body: d.body,
             headers: d.headers,
             ack_timeout: Duration::from_millis(u64::from(d.ack_timeout_ms)),
+            keep_output: !d.omit_output,
         }
     }
 }
@@ -126,6 +129,33 @@ pub enum Answer {
     },
 }
 
+impl Answer {
+    /// This answer with what the work printed, kept as the run's `output` (the executor
+    /// keeps its last 4 KiB).
+    pub fn with_output(self, output: impl Into<String>) -> Answered {
+        Answered {
+            answer: self,
+            output: Some(output.into()),
+        }
+    }
+}
+
+/// An [`Answer`] and, optionally, the output that goes with it. A handler returns either.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answered {
+    pub answer: Answer,
+    pub output: Option<String>,
+}
+
+impl From<Answer> for Answered {
+    fn from(answer: Answer) -> Self {
+        Self {
+            answer,
+            output: None,
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("invalid server URL {0:?}: {1}")]
@@ -137,14 +167,15 @@ pub enum Error {
 
 /// Runs the worker until `stop`: connects, takes deliveries, answers each with `handler`,
 /// and reconnects (backoff 100 ms doubling to 5 s) when the connection drops.
-pub async fn run<F, Fut>(
+pub async fn run<F, Fut, A>(
     config: WorkerConfig,
     handler: F,
     stop: CancellationToken,
 ) -> Result<(), Error>
 where
     F: Fn(Delivery) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Answer> + Send + 'static,
+    Fut: Future<Output = A> + Send + 'static,
+    A: Into<Answered>,
 {
     let handler = Arc::new(handler);
     let mut endpoint = Endpoint::from_shared(config.server.clone())
@@ -185,7 +216,7 @@ fn refused_for_good(status: &tonic::Status) -> bool {
 }
 
 /// One connection: ends when the stream does (`Ok`: the executor closed it) or fails.
-async fn session<F, Fut>(
+async fn session<F, Fut, A>(
     endpoint: &Endpoint,
     config: &WorkerConfig,
     handler: Arc<F>,
@@ -193,7 +224,8 @@ async fn session<F, Fut>(
 ) -> Result<(), tonic::Status>
 where
     F: Fn(Delivery) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Answer> + Send + 'static,
+    Fut: Future<Output = A> + Send + 'static,
+    A: Into<Answered>,
 {
     let channel = endpoint
         .connect()
@@ -240,18 +272,24 @@ where
                 let handling = handling.clone();
                 tokio::spawn(async move {
                     let id = d.delivery_id.clone();
-                    let answer = tokio::select! {
-                        a = handler(d.into()) => a,
+                    let omit_output = d.omit_output;
+                    let answered: Answered = tokio::select! {
+                        a = handler(d.into()) => a.into(),
                         // The connection is gone: the executor has moved it on already.
                         () = handling.cancelled() => return,
                     };
-                    let kind = match answer {
-                        Answer::Ack => pb::worker_message::Kind::Ack(pb::Ack { delivery_id: id }),
+                    let output = answered.output.filter(|_| !omit_output).unwrap_or_default();
+                    let kind = match answered.answer {
+                        Answer::Ack => pb::worker_message::Kind::Ack(pb::Ack {
+                            delivery_id: id,
+                            output,
+                        }),
                         Answer::Nack { retryable, error } => {
                             pb::worker_message::Kind::Nack(pb::Nack {
                                 delivery_id: id,
                                 retryable,
                                 error,
+                                output,
                             })
                         }
                     };

@@ -65,6 +65,7 @@ pub(super) fn callback_spec(c: pb::Callback) -> CallbackInput {
         headers: c.headers.into_iter().collect(),
         body: c.body,
         timeout: non_empty(c.timeout),
+        keep_output: c.keep_output,
     }
 }
 
@@ -337,6 +338,7 @@ fn callback_out(cb: crate::view::CallbackShown) -> pb::Callback {
         headers: cb.headers.into_iter().collect(),
         body: cb.body,
         timeout: cb.timeout,
+        keep_output: Some(cb.keep_output),
     }
 }
 

@@ -305,6 +305,12 @@ impl GrpcTimerService for GrpcApi {
         }))
     }
 
+    async fn get_run(&self, req: Request<pb::GetRunRequest>) -> Result<Response<pb::Run>, Status> {
+        let ctx = RequestContext::of(req.extensions());
+        let run = self.0.get_run(&ctx, &req.into_inner().task_key).await?;
+        Ok(Response::new(convert::run_out(run)))
+    }
+
     async fn list_runs(
         &self,
         req: Request<pb::ListRunsRequest>,

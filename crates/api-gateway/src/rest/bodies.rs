@@ -42,6 +42,8 @@ pub struct CallbackBody {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub body: Option<String>,
     pub timeout: String,
+    /// Whether each run keeps what the target answered as its `output`.
+    pub keep_output: bool,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -252,6 +254,7 @@ impl From<TimerView> for TimerBody {
                 headers: cb.headers.into_iter().collect(),
                 body: cb.body,
                 timeout: cb.timeout,
+                keep_output: cb.keep_output,
             },
             retry: RetryBody {
                 max_attempts: retry.max_attempts,

@@ -139,6 +139,7 @@ pub fn routes(api: Api, access: Access) -> OpenApiRouter {
         .routes(routes!(trigger_timer))
         .routes(routes!(backfill_timer))
         .routes(routes!(list_runs))
+        .routes(routes!(get_run))
         .routes(routes!(redrive_timer))
         .routes(routes!(list_dead_letters))
         .routes(routes!(redrive_run))

@@ -41,6 +41,24 @@ pub(super) async fn list_runs(
     Ok(Json(page.into()))
 }
 
+/// One run by its task key, with its whole output (up to 4 KiB).
+#[utoipa::path(get, path = "/v1/runs/{task_key}", tag = "timers",
+    params(("task_key" = String, Path, description = "`{timer_id}:{run_at_ms}`")),
+    responses(
+        (status = 200, description = "The run", body = RunBody),
+        (status = 400, description = "Malformed task key", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such run", body = Problem, content_type = "application/problem+json"),
+        AuthErrors,
+        ServerErrors,
+    ))]
+pub(super) async fn get_run(
+    State(api): State<Api>,
+    Ctx(ctx): Ctx,
+    Path(task_key): Path<String>,
+) -> Result<Json<RunBody>, ApiError> {
+    Ok(Json(api.get_run(&ctx, &task_key).await?.into()))
+}
+
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct ListDeadLettersParams {

@@ -49,7 +49,7 @@ impl HostLookup for SystemLookup {
 impl Default for CallbackSettings {
     fn default() -> Self {
         Self {
-            output_cap: 4096,
+            output_cap: super::OUTPUT_CAP,
             idle_per_host: 64,
             networks: NetworkPolicy::default(),
             lookup: Arc::new(SystemLookup),

@@ -26,6 +26,9 @@ pub use worker::WorkerTarget;
 
 /// What one delivery attempt came to, before the retry policy is applied.
 #[derive(Debug, Clone, PartialEq, Eq)]
+/// Bytes of what a target answered that a run keeps as its `output`.
+pub const OUTPUT_CAP: usize = 4096;
+
 pub struct Attempt {
     /// `succeeded`, or `failed` with what the target reported (an HTTP status and error).
     pub outcome: Outcome,
@@ -67,6 +70,12 @@ impl Attempt {
     }
 
     /// A delivered attempt, fired at `fired_at`.
+    /// This attempt with what the target printed as its output ("" for none).
+    pub fn with_output(mut self, output: String) -> Self {
+        self.outcome.output = (!output.is_empty()).then_some(output);
+        self
+    }
+
     pub fn succeeded(occurrence: &ClaimedOccurrence, fired_at: chime_domain::Timestamp) -> Self {
         Self {
             outcome: Outcome::ended(
@@ -159,7 +168,7 @@ impl Targets {
         clock: &dyn Clock,
     ) -> Attempt {
         let kind = timer.spec.callback.target_kind();
-        match self.by_kind.get(&kind) {
+        let mut attempt = match self.by_kind.get(&kind) {
             Some(target) => target.deliver(timer, occurrence, clock).await,
             None => Attempt::failed(
                 &occurrence,
@@ -167,6 +176,11 @@ impl Targets {
                 format!("this executor cannot deliver to {} targets", kind.as_str()),
                 false,
             ),
+        };
+        // One place for every target: a callee that answers with secrets keeps none.
+        if !timer.spec.callback.keep_output {
+            attempt.outcome.output = None;
         }
+        attempt
     }
 }

@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use chime_domain::{ClaimedOccurrence, Clock, Target, Timer, format_duration};
 use chime_proto::v1 as pb;
 
-use super::{Attempt, DeliveryTarget, Signer, prepare};
+use super::{Attempt, DeliveryTarget, OUTPUT_CAP, Signer, prepare};
 use crate::workers::peers::Peers;
 use crate::workers::{Reply, Unanswered, Workers};
 
@@ -74,6 +74,7 @@ impl DeliveryTarget for WorkerTarget {
             body: body.as_bytes().to_vec(),
             headers: headers.clone(),
             ack_timeout_ms: u32::try_from(timeout.as_millis()).unwrap_or(u32::MAX),
+            omit_output: !cb.keep_output,
         };
         let group = &target.group;
         let within = format_duration(timeout);
@@ -92,11 +93,19 @@ impl DeliveryTarget for WorkerTarget {
             },
             other => other,
         };
-        match delivered {
-            Ok((Reply::Ack, _)) => Attempt::succeeded(&occurrence, fired_at),
-            Ok((Reply::Nack { retryable, error }, worker)) => {
-                failed(format!("worker {worker} refused it: {error}"), retryable)
+        let mut attempt = match delivered {
+            Ok((Reply::Ack { output }, _)) => {
+                Attempt::succeeded(&occurrence, fired_at).with_output(output)
             }
+            Ok((
+                Reply::Nack {
+                    retryable,
+                    error,
+                    output,
+                },
+                worker,
+            )) => failed(format!("worker {worker} refused it: {error}"), retryable)
+                .with_output(output),
             Err(Unanswered::NoWorker) => {
                 failed(format!("no worker of group {group} is connected"), true)
             }
@@ -108,6 +117,34 @@ impl DeliveryTarget for WorkerTarget {
                 format!("worker {worker} did not answer within {within}"),
                 true,
             ),
-        }
+        };
+        attempt.outcome.output = attempt.outcome.output.map(|o| tail(o, OUTPUT_CAP));
+        attempt
+    }
+}
+
+/// The last `cap` bytes of `output`, from a character boundary: a command's last lines say
+/// most about how it ended.
+fn tail(output: String, cap: usize) -> String {
+    if output.len() <= cap {
+        return output;
+    }
+    let mut from = output.len() - cap;
+    while !output.is_char_boundary(from) {
+        from += 1;
+    }
+    output[from..].to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn output_is_cut_to_its_tail_on_a_character_boundary() {
+        assert_eq!(tail("short".into(), 10), "short");
+        assert_eq!(tail("0123456789".into(), 4), "6789");
+        // "é" is two bytes: a cut inside it starts after it.
+        assert_eq!(tail("aéb".into(), 2), "b");
     }
 }

@@ -21,8 +21,13 @@ pub const MAX_CREDITS: u32 = 1024;
 /// A worker's answer to one delivery.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Reply {
-    Ack,
-    Nack { retryable: bool, error: String },
+    /// With what the work printed ("" for none), as the run's output.
+    Ack { output: String },
+    Nack {
+        retryable: bool,
+        error: String,
+        output: String,
+    },
 }
 
 /// Why a delivery got no answer.
@@ -311,8 +316,11 @@ mod tests {
         let second = tokio::spawn(async move { w.deliver(&app(), "g", delivery, soon()).await });
         let on_a = next_id(&mut rx_a).await;
         let on_b = next_id(&mut rx_b).await;
-        workers.answer(&a, &on_a, Reply::Ack);
-        assert_eq!(first.await.unwrap().map(|r| r.0).ok(), Some(Reply::Ack));
+        let done = Reply::Ack {
+            output: "done".into(),
+        };
+        workers.answer(&a, &on_a, done.clone());
+        assert_eq!(first.await.unwrap().map(|r| r.0).ok(), Some(done));
         // b goes away without answering: its delivery goes to a.
         workers.unregister(&b);
         let moved = next_id(&mut rx_a).await;
@@ -322,6 +330,7 @@ mod tests {
             Reply::Nack {
                 retryable: true,
                 error: "later".into(),
+                output: String::new(),
             },
         );
         let (reply, by) = second.await.unwrap().unwrap();
@@ -363,7 +372,7 @@ mod tests {
             .await
         });
         let id = next_id(&mut rx_b).await;
-        workers.answer(&b, &id, Reply::Ack);
+        workers.answer(&b, &id, Reply::Ack { output: "".into() });
         assert_eq!(retry.await.unwrap().unwrap().1, b.id);
     }
 }

@@ -65,12 +65,20 @@ impl Peers {
                 metrics::counter!("chime_executor_worker_forwards_total").increment(1);
             }
             match answer.result() {
-                Forwarded::Acked => return Ok((Reply::Ack, answer.worker)),
+                Forwarded::Acked => {
+                    return Ok((
+                        Reply::Ack {
+                            output: answer.output,
+                        },
+                        answer.worker,
+                    ));
+                }
                 Forwarded::Nacked => {
                     return Ok((
                         Reply::Nack {
                             retryable: answer.retryable,
                             error: answer.error,
+                            output: answer.output,
                         },
                         answer.worker,
                     ));
@@ -130,12 +138,21 @@ pub async fn serve_forward(
         ..template.clone()
     };
     let result = match workers.deliver(&app, &request.group, make, deadline).await {
-        Ok((Reply::Ack, worker)) => {
+        Ok((Reply::Ack { output }, worker)) => {
             response.worker = worker;
+            response.output = output;
             Forwarded::Acked
         }
-        Ok((Reply::Nack { retryable, error }, worker)) => {
+        Ok((
+            Reply::Nack {
+                retryable,
+                error,
+                output,
+            },
+            worker,
+        )) => {
             response.worker = worker;
+            response.output = output;
             response.retryable = retryable;
             response.error = error;
             Forwarded::Nacked
@@ -149,4 +166,51 @@ pub async fn serve_forward(
     };
     response.set_result(result);
     Ok(response)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::sync::mpsc;
+
+    #[tokio::test]
+    async fn a_forwarded_answer_carries_the_workers_output() {
+        let workers = Workers::new();
+        let (tx, mut rx) = mpsc::channel(8);
+        let app = AppName::parse("billing").unwrap();
+        let conn = workers.register(app.clone(), "g".into(), 1, "w", tx);
+        let answering = {
+            let workers = workers.clone();
+            tokio::spawn(async move {
+                let Some(Ok(pb::ExecutorMessage {
+                    kind: Some(pb::executor_message::Kind::Delivery(d)),
+                })) = rx.recv().await
+                else {
+                    panic!("no delivery");
+                };
+                let reply = Reply::Nack {
+                    retryable: true,
+                    error: "exit 4".into(),
+                    output: "half done".into(),
+                };
+                workers.answer(&conn, &d.delivery_id, reply);
+            })
+        };
+        let request = pb::ForwardRequest {
+            app: app.to_string(),
+            group: "g".into(),
+            delivery: Some(pb::Delivery {
+                idempotency_key: "1:1".into(),
+                ack_timeout_ms: 5_000,
+                ..Default::default()
+            }),
+        };
+        let response = serve_forward(&workers, None, request).await.unwrap();
+        answering.await.unwrap();
+        assert_eq!(response.result(), Forwarded::Nacked);
+        assert_eq!(
+            (response.output.as_str(), response.error.as_str()),
+            ("half done", "exit 4")
+        );
+    }
 }

@@ -152,7 +152,8 @@ impl WorkerService for WorkerGrpc {
                 };
                 match kind {
                     Some(pb::worker_message::Kind::Ack(a)) => {
-                        workers.answer(&conn, &a.delivery_id, Reply::Ack);
+                        let reply = Reply::Ack { output: a.output };
+                        workers.answer(&conn, &a.delivery_id, reply);
                     }
                     Some(pb::worker_message::Kind::Nack(n)) => workers.answer(
                         &conn,
@@ -160,6 +161,7 @@ impl WorkerService for WorkerGrpc {
                         Reply::Nack {
                             retryable: n.retryable,
                             error: n.error,
+                            output: n.output,
                         },
                     ),
                     Some(pb::worker_message::Kind::Credits(c)) => {

@@ -138,6 +138,7 @@ function specList(t) {
     ['Headers', Object.keys(cb.headers || {}).length ? h('code', {}, Object.entries(cb.headers).map(([k, v]) => `${k}: ${v}`).join('\n')) : '—'],
     ['Body', cb.body ? h('pre', {}, cb.body) : '—'],
     ['Timeout', cb.timeout],
+    ['Run output', cb.keep_output === false ? 'not kept' : 'kept (last 4 KiB)'],
     ['Retry', `${t.retry.max_attempts} attempts, backoff ${t.retry.initial_backoff} to ${t.retry.max_backoff}${t.retry.max_age ? `, within ${t.retry.max_age}` : ''}`],
     ['Misfire', t.misfire],
     ['Delivery', t.delivery],
@@ -220,6 +221,18 @@ export async function timerDetail(main, id) {
     return bar;
   }
 
+  // Outputs the reader opened stay open across the refreshes below.
+  const openOutputs = new Set();
+  function outputCell(r) {
+    if (!r.output) return '—';
+    const first = r.output.split('\n').find((l) => l.trim()) || '';
+    return h('details', {
+      open: openOutputs.has(r.task_key),
+      'data-key': r.task_key,
+      ontoggle: (e) => (e.target.open ? openOutputs.add(r.task_key) : openOutputs.delete(r.task_key)),
+    }, h('summary', {}, first.length > 48 ? `${first.slice(0, 47)}…` : first), h('pre', {}, r.output));
+  }
+
   async function loadRuns() {
     const page = await api('GET', `/v1/timers/${id}/runs?page_size=20`);
     if (!page.runs.length) {
@@ -228,14 +241,16 @@ export async function timerDetail(main, id) {
     }
     runs.replaceChildren(h('div', { class: 'table-wrap' }, h('table', { id: 'run-history' },
       h('thead', {}, h('tr', {}, h('th', {}, 'Run time'), h('th', {}, 'Status'), h('th', {}, 'Attempt'),
-        h('th', {}, 'HTTP'), h('th', {}, 'Lateness'), h('th', { class: 'optional' }, 'Error'))),
+        h('th', {}, 'HTTP'), h('th', {}, 'Lateness'), h('th', { class: 'optional' }, 'Error'),
+        h('th', { class: 'optional' }, 'Output'))),
       h('tbody', {}, page.runs.map((r) => h('tr', { 'data-status': r.status },
         h('td', {}, when(r.run_at), r.backfill ? h('span', { class: 'muted' }, ' backfill') : null),
         h('td', {}, badge(r.status)),
         h('td', { class: 'num' }, r.attempt),
         h('td', { class: 'num' }, r.http_status ?? '—'),
         h('td', { class: 'num' }, ms(r.lateness_ms)),
-        h('td', { class: 'optional' }, r.error || ''))))))); 
+        h('td', { class: 'optional' }, r.error || ''),
+        h('td', { class: 'optional output' }, outputCell(r)))))))); 
   }
 
   async function load() {
