@@ -14,6 +14,15 @@ use chime_e2e::workers::{RECORD, Workers, connected, executor_url, receipts};
 use chime_storage::testkit;
 use serde_json::json;
 
+/// The task key of a one-shot timer's run, from the timer as the API answers it.
+fn key_of(t: &serde_json::Value) -> String {
+    format!(
+        "{}:{}",
+        t["id"],
+        chime_e2e::timers::ms(t["schedule"]["at"].as_str().unwrap())
+    )
+}
+
 /// The run-at instant (ms) in a task key `{timer_id}:{run_at_ms}`.
 fn run_at(key: &str) -> i64 {
     key.rsplit(':').next().unwrap().parse().unwrap()
@@ -135,13 +144,6 @@ async fn nacks_retry_with_backoff_silent_workers_lose_the_delivery_and_no_worker
             "callback": {"worker": {"group": group}, "timeout": "1s"},
             "retry": {"max_attempts": 3, "initial_backoff": backoff, "max_backoff": backoff,
                 "jitter": false}})
-    };
-    let key_of = |t: &serde_json::Value| {
-        format!(
-            "{}:{}",
-            t["id"],
-            chime_e2e::timers::ms(t["schedule"]["at"].as_str().unwrap())
-        )
     };
     let nacked = key_of(&create(&cluster.rest, timer("nacked", "flaky", "1s")).await);
     let slow = key_of(&create(&cluster.rest, timer("unanswered", "slow", "3s")).await);
@@ -282,13 +284,6 @@ async fn worker_output_is_kept_per_run_unless_turned_off() {
     let timer = |name: &str, callback: serde_json::Value| {
         json!({"app": "faults", "name": name, "schedule": {"after": "2s"},
             "callback": callback, "retry": {"max_attempts": 1}})
-    };
-    let key_of = |t: &serde_json::Value| {
-        format!(
-            "{}:{}",
-            t["id"],
-            chime_e2e::timers::ms(t["schedule"]["at"].as_str().unwrap())
-        )
     };
     let mut talking = Vec::new();
     for i in 0..6 {
