@@ -275,7 +275,13 @@ async fn worker_output_is_kept_per_run_unless_turned_off() {
     );
     let mut workers = vec![
         pool.start("talker", &e0, "talk", 4, &talk),
-        pool.start("secretive", &e0, "secret", 4, &format!("{RECORD}; echo token=s3cr3t")),
+        pool.start(
+            "secretive",
+            &e0,
+            "secret",
+            4,
+            &format!("{RECORD}; echo token=s3cr3t"),
+        ),
     ];
     until("two workers connected", Duration::from_secs(30), || async {
         connected(&cluster).await == 2.0
@@ -355,8 +361,15 @@ async fn worker_output_is_kept_per_run_unless_turned_off() {
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&shown.stdout);
-    assert!(shown.status.success(), "{}", String::from_utf8_lossy(&shown.stderr));
-    assert!(text.contains(&format!("processed {}", talking[0])), "{text}");
+    assert!(
+        shown.status.success(),
+        "{}",
+        String::from_utf8_lossy(&shown.stderr)
+    );
+    assert!(
+        text.contains(&format!("processed {}", talking[0])),
+        "{text}"
+    );
     assert!(text.contains("warn: slow disk"), "{text}");
     let missing = get_json(format!("{}/v1/runs/{}:1", cluster.rest, quiet["id"])).await;
     assert_eq!(missing["status"], 404, "{missing}");

@@ -251,11 +251,18 @@ pub fn runs(rs: &[pb::Run], token: &str, out: Output) -> String {
 
 /// The first non-empty line of `text`, cut to `chars` with an ellipsis.
 fn first_line(text: &str, chars: usize) -> String {
-    let line = text.lines().map(str::trim).find(|l| !l.is_empty()).unwrap_or("");
+    let line = text
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or("");
     if line.chars().count() <= chars {
         return line.to_owned();
     }
-    line.chars().take(chars.saturating_sub(1)).collect::<String>() + "…"
+    line.chars()
+        .take(chars.saturating_sub(1))
+        .collect::<String>()
+        + "…"
 }
 
 /// One run, every field, and its whole output after them.

@@ -139,5 +139,8 @@ async fn run_command(command: &[String], d: Delivery) -> Answered {
 
 /// The last `chars` characters of `s`.
 fn tail(s: &str, chars: usize) -> &str {
-    s.char_indices().rev().nth(chars).map_or(s, |(i, _)| &s[i..])
+    s.char_indices()
+        .rev()
+        .nth(chars)
+        .map_or(s, |(i, _)| &s[i..])
 }

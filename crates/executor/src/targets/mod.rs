@@ -24,11 +24,11 @@ pub use nats::NatsTarget;
 pub use signing::Signer;
 pub use worker::WorkerTarget;
 
-/// What one delivery attempt came to, before the retry policy is applied.
-#[derive(Debug, Clone, PartialEq, Eq)]
 /// Bytes of what a target answered that a run keeps as its `output`.
 pub const OUTPUT_CAP: usize = 4096;
 
+/// What one delivery attempt came to, before the retry policy is applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Attempt {
     /// `succeeded`, or `failed` with what the target reported (an HTTP status and error).
     pub outcome: Outcome,
