@@ -205,6 +205,7 @@ fn rest_case(route: &str, n: usize, fx: &Fixture) -> Option<(Target, String, Opt
             Some(json!({"schedule": {"every": "1m"}})),
         ),
         "GET /v1/timers/{id}/runs" => (Target::ById, format!("/v1/timers/{id}/runs"), None),
+        "GET /v1/runs/{task_key}" => (Target::ById, format!("/v1/runs/{}", fx.dead), None),
         "POST /v1/timers/{id}/redrive" => (Target::ById, format!("/v1/timers/{id}/redrive"), None),
         "GET /v1/dead-letters" => (Target::InApp, format!("/v1/dead-letters?app={APP}"), None),
         "GET /v1/activity" => (Target::InApp, format!("/v1/activity?app={APP}"), None),
@@ -527,6 +528,12 @@ async fn call_grpc(
             .get_activity(pb::GetActivityRequest {
                 app: APP.into(),
                 ..Default::default()
+            })
+            .await
+            .map(drop),
+        "GetRun" => c
+            .get_run(pb::GetRunRequest {
+                task_key: fx.dead.to_string(),
             })
             .await
             .map(drop),
