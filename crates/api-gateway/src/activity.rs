@@ -9,7 +9,8 @@ use chime_storage::Activity;
 
 use crate::context::RequestContext;
 use crate::error::{ApiError, ApiResult, ErrorCode};
-use crate::service::{TimerService, listed_app};
+use crate::service::TimerService;
+use crate::visibility::listed_app;
 
 /// Minutes shown unless asked, and the most that may be asked for (a day).
 pub const DEFAULT_MINUTES: u32 = 60;

@@ -9,6 +9,7 @@ pub mod auth;
 mod backfill;
 mod calendars;
 mod catalog;
+mod checks;
 pub mod console;
 pub mod context;
 pub mod error;
@@ -22,6 +23,7 @@ pub mod service;
 mod spec;
 mod unschedule;
 pub mod view;
+mod visibility;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -6,7 +6,8 @@ use chime_storage::{DeadFilter, PageRequest, Redrive, RunFilter};
 use crate::api::{ListDeadLetters, ListRuns, RedriveTarget};
 use crate::context::RequestContext;
 use crate::error::{ApiError, ApiResult, ErrorCode};
-use crate::service::{TimerService, listed_app};
+use crate::service::TimerService;
+use crate::visibility::listed_app;
 
 impl TimerService {
     /// [`crate::api::TimerApi::list_runs`].

@@ -5,34 +5,31 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use chime_domain::BrokerUrl;
 use chime_domain::{
-    AppName, Clock, Horizon, Labels, NetworkPolicy, NewOccurrence, NewTimer, Occurrence, Page,
-    PageSize, PauseNote, Scope, TaskKey, Timer, TimerId, TimerSpec, TimerState, Timestamp,
-    ValidationError, plain_text,
+    AppName, Clock, Horizon, Labels, NetworkPolicy, NewOccurrence, Occurrence, Page, PageSize,
+    PauseNote, Scope, TaskKey, TimerId, TimerState, ValidationError, plain_text,
 };
-use chime_domain::{BrokerUrl, Target};
 use chime_storage::{
-    Calendars, CreateTimer, HotIndex, IdempotencyKey, OccurrenceStore, PageRequest, StoreError,
-    TimerFilter, TimerStore, Written,
+    Calendars, HotIndex, OccurrenceStore, PageRequest, TimerFilter, TimerStore, Written,
 };
 
 use crate::api::{
     Applied, ApplyRequest, BackfillRequest, Backfilled, CalendarInput, CalendarPut, CreateRequest,
     ListDeadLetters, ListRuns, ListTimers, MAX_BATCH, PreviewRequest, PreviewRun, RedriveTarget,
-    TimerApi, TimerInput, TimerPatch, TimerView, Triggered,
+    TimerApi, TimerPatch, TimerView, Triggered,
 };
-use crate::context::{AppScope, Caller, RequestContext};
+use crate::context::{Caller, RequestContext};
 use crate::error::{ApiError, ApiResult, ErrorCode};
 use crate::index::IndexWriter;
 use crate::preview;
 use crate::quota::{QuotaSettings, Quotas};
-use crate::spec::{apply_patch, parse_spec};
+use crate::spec::apply_patch;
 use crate::unschedule::Unscheduler;
+use crate::visibility::listed_app;
 
 /// How many fire times a timer response previews.
 const NEXT_RUNS: usize = 5;
-/// Longest idempotency key accepted.
-const MAX_IDEMPOTENCY_KEY: usize = 256;
 
 pub struct TimerService {
     pub(crate) timers: Arc<dyn TimerStore>,
@@ -41,8 +38,8 @@ pub struct TimerService {
     unscheduler: Unscheduler,
     pub(crate) horizon: Horizon,
     pub(crate) clock: Arc<dyn Clock>,
-    networks: NetworkPolicy,
-    brokers: Arc<Vec<BrokerUrl>>,
+    pub(crate) networks: NetworkPolicy,
+    pub(crate) brokers: Arc<Vec<BrokerUrl>>,
     /// Limits on each app's creates; none unless set.
     quotas: Option<Quotas>,
     /// Where exclusion calendars are kept; without one, timers cannot name any.
@@ -106,32 +103,6 @@ impl TimerService {
         self
     }
 
-    /// A callback whose address is an IP the policy blocks, or a broker not allowed: 400
-    /// naming the rule.
-    pub(crate) fn check_callback(&self, spec: &TimerSpec) -> ApiResult<()> {
-        match &spec.callback.target {
-            Target::Http(url) => self
-                .networks
-                .check_url(url.as_url())
-                .map_err(|blocked| ApiError::invalid("callback.url", blocked.to_string())),
-            Target::Worker(_) => Ok(()),
-            target @ (Target::Nats(_) | Target::Amqp(_)) => {
-                let field = format!("callback.{}.url", target.kind().as_str());
-                match target.broker() {
-                    Some(url) if self.brokers.contains(url) => Ok(()),
-                    Some(url) => Err(ApiError::invalid(
-                        field,
-                        format!(
-                            "{} is not a broker this deployment allows (CHIME_BROKERS lists them)",
-                            url.redacted()
-                        ),
-                    )),
-                    None => Ok(()),
-                }
-            }
-        }
-    }
-
     pub(crate) fn view(&self, timer: chime_domain::Timer) -> TimerView {
         let now = self.clock.now();
         let next_runs = if timer.enabled {
@@ -151,87 +122,6 @@ impl TimerService {
     pub(crate) async fn indexed(&self, written: Written) -> TimerView {
         self.index.add(&written.occurrences).await;
         self.view(written.timer)
-    }
-
-    /// The timer `id` if it exists and the caller may see it; another app's timer is "not
-    /// found", never revealed.
-    pub(crate) async fn visible_timer(
-        &self,
-        ctx: &RequestContext,
-        id: TimerId,
-    ) -> ApiResult<Timer> {
-        let timer = self.timers.get_timer(id).await?;
-        if ctx.scope.permits(&timer.spec.app) {
-            Ok(timer)
-        } else {
-            Err(StoreError::timer_not_found(id).into())
-        }
-    }
-
-    /// [`Self::visible_timer`] if it is enabled: 409 `TIMER_DISABLED` before `doing`.
-    pub(crate) async fn enabled_timer(
-        &self,
-        ctx: &RequestContext,
-        id: TimerId,
-        doing: &str,
-    ) -> ApiResult<Timer> {
-        let timer = self.visible_timer(ctx, id).await?;
-        if !timer.enabled {
-            return Err(ApiError::new(
-                ErrorCode::FailedPrecondition,
-                "TIMER_DISABLED",
-                format!("timer {id} is disabled; enable it before {doing}"),
-            ));
-        }
-        Ok(timer)
-    }
-
-    /// [`Self::visible_timer`] for operations that need not read the timer when every app
-    /// is in scope.
-    pub(crate) async fn check_visible(&self, ctx: &RequestContext, id: TimerId) -> ApiResult<()> {
-        if ctx.scope != AppScope::All {
-            self.visible_timer(ctx, id).await?;
-        }
-        Ok(())
-    }
-
-    async fn prepare(
-        &self,
-        ctx: &RequestContext,
-        req: &CreateRequest,
-        now: Timestamp,
-    ) -> ApiResult<CreateTimer> {
-        let excluding = match &req.timer.exclude_calendars {
-            Some(names) if !names.is_empty() => {
-                let app = AppName::parse(req.timer.app.clone())?;
-                ctx.scope.check(&app)?;
-                self.excluding(&app, Some(names), &[]).await?
-            }
-            _ => Default::default(),
-        };
-        let spec = parse_spec(&req.timer, now, excluding)?;
-        ctx.scope.check(&spec.app)?;
-        self.check_callback(&spec)?;
-        if let Some(key) = &req.idempotency_key {
-            plain_text("idempotency_key", key, MAX_IDEMPOTENCY_KEY)?;
-        }
-        let idempotency = match &req.idempotency_key {
-            None => None,
-            Some(key) if key.is_empty() => {
-                return Err(ApiError::invalid("idempotency_key", "must not be empty"));
-            }
-            Some(key) => Some(IdempotencyKey {
-                key: key.clone(),
-                fingerprint: fingerprint(&req.timer),
-            }),
-        };
-        Ok(CreateTimer {
-            timer: NewTimer {
-                spec,
-                enabled: req.timer.enabled.unwrap_or(true),
-            },
-            idempotency,
-        })
     }
 }
 
@@ -574,25 +464,6 @@ impl TimerApi for TimerService {
             .await?;
         Ok(())
     }
-}
-
-/// The app a listing is limited to: the one asked for (empty means none), within the
-/// caller's scope.
-pub(crate) fn listed_app(
-    ctx: &RequestContext,
-    asked: Option<String>,
-) -> ApiResult<Option<AppName>> {
-    let asked = asked
-        .filter(|a| !a.is_empty())
-        .map(AppName::parse)
-        .transpose()?;
-    ctx.scope.narrow(asked)
-}
-
-/// Identifies a create request's content, stable across releases (stored with the key).
-fn fingerprint(input: &TimerInput) -> String {
-    let canonical = serde_json::to_vec(input).unwrap_or_default();
-    format!("{:032x}", xxhash_rust::xxh3::xxh3_128(&canonical))
 }
 
 /// A listing's name prefix as given: one no name can start with is the caller's mistake.
