@@ -7,6 +7,7 @@
 mod brokers;
 mod executor;
 mod lanes;
+mod misfire;
 mod networks;
 mod statements;
 mod support;
