@@ -12,6 +12,7 @@ mod error;
 mod horizon;
 mod ids;
 mod network;
+mod notify;
 mod occurrence;
 mod ownership;
 mod page;
@@ -36,6 +37,10 @@ pub use error::{ValidationError, plain_text};
 pub use horizon::{EXHAUSTED, Horizon, Plan};
 pub use ids::{AppName, Bucket, BucketCount, ShardKey, TaskKey, TimerId, TimerName};
 pub use network::{Blocked, Cidr, CidrError, NetworkPolicy};
+pub use notify::{
+    DEFAULT_FAILING_AFTER, MAX_FAILING_AFTER, NotificationEvent, NotificationSettings, NotifyOn,
+    SentNotification, run_ending,
+};
 pub use occurrence::{
     Claim, ClaimedOccurrence, NewOccurrence, Occurrence, OccurrenceStatus, Outcome, Overtaken,
 };

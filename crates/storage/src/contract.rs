@@ -50,6 +50,7 @@ pub mod leases;
 pub mod lifecycle;
 pub mod materialize;
 pub mod membership;
+pub mod notifications;
 pub mod occurrence_store;
 pub mod retention;
 pub mod timer_store;
@@ -255,6 +256,11 @@ macro_rules! storage_contract {
     (calendars, $make:expr) => {
         $crate::storage_contract!(@cases calendars, $make, store, [
             calendars_are_put_by_name_and_read_per_app,
+        ]);
+    };
+    (notifications, $make:expr) => {
+        $crate::storage_contract!(@cases notifications, $make, store, [
+            settings_streaks_and_sent_notifications_are_kept_per_app,
         ]);
     };
     (credentials, $make:expr) => {

@@ -7,6 +7,7 @@
 //! | [`Retention`]       | postgres, sqlite    |
 //! | [`Credentials`]     | postgres, sqlite    |
 //! | [`Calendars`]       | postgres, sqlite    |
+//! | [`Notifications`]   | postgres, sqlite    |
 //! | [`HotIndex`]        | redis, memory       |
 //! | [`Leases`]          | redis, memory       |
 //!
@@ -34,6 +35,7 @@ mod hot_writes;
 pub mod memory;
 mod migrate;
 pub mod mysql;
+mod notifications;
 mod open;
 pub mod postgres;
 pub mod redis;
@@ -62,6 +64,7 @@ pub use error::{Cause, StoreError};
 pub use filters::{DeadFilter, PageRequest, Redrive, RunFilter, TimerFilter};
 pub use hot_writes::HotWrites;
 pub use migrate::{SchemaStatus, mysql_migrator, postgres_migrator, sqlite_migrator};
+pub use notifications::Notifications;
 pub use open::Database;
 pub use stores::{HotPath, HotStores, NoHotPath, StoreSettings, Stores};
 pub use windowed::{WINDOW_MARGIN, Windowed};

@@ -72,6 +72,11 @@ const POSTGRES: &[(i64, &str, &str)] = &[
         "hot path",
         include_str!("../../../migrations/postgres/0012_hot_path.sql"),
     ),
+    (
+        13,
+        "notifications",
+        include_str!("../../../migrations/postgres/0013_notifications.sql"),
+    ),
 ];
 
 const SQLITE: &[(i64, &str, &str)] = &[
@@ -130,13 +135,25 @@ const SQLITE: &[(i64, &str, &str)] = &[
         "activity",
         include_str!("../../../migrations/sqlite/0011_activity.sql"),
     ),
+    (
+        12,
+        "notifications",
+        include_str!("../../../migrations/sqlite/0012_notifications.sql"),
+    ),
 ];
 
-const MYSQL: &[(i64, &str, &str)] = &[(
-    1,
-    "schema",
-    include_str!("../../../migrations/mysql/0001_schema.sql"),
-)];
+const MYSQL: &[(i64, &str, &str)] = &[
+    (
+        1,
+        "schema",
+        include_str!("../../../migrations/mysql/0001_schema.sql"),
+    ),
+    (
+        2,
+        "notifications",
+        include_str!("../../../migrations/mysql/0002_notifications.sql"),
+    ),
+];
 
 fn migrator(files: &'static [(i64, &'static str, &'static str)]) -> Migrator {
     Migrator::with_migrations(

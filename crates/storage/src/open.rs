@@ -9,8 +9,8 @@ use crate::mysql::MySqlStore;
 use crate::postgres::{PgSettings, PgStore};
 use crate::sqlite::SqliteStore;
 use crate::{
-    Activity, Calendars, Credentials, OccurrenceStore, Retention, SchemaStatus, StoreError,
-    StoreResult, TimerStore,
+    Activity, Calendars, Credentials, Notifications, OccurrenceStore, Retention, SchemaStatus,
+    StoreError, StoreResult, TimerStore,
 };
 
 /// What [`Database`] needs of a backend beyond the storage traits: its schema and its
@@ -71,6 +71,7 @@ pub struct Database {
     pub credentials: Arc<dyn Credentials>,
     pub calendars: Arc<dyn Calendars>,
     pub activity: Arc<dyn Activity>,
+    pub notifications: Arc<dyn Notifications>,
     schema: Arc<dyn Schema>,
     /// The PostgreSQL store behind the traits, when it is one (its hot path for services
     /// run without Redis).
@@ -111,7 +112,14 @@ impl Database {
     /// One store serving every trait.
     fn of<S>(store: Arc<S>) -> Self
     where
-        S: TimerStore + OccurrenceStore + Retention + Credentials + Calendars + Activity + Schema,
+        S: TimerStore
+            + OccurrenceStore
+            + Retention
+            + Credentials
+            + Calendars
+            + Activity
+            + Notifications
+            + Schema,
     {
         Self {
             timers: store.clone(),
@@ -120,6 +128,7 @@ impl Database {
             credentials: store.clone(),
             calendars: store.clone(),
             activity: store.clone(),
+            notifications: store.clone(),
             schema: store,
             pg: None,
         }

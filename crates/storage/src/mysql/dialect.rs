@@ -129,6 +129,26 @@ impl Dialect for MySql {
     const CALENDARS_OF_APP: &'static str =
         "SELECT app, name, dates, updated_at FROM calendars WHERE app = ? ORDER BY name";
 
+    const NOTIFY_SETTINGS_EXISTS: &'static str =
+        "SELECT 1 FROM notification_settings WHERE app = ? FOR UPDATE";
+    const NOTIFY_SETTINGS_UPSERT: &'static str = "INSERT INTO notification_settings \
+         (app, settings, updated_at) VALUES (?, ?, ?) \
+         ON DUPLICATE KEY UPDATE settings = VALUES(settings), updated_at = VALUES(updated_at)";
+    const NOTIFY_SETTINGS_GET: &'static str =
+        "SELECT settings FROM notification_settings WHERE app = ?";
+    const STREAK_ADD: &'static str = "INSERT INTO failure_streaks (timer_id, failed) \
+         VALUES (?, 1) ON DUPLICATE KEY UPDATE failed = failed + 1";
+    const STREAK_GET: &'static str = "SELECT failed FROM failure_streaks WHERE timer_id = ?";
+    const STREAKS_OF: &'static str = "SELECT timer_id, failed FROM failure_streaks \
+         WHERE timer_id IN (SELECT j.id FROM JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT PATH '$')) j) \
+         FOR UPDATE";
+    const STREAK_DELETE: &'static str = "DELETE FROM failure_streaks WHERE timer_id = ?";
+    const SENT_UPSERT: &'static str = "INSERT INTO notifications_sent (app, id, at, sent) \
+         VALUES (?, ?, ?, ?) ON DUPLICATE KEY UPDATE at = VALUES(at), sent = VALUES(sent)";
+    const SENT_PURGE: &'static str = "DELETE FROM notifications_sent WHERE app = ? AND at < ?";
+    const SENT_RECENT: &'static str =
+        "SELECT sent FROM notifications_sent WHERE app = ? ORDER BY at DESC, id LIMIT ?";
+
     const TOKEN_CREATE: &'static str = "INSERT INTO api_tokens \
          (id, app, name, scopes, hash, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?)";
     const TOKENS_OF_APP: &'static str = concat!(

@@ -72,6 +72,7 @@ mod calendars;
 mod create;
 mod credentials;
 pub(crate) mod dialect;
+mod notifications;
 mod occurrences;
 mod retention;
 mod timers;

@@ -87,12 +87,14 @@ pub(crate) const REMOVE_FINISHED_SQLITE: &str =
 mod activity;
 mod calendars;
 mod credentials;
+mod notifications;
 mod occurrences;
 mod timers;
 
 pub(crate) use activity::activity_impl;
 pub(crate) use calendars::calendars_impl;
 pub(crate) use credentials::credentials_impl;
+pub(crate) use notifications::notifications_impl;
 pub(crate) use occurrences::{
     claim_exclusive, due_in_bucket, find_overdue, list_dead, list_runs, overtaken_json, redrive,
 };
@@ -257,6 +259,38 @@ pub(crate) trait Dialect {
     const CALENDARS_OF_APP: &'static str =
         "SELECT app, name, dates, updated_at FROM calendars WHERE app = $1 ORDER BY name";
 
+    // Failure notifications.
+
+    /// Whether app `$1` has settings, inside the put's transaction.
+    const NOTIFY_SETTINGS_EXISTS: &'static str =
+        "SELECT 1 FROM notification_settings WHERE app = $1";
+    /// Creates or replaces app `$1`'s settings `$2` (JSON), at `$3`.
+    const NOTIFY_SETTINGS_UPSERT: &'static str = "INSERT INTO notification_settings \
+         (app, settings, updated_at) VALUES ($1, $2, $3) ON CONFLICT (app) \
+         DO UPDATE SET settings = excluded.settings, updated_at = excluded.updated_at";
+    /// App `$1`'s settings.
+    const NOTIFY_SETTINGS_GET: &'static str =
+        "SELECT settings FROM notification_settings WHERE app = $1";
+    /// One more failed run of timer `$1`.
+    const STREAK_ADD: &'static str = "INSERT INTO failure_streaks (timer_id, failed) \
+         VALUES ($1, 1) ON CONFLICT (timer_id) DO UPDATE SET failed = failure_streaks.failed + 1";
+    /// Timer `$1`'s streak, inside the transaction that added to it.
+    const STREAK_GET: &'static str = "SELECT failed FROM failure_streaks WHERE timer_id = $1";
+    /// The streaks of the timers in `$1` (a JSON array of ids), locked where the backend can.
+    /// No default: each dialect reads a JSON array its own way.
+    const STREAKS_OF: &'static str;
+    /// Timer `$1`'s streak ends.
+    const STREAK_DELETE: &'static str = "DELETE FROM failure_streaks WHERE timer_id = $1";
+    /// App `$1`'s record of notification `$2`, sent at `$3`: `$4` (JSON).
+    const SENT_UPSERT: &'static str = "INSERT INTO notifications_sent (app, id, at, sent) \
+         VALUES ($1, $2, $3, $4) ON CONFLICT (app, id) \
+         DO UPDATE SET at = excluded.at, sent = excluded.sent";
+    /// App `$1`'s records older than `$2` go.
+    const SENT_PURGE: &'static str = "DELETE FROM notifications_sent WHERE app = $1 AND at < $2";
+    /// App `$1`'s latest `$2` records, newest first.
+    const SENT_RECENT: &'static str =
+        "SELECT sent FROM notifications_sent WHERE app = $1 ORDER BY at DESC, id LIMIT $2";
+
     // Credentials.
 
     /// A new API token: id, app, name, scopes, hash, created_at, expires_at.
@@ -307,6 +341,9 @@ impl Dialect for Postgres {
     );
     const SECRET_ROTATION_LOCK: Option<&'static str> =
         Some("SELECT pg_advisory_xact_lock(hashtext('chime.signing-secret.' || $1))");
+    const STREAKS_OF: &'static str = "SELECT timer_id, failed FROM failure_streaks \
+         WHERE timer_id IN (SELECT CAST(value AS BIGINT) \
+           FROM jsonb_array_elements_text(CAST($1 AS JSONB))) FOR UPDATE";
 }
 
 /// SQLite's words. Its writes go through one connection, so a rotation needs no lock.
@@ -317,6 +354,8 @@ impl Dialect for Sqlite {
         "NOT EXISTS (SELECT 1 FROM json_each($7) s \
            WHERE json_extract(spec, '$.labels.\"' || s.key || '\"') IS NOT s.value)"
     );
+    const STREAKS_OF: &'static str = "SELECT timer_id, failed FROM failure_streaks \
+         WHERE timer_id IN (SELECT value FROM json_each($1))";
 }
 
 #[cfg(test)]
@@ -361,6 +400,16 @@ mod tests {
             ("SECRET_FIRST", D::SECRET_FIRST),
             ("SECRET_RETIRE", D::SECRET_RETIRE),
             ("SECRET_INSERT", D::SECRET_INSERT),
+            ("NOTIFY_SETTINGS_EXISTS", D::NOTIFY_SETTINGS_EXISTS),
+            ("NOTIFY_SETTINGS_UPSERT", D::NOTIFY_SETTINGS_UPSERT),
+            ("NOTIFY_SETTINGS_GET", D::NOTIFY_SETTINGS_GET),
+            ("STREAK_ADD", D::STREAK_ADD),
+            ("STREAK_GET", D::STREAK_GET),
+            ("STREAKS_OF", D::STREAKS_OF),
+            ("STREAK_DELETE", D::STREAK_DELETE),
+            ("SENT_UPSERT", D::SENT_UPSERT),
+            ("SENT_PURGE", D::SENT_PURGE),
+            ("SENT_RECENT", D::SENT_RECENT),
         ];
         all.extend(D::SECRET_ROTATION_LOCK.map(|s| ("SECRET_ROTATION_LOCK", s)));
         all

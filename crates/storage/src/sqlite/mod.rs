@@ -30,6 +30,7 @@ macro_rules! timer_cols {
 mod activity;
 mod calendars;
 mod credentials;
+mod notifications;
 mod occurrences;
 mod retention;
 mod timers;

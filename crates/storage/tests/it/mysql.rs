@@ -14,6 +14,7 @@ storage_contract!(lifecycle, support::mysql());
 storage_contract!(backfill, support::mysql());
 storage_contract!(credentials, support::mysql());
 storage_contract!(calendars, support::mysql());
+storage_contract!(notifications, support::mysql());
 storage_contract!(activity, support::mysql());
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

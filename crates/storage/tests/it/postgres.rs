@@ -17,6 +17,7 @@ storage_contract!(hot_index, support::pg());
 storage_contract!(leases, support::pg());
 storage_contract!(membership, support::pg());
 storage_contract!(calendars, support::pg());
+storage_contract!(notifications, support::pg());
 
 mod migrations {
     use super::*;
@@ -27,7 +28,7 @@ mod migrations {
         assert_eq!(
             fx.store.schema_status().await.unwrap(),
             SchemaStatus::Behind {
-                missing: vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]
+                missing: vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13]
             }
         );
         fx.store.migrate().await.unwrap();
@@ -60,7 +61,7 @@ mod migrations {
             .fetch_one(fx.store.pool())
             .await
             .unwrap();
-        assert_eq!(applied, 12);
+        assert_eq!(applied, 13);
         assert_eq!(
             fx.store.schema_status().await.unwrap(),
             SchemaStatus::Current

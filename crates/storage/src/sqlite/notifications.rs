@@ -1,0 +1,3 @@
+//! [`crate::Notifications`] on SQLite: the shared impl.
+
+crate::sql::notifications_impl!(super::SqliteStore, writer, reader, crate::sql::Sqlite);
