@@ -407,6 +407,20 @@ pub trait TimerApi: Send + Sync + 'static {
         ctx: &RequestContext,
         query: crate::activity::ActivityQuery,
     ) -> ApiResult<crate::activity::ActivityReport>;
+    /// Creates or replaces the app's failure-notification settings (admin scope); `true`
+    /// when created.
+    async fn put_notifications(
+        &self,
+        ctx: &RequestContext,
+        app: String,
+        input: crate::notifications::NotificationsInput,
+    ) -> ApiResult<(bool, crate::notifications::NotificationsView)>;
+    /// The app's settings and the notifications sent lately (admin scope).
+    async fn get_notifications(
+        &self,
+        ctx: &RequestContext,
+        app: String,
+    ) -> ApiResult<crate::notifications::NotificationsView>;
     /// Whether the service can serve (its database answers).
     async fn ready(&self) -> ApiResult<()>;
 }

@@ -15,6 +15,7 @@ pub mod context;
 pub mod error;
 pub mod grpc;
 pub mod index;
+pub mod notifications;
 mod preview;
 pub mod quota;
 pub mod rest;

@@ -60,7 +60,8 @@ async fn main() -> anyhow::Result<()> {
         .with_brokers(config.brokers()?)
         .with_quotas(quotas(&config))
         .with_calendars(stores.database.calendars.clone())
-        .with_activity(stores.database.activity.clone()),
+        .with_activity(stores.database.activity.clone())
+        .with_notifications(stores.database.notifications.clone()),
     );
     let gateway = Gateway::new(
         api,

@@ -22,6 +22,7 @@ use crate::api::{
 use crate::context::{Caller, RequestContext};
 use crate::error::{ApiError, ApiResult, ErrorCode};
 use crate::index::IndexWriter;
+use crate::notifications::{NotificationsInput, NotificationsView};
 use crate::preview;
 use crate::quota::{QuotaSettings, Quotas};
 use crate::spec::apply_patch;
@@ -46,6 +47,8 @@ pub struct TimerService {
     pub(crate) calendars: Option<Arc<dyn Calendars>>,
     /// The executors' activity tallies, for the overview.
     pub(crate) activity: Option<Arc<dyn chime_storage::Activity>>,
+    /// Each app's failure-notification settings and what was sent.
+    pub(crate) notifications: Option<Arc<dyn chime_storage::Notifications>>,
 }
 
 impl TimerService {
@@ -71,7 +74,14 @@ impl TimerService {
             quotas: None,
             calendars: None,
             activity: None,
+            notifications: None,
         }
+    }
+
+    /// Keeps the apps' failure-notification settings in `store`.
+    pub fn with_notifications(mut self, store: Arc<dyn chime_storage::Notifications>) -> Self {
+        self.notifications = Some(store);
+        self
     }
 
     /// Lets timers name the exclusion calendars kept in `calendars`.
@@ -419,6 +429,23 @@ impl TimerApi for TimerService {
         query: crate::activity::ActivityQuery,
     ) -> ApiResult<crate::activity::ActivityReport> {
         self.activity_report(ctx, query).await
+    }
+
+    async fn put_notifications(
+        &self,
+        ctx: &RequestContext,
+        app: String,
+        input: NotificationsInput,
+    ) -> ApiResult<(bool, NotificationsView)> {
+        self.put_notification_settings(ctx, app, input).await
+    }
+
+    async fn get_notifications(
+        &self,
+        ctx: &RequestContext,
+        app: String,
+    ) -> ApiResult<NotificationsView> {
+        self.notification_settings(ctx, app).await
     }
 
     async fn backfill_timer(

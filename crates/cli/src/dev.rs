@@ -13,6 +13,7 @@ use axum::routing::any;
 use chime_api_gateway::{AuthSettings, Gateway, TimerService};
 use chime_domain::TargetKind;
 use chime_domain::{Clock, SystemClock, TaskKey, Timestamp};
+use chime_executor::notify::Notifier;
 use chime_executor::workers::stream::WorkerGrpc;
 use chime_executor::{
     AmqpTarget, CallbackSettings, Executor, ExecutorSettings, HttpTarget, NatsTarget, Signer,
@@ -106,15 +107,21 @@ pub async fn run(config: Config, args: DevArgs) -> anyhow::Result<()> {
     let (migrator, janitor) = migrator_and_janitor(&config, &db, &index, &leases, &clock);
     // Registered workers connect to the gRPC port (`chime worker`, default --server).
     let workers = Workers::new();
+    let (targets, http) = targets(&config, &db, &clock, &workers)?;
     let executor = Executor::start_with(
         db.timers.clone(),
         db.occurrences.clone(),
         Some(index.clone()),
         Some(db.activity.clone()),
         clock.clone(),
-        targets(&config, &db, &clock, &workers)?,
+        targets,
         ExecutorSettings::from_config(&config),
     );
+    executor.notify_with(Notifier::start(
+        db.notifications.clone(),
+        http,
+        clock.clone(),
+    ));
     let scheduler = Scheduler::new(
         db.timers.clone(),
         index.clone(),
@@ -192,7 +199,8 @@ fn timer_api(
         .with_networks(config.network_policy()?.with_loopback())
         .with_brokers(config.brokers()?)
         .with_calendars(db.calendars.clone())
-        .with_activity(db.activity.clone()),
+        .with_activity(db.activity.clone())
+        .with_notifications(db.notifications.clone()),
     ))
 }
 
@@ -260,32 +268,32 @@ fn targets(
     db: &Database,
     clock: &Arc<dyn Clock>,
     workers: &Arc<Workers>,
-) -> anyhow::Result<Targets> {
+) -> anyhow::Result<(Targets, HttpTarget)> {
     let signer = Arc::new(Signer::new(
         db.credentials.clone(),
         clock.clone(),
         config.auth.cache_ttl.get(),
     ));
     let brokers = Arc::new(config.brokers()?);
-    Ok(Targets::new(
-        HttpTarget::new(CallbackSettings {
-            networks: config.network_policy()?.with_loopback(),
-            ..CallbackSettings::from_config(config)
-        })?
-        .with_signer(signer.clone()),
-    )
-    .with(
-        TargetKind::Worker,
-        Arc::new(WorkerTarget::new(workers.clone()).with_signer(signer.clone())),
-    )
-    .with(
-        TargetKind::Nats,
-        Arc::new(NatsTarget::new(brokers.clone()).with_signer(signer.clone())),
-    )
-    .with(
-        TargetKind::Amqp,
-        Arc::new(AmqpTarget::new(brokers).with_signer(signer)),
-    ))
+    let http = HttpTarget::new(CallbackSettings {
+        networks: config.network_policy()?.with_loopback(),
+        ..CallbackSettings::from_config(config)
+    })?
+    .with_signer(signer.clone());
+    let targets = Targets::new(http.clone())
+        .with(
+            TargetKind::Worker,
+            Arc::new(WorkerTarget::new(workers.clone()).with_signer(signer.clone())),
+        )
+        .with(
+            TargetKind::Nats,
+            Arc::new(NatsTarget::new(brokers.clone()).with_signer(signer.clone())),
+        )
+        .with(
+            TargetKind::Amqp,
+            Arc::new(AmqpTarget::new(brokers).with_signer(signer)),
+        );
+    Ok((targets, http))
 }
 
 fn mask(url: &str) -> String {

@@ -71,6 +71,11 @@ pub const METRICS: &[MetricSpec] = &[
         "Outcomes recorded, by status.",
     ),
     (
+        "chime_executor_notifications_total",
+        LabelledCounter,
+        "Failure notifications, by type (run.dead, timer.failing, timer.recovered) and result (delivered, failed after their retries, dropped while the notifier was behind).",
+    ),
+    (
         "chime_executor_lateness_seconds",
         Histogram,
         "Callback start minus the occurrence's due time.",

@@ -374,6 +374,7 @@ impl Inner {
         let _ = self.done.send(Done {
             completes: completes(timer, &outcome),
             app: None,
+            timer: None,
             offset_ms: 0,
             outcome,
             bucket: occurrence.bucket,
@@ -437,6 +438,7 @@ impl Inner {
             let _ = inner.done.send(Done {
                 completes: completes(Some(&timer), &outcome),
                 app: Some(timer.spec.app.clone()),
+                timer: Some(timer.clone()),
                 offset_ms: if occurrence.backfill {
                     occurrence.due.as_millis() - job.key.run_at.as_millis()
                 } else {

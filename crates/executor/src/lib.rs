@@ -23,6 +23,7 @@ mod claim;
 pub mod grpc;
 mod hosts;
 mod lanes;
+pub mod notify;
 mod outcome;
 mod record;
 pub mod targets;
@@ -133,6 +134,8 @@ struct Done {
     completes: bool,
     /// Whose attempt it was, for the activity tallies (`None`: nothing was attempted).
     app: Option<chime_domain::AppName>,
+    /// The timer whose run it was, for failure notifications (`None`: nothing was attempted).
+    timer: Option<Arc<chime_domain::Timer>>,
     /// How far its due instant lies after its run time by design (the timer's flexible
     /// window, a backfill's pace): not lateness.
     offset_ms: i64,
@@ -159,6 +162,8 @@ struct Inner {
     activity: Option<Arc<activity::ActivityLog>>,
     /// Timers kept between claims.
     cache: timers::TimerCache,
+    /// Told of the runs that ended, when failure notifications are sent from here.
+    notifier: std::sync::OnceLock<Arc<notify::Notifier>>,
 }
 
 pub struct Executor {
@@ -233,6 +238,7 @@ impl Executor {
             cancels,
             activity,
             cache: timers::TimerCache::new(settings_cache),
+            notifier: std::sync::OnceLock::new(),
         });
         tokio::spawn(claim::claim_loop(inner.clone(), on_time_jobs));
         tokio::spawn(claim::claim_loop(inner.clone(), jobs));
@@ -249,6 +255,11 @@ impl Executor {
             stop_activity,
             activity_writer: std::sync::Mutex::new(activity_writer),
         })
+    }
+
+    /// Tells `notifier` of every run that ends from now on (failure notifications).
+    pub fn notify_with(&self, notifier: Arc<notify::Notifier>) {
+        let _ = self.inner.notifier.set(notifier);
     }
 
     /// Takes as many of `keys` as there is room for, from the front.

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use chime_domain::{Clock, SystemClock, TargetKind};
+use chime_executor::notify::Notifier;
 use chime_executor::workers::peers::Peers;
 use chime_executor::workers::stream::WorkerGrpc;
 use chime_executor::{
@@ -85,18 +86,17 @@ async fn main() -> anyhow::Result<()> {
         }
         worker_target = worker_target.with_peers(Peers::new(fleet));
     }
-    let targets = Targets::new(
-        HttpTarget::new(CallbackSettings::from_config(&config))?.with_signer(signer.clone()),
-    )
-    .with(TargetKind::Worker, Arc::new(worker_target))
-    .with(
-        TargetKind::Nats,
-        Arc::new(NatsTarget::new(brokers.clone()).with_signer(signer.clone())),
-    )
-    .with(
-        TargetKind::Amqp,
-        Arc::new(AmqpTarget::new(brokers).with_signer(signer.clone())),
-    );
+    let http = HttpTarget::new(CallbackSettings::from_config(&config))?.with_signer(signer.clone());
+    let targets = Targets::new(http.clone())
+        .with(TargetKind::Worker, Arc::new(worker_target))
+        .with(
+            TargetKind::Nats,
+            Arc::new(NatsTarget::new(brokers.clone()).with_signer(signer.clone())),
+        )
+        .with(
+            TargetKind::Amqp,
+            Arc::new(AmqpTarget::new(brokers).with_signer(signer.clone())),
+        );
     let auth = (config.auth.mode == AuthMode::Required).then(|| {
         // Without the bootstrap token here, only app tokens are accepted.
         let bootstrap = config.auth.bootstrap_token.clone().unwrap_or_else(|| {
@@ -120,10 +120,15 @@ async fn main() -> anyhow::Result<()> {
         db.occurrences.clone(),
         index,
         Some(db.activity.clone()),
-        clock,
+        clock.clone(),
         targets,
         ExecutorSettings::from_config(&config),
     );
+    executor.notify_with(Notifier::start(
+        db.notifications.clone(),
+        http,
+        clock.clone(),
+    ));
     let grpc = chime_runtime::bind(config.executor.addr, "gRPC").await?;
     let admin = chime_runtime::admin::bind_admin(Some(
         config

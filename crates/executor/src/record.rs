@@ -8,10 +8,33 @@ use chime_domain::{Bucket, OccurrenceStatus, Outcome, TimerId};
 use chime_storage::HotEntry;
 use tokio::sync::mpsc;
 
+use crate::notify::Ended;
 use crate::{Backoff, Done, Inner};
 
 /// Tries after a failure not known to be transient, before the batch's outcomes are dropped.
 const UNCLASSIFIED_TRIES: u32 = 3;
+
+/// The runs among `outcomes` that ended, with their timers, for the notifier.
+fn ended(outcomes: &[Outcome], timers: &[Option<Arc<chime_domain::Timer>>]) -> Vec<Ended> {
+    outcomes
+        .iter()
+        .zip(timers)
+        .filter_map(|(o, timer)| {
+            let timer = timer.as_ref()?;
+            let succeeded = chime_domain::run_ending(o.status)?;
+            Some(Ended {
+                app: timer.spec.app.clone(),
+                timer_id: o.key.timer_id,
+                name: timer.spec.name.clone(),
+                run_at: o.key.run_at,
+                attempt: o.attempt,
+                succeeded,
+                dead: o.status == OccurrenceStatus::Dead,
+                error: o.error.clone(),
+            })
+        })
+        .collect()
+}
 
 /// Writes outcomes a batch at a time; each key's permit is freed once its outcome is stored.
 pub(crate) async fn outcome_loop(
@@ -50,6 +73,8 @@ pub(crate) async fn outcome_loop(
         let offsets: Vec<i64> = batch.iter().map(|d| d.offset_ms).collect();
         let apps: Vec<Option<chime_domain::AppName>> =
             batch.iter_mut().map(|d| d.app.take()).collect();
+        let timers: Vec<Option<Arc<chime_domain::Timer>>> =
+            batch.iter_mut().map(|d| d.timer.take()).collect();
         let (outcomes, held): (Vec<Outcome>, Vec<(Bucket, crate::lanes::Permit)>) = batch
             .drain(..)
             .map(|d| (d.outcome, (d.bucket, d.permit)))
@@ -69,8 +94,16 @@ pub(crate) async fn outcome_loop(
                 done => break done,
             }
         };
-        if let Err(e) = recorded {
-            tracing::error!(error = %e, outcomes = outcomes.len(), "cannot record outcomes; dropping them");
+        match recorded {
+            Err(e) => {
+                tracing::error!(error = %e, outcomes = outcomes.len(), "cannot record outcomes; dropping them");
+            }
+            // Told only of what is stored: a dropped outcome's run is fired again.
+            Ok(_) => {
+                if let Some(notifier) = inner.notifier.get() {
+                    notifier.observe(ended(&outcomes, &timers));
+                }
+            }
         }
         // Retries go back to the hot index, due at their next attempt. If that fails the
         // sweeper finds them in the database once due.

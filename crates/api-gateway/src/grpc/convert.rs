@@ -418,3 +418,36 @@ pub(super) fn activity(r: &crate::activity::ActivityReport) -> pb::Activity {
         total: Some(activity_counts(&r.total)),
     }
 }
+
+/// An RFC 3339 instant this service wrote, as a protobuf timestamp.
+fn rfc3339_ts(text: &str) -> Option<prost_types::Timestamp> {
+    Timestamp::parse_rfc3339(text).ok().map(ts)
+}
+
+pub(super) fn notifications_out(
+    v: crate::notifications::NotificationsView,
+) -> pb::NotificationSettings {
+    pb::NotificationSettings {
+        updated_at: rfc3339_ts(&v.updated_at),
+        app: v.app,
+        url: v.url,
+        on: v.on,
+        failing_after: v.failing_after,
+        recent: v
+            .recent
+            .into_iter()
+            .map(|s| pb::SentNotification {
+                run_at: rfc3339_ts(&s.run_at),
+                sent_at: rfc3339_ts(&s.sent_at),
+                r#type: s.kind,
+                timer_id: s.timer_id,
+                timer_name: s.timer_name,
+                attempt: s.attempt,
+                error: s.error.unwrap_or_default(),
+                delivered: s.delivered,
+                attempts: s.attempts,
+                failure: s.failure.unwrap_or_default(),
+            })
+            .collect(),
+    }
+}

@@ -15,6 +15,7 @@ use crate::api::{
 };
 use crate::context::RequestContext;
 use crate::error::ApiError;
+use crate::notifications::NotificationsInput;
 
 /// `ErrorInfo.domain` of every Chime error.
 const ERROR_DOMAIN: &str = "chime.v1";
@@ -260,6 +261,33 @@ impl GrpcTimerService for GrpcApi {
             created: put.created,
             timers_updated: put.timers_updated,
         }))
+    }
+
+    async fn put_notifications(
+        &self,
+        req: Request<pb::PutNotificationsRequest>,
+    ) -> Result<Response<pb::PutNotificationsResponse>, Status> {
+        let ctx = RequestContext::of(req.extensions());
+        let r = req.into_inner();
+        let input = NotificationsInput {
+            url: r.url,
+            on: r.on.map(|e| e.names),
+            failing_after: r.failing_after,
+        };
+        let (created, view) = self.0.put_notifications(&ctx, r.app, input).await?;
+        Ok(Response::new(pb::PutNotificationsResponse {
+            settings: Some(convert::notifications_out(view)),
+            created,
+        }))
+    }
+
+    async fn get_notifications(
+        &self,
+        req: Request<pb::GetNotificationsRequest>,
+    ) -> Result<Response<pb::NotificationSettings>, Status> {
+        let ctx = RequestContext::of(req.extensions());
+        let view = self.0.get_notifications(&ctx, req.into_inner().app).await?;
+        Ok(Response::new(convert::notifications_out(view)))
     }
 
     async fn get_calendar(

@@ -91,7 +91,7 @@ impl<S: Send + Sync, T: DeserializeOwned + Default> FromRequest<S> for OptionalJ
 /// top-level `requests`.
 fn reject_misplaced_arrays(root: &serde_json::Value) -> Result<(), ApiError> {
     /// The fields that are lists of strings.
-    const LISTS: [&str; 3] = ["scopes", "dates", "exclude_calendars"];
+    const LISTS: [&str; 4] = ["scopes", "dates", "exclude_calendars", "on"];
     use serde_json::Value;
     fn walk(obj: &serde_json::Map<String, Value>, path: &str, root: bool) -> Result<(), ApiError> {
         for (key, child) in obj {
@@ -116,7 +116,7 @@ fn reject_misplaced_arrays(root: &serde_json::Value) -> Result<(), ApiError> {
                     }
                 }
                 // Lists of names or dates: a token's scopes, a calendar's dates, a timer's
-                // exclusion calendars.
+                // exclusion calendars, the events an app is notified of.
                 Value::Array(items)
                     if LISTS.contains(&key.as_str()) && items.iter().all(Value::is_string) => {}
                 Value::Array(_) => return Err(ApiError::invalid(here, "must not be an array")),

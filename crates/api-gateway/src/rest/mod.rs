@@ -21,6 +21,7 @@ mod activity;
 mod bodies;
 mod calendars;
 mod extract;
+mod notifications;
 mod problem;
 mod runs;
 mod timers;
@@ -32,6 +33,7 @@ pub use activity::{ActivityBody, ActivityCounts, ActivityMinute};
 pub use bodies::*;
 use calendars::*;
 pub use extract::*;
+use notifications::*;
 pub use problem::*;
 use runs::*;
 pub use runs::{ListDeadLettersParams, Redriven};
@@ -100,6 +102,7 @@ enum IdErrors {
          (name = "dead letters", description = "Runs whose attempts are exhausted, and their redrive"),
          (name = "activity", description = "What the executors did, per minute: the console's overview"),
          (name = "calendars", description = "An app's exclusion calendars: dates its timers may skip"),
+         (name = "notifications", description = "Where an app's failed, dead and recovered runs are told (admin scope)"),
          (name = "access", description = "An app's API tokens and callback signing secret (admin scope)"))
 )]
 pub struct ApiDoc;
@@ -145,6 +148,7 @@ pub fn routes(api: Api, access: Access) -> OpenApiRouter {
         .routes(routes!(redrive_run))
         .routes(routes!(put_calendar, get_calendar))
         .routes(routes!(list_calendars))
+        .routes(routes!(put_notifications, get_notifications))
         .routes(routes!(get_activity))
         .with_state(api);
     let access = OpenApiRouter::new()

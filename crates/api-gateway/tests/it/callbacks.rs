@@ -35,6 +35,7 @@ async fn callbacks_to_blocked_addresses_are_refused_at_create_and_update() {
             Arc::new(SystemClock),
         )
         .with_networks(networks)
+        .with_notifications(db.store())
     };
     let strict = service(NetworkPolicy::default());
     let ctx = RequestContext::anonymous(RequestId::generate());
@@ -60,6 +61,21 @@ async fn callbacks_to_blocked_addresses_are_refused_at_create_and_update() {
             e.message
         );
     }
+    // Failure notifications go where callbacks may.
+    let input = chime_api_gateway::notifications::NotificationsInput {
+        url: "http://169.254.169.254/hook".into(),
+        ..Default::default()
+    };
+    let e = strict
+        .put_notifications(&ctx, "ops".into(), input)
+        .await
+        .unwrap_err();
+    assert_eq!(e.field.as_deref(), Some("url"), "{e:?}");
+    assert!(
+        e.message.contains("callbacks may not reach"),
+        "{}",
+        e.message
+    );
     // A host name passes here; public addresses too.
     let ok = strict
         .create_timer(&ctx, calling("named", "http://billing.internal/run"))

@@ -12,6 +12,7 @@ mod callbacks;
 mod compat;
 mod console;
 mod grpc;
+mod notifications;
 mod quotas;
 mod rest;
 mod schedules;

@@ -111,6 +111,14 @@ async fn fixture(gw: &TestGateway, n: usize) -> Fixture {
         )
         .await;
     assert!(status == 200 || status == 201, "{cal}");
+    let (status, _, settings) = gw
+        .send(
+            reqwest::Method::PUT,
+            &format!("/v1/apps/{APP}/notifications"),
+            Some(json!({"url": "https://ops.example/chime"})),
+        )
+        .await;
+    assert!(status == 200 || status == 201, "{settings}");
     let created = gw.create(APP, &format!("tenancy-{n}")).await;
     let id = created["id"].as_i64().unwrap();
     let (_, _, runs) = gw
@@ -229,6 +237,14 @@ fn rest_case(route: &str, n: usize, fx: &Fixture) -> Option<(Target, String, Opt
             format!("/v1/apps/{APP}/signing-secret"),
             None,
         ),
+        "PUT /v1/apps/{app}/notifications" => (
+            Target::Admin,
+            format!("/v1/apps/{APP}/notifications"),
+            Some(json!({"url": "https://ops.example/chime", "on": ["dead"]})),
+        ),
+        "GET /v1/apps/{app}/notifications" => {
+            (Target::Admin, format!("/v1/apps/{APP}/notifications"), None)
+        }
         "POST /v1/apps/{app}/signing-secret/rotate" => (
             Target::Admin,
             format!("/v1/apps/{APP}/signing-secret/rotate"),
@@ -592,6 +608,19 @@ async fn call_grpc(
             })
             .await
             .map(drop),
+        "PutNotifications" => c
+            .put_notifications(pb::PutNotificationsRequest {
+                app: APP.into(),
+                url: "https://ops.example/chime".into(),
+                on: None,
+                failing_after: Some(2),
+            })
+            .await
+            .map(drop),
+        "GetNotifications" => c
+            .get_notifications(pb::GetNotificationsRequest { app: APP.into() })
+            .await
+            .map(drop),
         "PreviewSchedule" => c
             .preview_schedule(pb::PreviewScheduleRequest {
                 schedule: Some(pb::Schedule {
@@ -644,19 +673,27 @@ async fn every_grpc_method_is_scoped_to_its_app() {
                 | "PutCalendar"
                 | "GetCalendar"
                 | "ListCalendars"
+                | "PutNotifications"
+                | "GetNotifications"
         );
+        // The app's notification settings: admin scope.
+        let admin = method.ends_with("Notifications");
         for who in EVERYONE {
             n += 1;
             let fx = fixture(&gw, n).await;
-            let mut c =
-                support::grpc_client_on(channel.clone(), tokens.of(who, &tokens.read_write));
+            let right = if admin {
+                &tokens.admin
+            } else {
+                &tokens.read_write
+            };
+            let mut c = support::grpc_client_on(channel.clone(), tokens.of(who, right));
             let got = call_grpc(&mut c, method, &fx, n).await;
             let want = match (who, by_id) {
                 (Who::Nobody | Who::Malformed, _) => Some(Code::Unauthenticated),
                 _ if any_app => None,
                 (Who::OtherApp, true) => Some(Code::NotFound),
                 (Who::OtherApp, false) => Some(Code::PermissionDenied),
-                (Who::ReadOnly, _) if write => Some(Code::PermissionDenied),
+                (Who::ReadOnly, _) if write || admin => Some(Code::PermissionDenied),
                 _ => None,
             };
             assert_eq!(

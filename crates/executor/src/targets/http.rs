@@ -227,7 +227,64 @@ impl DeliveryTarget for HttpTarget {
     }
 }
 
+/// Why a [`HttpTarget::post_signed`] was not taken, and whether trying again may help.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NotTaken {
+    pub error: String,
+    pub retryable: bool,
+}
+
 impl HttpTarget {
+    /// POSTs the JSON `body` to `url` as message `id` of `app`, signed like a callback
+    /// (when this target signs) and under the same network policy. `Ok` on a 2xx answer.
+    pub async fn post_signed(
+        &self,
+        app: &chime_domain::AppName,
+        id: String,
+        url: &chime_domain::CallbackUrl,
+        body: Vec<u8>,
+        timeout: Duration,
+    ) -> Result<(), NotTaken> {
+        let fail = |error: String, retryable: bool| NotTaken { error, retryable };
+        if let Err(blocked) = self.settings.networks.check_url(url.as_url()) {
+            return Err(fail(
+                format!("blocked by the callback network policy: {blocked}"),
+                false,
+            ));
+        }
+        let mut request = self
+            .http
+            .post(url.as_url().clone())
+            .timeout(timeout)
+            .header(reqwest::header::CONTENT_TYPE, "application/json");
+        if let Some(signer) = &self.signer {
+            let signed = signer
+                .headers_for(app, id, &body)
+                .await
+                .map_err(|e| fail(format!("cannot sign: {e}"), true))?;
+            for (name, value) in signed {
+                request = request.header(name, value);
+            }
+        }
+        match request.body(body).send().await {
+            Ok(r) if r.status().is_success() => Ok(()),
+            Ok(r) => {
+                let status = r.status().as_u16();
+                Err(fail(
+                    format!("answered HTTP {status}"),
+                    retryable_status(status),
+                ))
+            }
+            Err(e) => match blocked_cause(&e) {
+                Some(b) => Err(fail(
+                    format!("blocked by the callback network policy: {b}"),
+                    false,
+                )),
+                None => Err(fail(format!("{e}"), true)),
+            },
+        }
+    }
+
     /// The callback's request: the timer's method, headers and body, Chime's headers, the
     /// trace context and the signature.
     fn request(

@@ -19,7 +19,7 @@ use async_trait::async_trait;
 use chime_domain::{ClaimedOccurrence, Clock, OccurrenceStatus, Outcome, TargetKind, Timer};
 
 pub use amqp::AmqpTarget;
-pub use http::{CallbackSettings, HostLookup, HttpTarget, SystemLookup};
+pub use http::{CallbackSettings, HostLookup, HttpTarget, NotTaken, SystemLookup};
 pub use nats::NatsTarget;
 pub use signing::Signer;
 pub use worker::WorkerTarget;

@@ -117,8 +117,17 @@ impl Signer {
         key: TaskKey,
         body: &[u8],
     ) -> Result<[(&'static str, String); 3], StoreError> {
+        self.headers_for(app, key.to_string(), body).await
+    }
+
+    /// The three headers for message `id` (a failure notification's, say) with `body`.
+    pub async fn headers_for(
+        self: &Arc<Self>,
+        app: &AppName,
+        id: String,
+        body: &[u8],
+    ) -> Result<[(&'static str, String); 3], StoreError> {
         let secrets = self.secrets(app).await?;
-        let id = key.to_string();
         let timestamp = self.clock.now().as_millis().div_euclid(1000);
         let signature = webhook_signature(&secrets, &id, timestamp, body);
         Ok([

@@ -119,7 +119,8 @@ async fn start_with(
         chime_domain::BrokerUrl::parse(ALLOWED_BROKER).expect("a broker URL"),
     ])
     .with_calendars(db.store())
-    .with_activity(db.store());
+    .with_activity(db.store())
+    .with_notifications(db.store());
     if let Some(q) = quotas {
         service = service.with_quotas(q);
     }
