@@ -7,6 +7,7 @@
 mod brokers;
 mod durability;
 mod faults;
+mod notifications;
 mod observability;
 mod overlap;
 mod pipeline;

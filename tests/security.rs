@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 const APP: &str = "signed";
 
 /// A venv with `standardwebhooks` under target/, made on first use.
-fn python() -> PathBuf {
+pub(crate) fn python() -> PathBuf {
     let dir = chime_e2e::bin_dir().join("../pytools-webhooks");
     let python = dir.join("bin/python");
     if !python.exists() {
@@ -39,7 +39,7 @@ fn python() -> PathBuf {
 }
 
 /// What the independent library says of each message, verified with `secret`.
-fn verify(secret: &str, messages: &[Value]) -> Vec<String> {
+pub(crate) fn verify(secret: &str, messages: &[Value]) -> Vec<String> {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/support/verify_webhooks.py");
     let mut child = Command::new(python())
         .arg(script)
@@ -63,7 +63,7 @@ fn verify(secret: &str, messages: &[Value]) -> Vec<String> {
         .collect()
 }
 
-fn message(r: &Received) -> Value {
+pub(crate) fn message(r: &Received) -> Value {
     let header = |n: &str| r.header(n).unwrap_or_default().to_owned();
     json!({
         "headers": {
