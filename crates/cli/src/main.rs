@@ -10,6 +10,7 @@ mod args;
 mod calendars;
 mod client;
 mod dev;
+mod notifications;
 mod output;
 mod worker;
 
@@ -91,6 +92,13 @@ enum Command {
         #[command(flatten)]
         client: ClientArgs,
     },
+    /// Where an app's failed, dead and recovered runs are told (admin scope).
+    Notifications {
+        #[command(subcommand)]
+        command: notifications::NotificationsCommand,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
 }
 
 /// Where the client commands find Chime, and how they print.
@@ -149,6 +157,13 @@ async fn main() -> ExitCode {
             async {
                 let mut client = client::connect(&c.server, c.token.as_deref()).await?;
                 calendars::run(&mut client, command, c.output).await
+            }
+            .await,
+        ),
+        Command::Notifications { command, client: c } => finish(
+            async {
+                let mut client = client::connect(&c.server, c.token.as_deref()).await?;
+                notifications::run(&mut client, command, c.output).await
             }
             .await,
         ),

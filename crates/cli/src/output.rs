@@ -99,7 +99,7 @@ fn run_json(r: &pb::Run) -> Value {
     })
 }
 
-fn pretty(v: &Value) -> String {
+pub fn pretty(v: &Value) -> String {
     serde_json::to_string_pretty(v).unwrap_or_default()
 }
 
