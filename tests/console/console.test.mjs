@@ -37,7 +37,8 @@ function startSink() {
     let body = '';
     req.on('data', (c) => { body += c; });
     req.on('end', () => {
-      const failed = (req.url.startsWith('/flaky') && sink.failing) || (req.url.startsWith('/doomed') && sink.doomed);
+      const failed = (req.url.startsWith('/flaky') && sink.failing) || (req.url.startsWith('/doomed') && sink.doomed)
+        || req.url.startsWith('/broken');
       sink.requests.push({ path: req.url, headers: req.headers, status: failed ? 500 : 200 });
       res.writeHead(failed ? 500 : 200, { 'content-type': 'text/plain' });
       res.end(failed ? 'sink says no' : 'ok');
@@ -385,6 +386,39 @@ test('a dead letter is inspected and redriven from the console, then succeeds', 
   assert.deepEqual(unexpected(mark), []);
 });
 
+test('failure notifications are set from the console and the sent ones listed', async () => {
+  const mark = problems.length;
+  await page.click('nav a[data-section=notifications]');
+  await page.fill('input[name=app]', APP);
+  await page.click('form.filters button[type=submit]');
+  await page.waitForSelector('#notifications-form:has-text("No notifications are set")');
+  await page.fill('#notify-url', `${sink.url}/hooks`);
+  await page.uncheck('input[name=on][value=recovered]');
+  await page.fill('#notify-after', '1');
+  await page.click('#notifications-form button[type=submit]');
+  await page.waitForSelector('#notifications-notice [role=status]:has-text("Saved: dead, failing")');
+  const saved = await rest(base, 'GET', `/v1/apps/${APP}/notifications`);
+  assert.deepEqual([saved.on, saved.failing_after], [['dead', 'failing'], 1]);
+
+  // Every second, as executors read an app's settings again within 5 s of a change.
+  const broken = await rest(base, 'POST', '/v1/timers', {
+    app: APP, name: 'broken', schedule: { every: '1s' }, callback: { url: `${sink.url}/broken` },
+    retry: { max_attempts: 1 },
+  });
+  await until('run.dead and timer.failing at the URL', () => sink.requests.filter((r) => r.path === '/hooks').length >= 2);
+  await rest(base, 'DELETE', `/v1/timers/${broken.id}`);
+  const hook = sink.requests.find((r) => r.path === '/hooks');
+  assert.ok(hook.headers['webhook-signature'].startsWith('v1,'), 'signed');
+  await page.reload();
+  await until('both listed', async () => (await page.$$('#notifications-sent tbody tr')).length >= 2);
+  const listed = await page.textContent('#notifications-sent');
+  assert.match(listed, /run\.dead/);
+  assert.match(listed, /timer\.failing/);
+  assert.match(listed, /delivered \(1 try\)/);
+  await shot(page, 'notifications');
+  assert.deepEqual(unexpected(mark, [404]), []);
+});
+
 test('the overview charts the last hour from the executors\' tallies', async () => {
   const mark = problems.length;
   await page.click('nav a[data-section=overview]');
@@ -474,6 +508,8 @@ test('with auth off (chime dev) the console opens without signing in', async () 
 
 test('no page showed an error it was not meant to', () => {
   // Each test checked its own stretch; this catches anything logged between them.
-  const stray = problems.filter((p) => !/status of (400|401)/.test(p.text));
+  // An app without notification settings is a 404 its page explains.
+  const stray = problems.filter((p) => !/status of (400|401)/.test(p.text)
+    && !(p.page.includes('#/notifications') && /status of 404/.test(p.text)));
   assert.deepEqual(stray, []);
 });

@@ -32,6 +32,11 @@ const ASSETS: &[(&str, &str, &str)] = &[
         include_str!("assets/form.js"),
     ),
     (
+        "notifications.js",
+        "text/javascript; charset=utf-8",
+        include_str!("assets/notifications.js"),
+    ),
+    (
         "charts.js",
         "text/javascript; charset=utf-8",
         include_str!("assets/charts.js"),

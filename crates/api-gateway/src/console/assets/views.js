@@ -1,8 +1,10 @@
-// The console's pages but the timer pages (timers.js, form.js): sign-in, overview, dead letters.
+// The console's pages but the timer pages (timers.js, form.js) and notifications
+// (notifications.js): sign-in, overview, dead letters.
 import { api, h, session, signIn, go, alertBox, ms, when, confirmDialog } from './app.js';
 import { timerList, timerDetail } from './timers.js';
 import { timerForm } from './form.js';
 import { lineChart, barChart } from './charts.js';
+import { notifications } from './notifications.js';
 
 async function signin(main) {
   if (!session.auth || session.token) {
@@ -261,5 +263,5 @@ async function missing(main) {
 }
 
 export const views = {
-  signin, overview, timers, 'dead-letters': deadLetters, missing,
+  signin, overview, timers, 'dead-letters': deadLetters, notifications, missing,
 };
