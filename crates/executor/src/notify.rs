@@ -73,6 +73,15 @@ impl Notifier {
         http: HttpTarget,
         clock: Arc<dyn Clock>,
     ) -> Arc<Self> {
+        // Every series from the start, so an alert's increase() sees the first one move.
+        for on in NotifyOn::ALL {
+            for result in ["delivered", "failed"] {
+                metrics::counter!("chime_executor_notifications_total", "type" => on.event_type(), "result" => result)
+                    .increment(0);
+            }
+        }
+        metrics::counter!("chime_executor_notifications_total", "type" => "any", "result" => "dropped")
+            .increment(0);
         let (queue, batches) = mpsc::channel(QUEUE);
         let notifier = Arc::new(Self {
             store,
