@@ -8,7 +8,7 @@
 
 use std::time::{Duration, Instant};
 
-use chime_e2e::timers::{client, create};
+use chime_e2e::timers::{client, create, get_json};
 use chime_storage::testkit;
 use chime_test_support::sink::{Received, Sink};
 use serde_json::{Value, json};
@@ -149,14 +149,7 @@ async fn failing_dead_and_recovered_runs_are_told_signed_with_retries() {
     assert!(tries.iter().all(|e| **e == first[0].0), "{tries:?}");
 
     // Signed with the app's secret, as an independent implementation verifies.
-    let secret: Value = client()
-        .get(format!("{}/v1/apps/{APP}/signing-secret", c.rest))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let secret = get_json(format!("{}/v1/apps/{APP}/signing-secret", c.rest)).await;
     let messages: Vec<Value> = all.iter().map(|(_, r)| message(r)).collect();
     let verdicts = verify(secret["secret"].as_str().unwrap(), &messages);
     assert!(verdicts.iter().all(|v| v == "ok"), "{verdicts:?}");
@@ -164,14 +157,7 @@ async fn failing_dead_and_recovered_runs_are_told_signed_with_retries() {
     // The settings read back what was sent: the retried POST took two attempts.
     let deadline = Instant::now() + Duration::from_secs(30);
     let read = loop {
-        let read: Value = client()
-            .get(format!("{}/v1/apps/{APP}/notifications", c.rest))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let read = get_json(format!("{}/v1/apps/{APP}/notifications", c.rest)).await;
         let recent = read["recent"].as_array().unwrap();
         if recent.iter().any(|s| s["type"] == "timer.recovered")
             && recent.iter().any(|s| s["attempts"].as_u64() >= Some(2))

@@ -73,7 +73,9 @@ impl Notifier {
         http: HttpTarget,
         clock: Arc<dyn Clock>,
     ) -> Arc<Self> {
-        // Every series from the start, so an alert's increase() sees the first one move.
+        // Every series from the start, so an alert's increase() sees the first one move (on
+        // the service's recorder, installed here if serving has not yet).
+        let _ = chime_runtime::prometheus();
         for on in NotifyOn::ALL {
             for result in ["delivered", "failed"] {
                 metrics::counter!("chime_executor_notifications_total", "type" => on.event_type(), "result" => result)
