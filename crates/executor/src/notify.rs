@@ -115,9 +115,7 @@ impl Notifier {
 
     async fn run(self: Arc<Self>, mut batches: mpsc::Receiver<Vec<Ended>>) {
         while let Some(batch) = batches.recv().await {
-            if let Err(e) = self.handle(batch).await {
-                tracing::warn!(error = %e, "cannot work out failure notifications; some are not sent");
-            }
+            self.handle(batch).await;
         }
     }
 
@@ -151,60 +149,71 @@ impl Notifier {
     }
 
     /// The events `batch` gives rise to, each sent on its own task.
-    async fn handle(&self, batch: Vec<Ended>) -> Result<(), chime_storage::StoreError> {
+    async fn handle(&self, batch: Vec<Ended>) {
         let mut by_app: HashMap<AppName, Vec<Ended>> = HashMap::new();
         for e in batch {
             by_app.entry(e.app.clone()).or_default().push(e);
         }
         for (app, runs) in by_app {
-            let Some(settings) = self.settings(&app).await? else {
-                continue;
+            // One app's failure leaves the others' events alone.
+            if let Err(e) = self.handle_app(&app, &runs).await {
+                tracing::warn!(app = %app, error = %e, "cannot work out failure notifications; some are not sent");
+            }
+        }
+    }
+
+    async fn handle_app(
+        &self,
+        app: &AppName,
+        runs: &[Ended],
+    ) -> Result<(), chime_storage::StoreError> {
+        let Some(settings) = self.settings(app).await? else {
+            return Ok(());
+        };
+        // Dead runs first: they need no streak, so a database that cannot count them now
+        // still lets them be told.
+        if settings.wants(NotifyOn::Dead) {
+            for r in runs.iter().filter(|r| r.dead) {
+                self.send(settings.clone(), event(NotifyOn::Dead, r)).await;
+            }
+        }
+        let mut events = Vec::new();
+        if settings.counts_streaks() {
+            let failed: Vec<TimerId> = runs
+                .iter()
+                .filter(|r| !r.succeeded)
+                .map(|r| r.timer_id)
+                .collect();
+            let succeeded: Vec<TimerId> = runs
+                .iter()
+                .filter(|r| r.succeeded)
+                .map(|r| r.timer_id)
+                .collect();
+            let last_of = |id: TimerId, ok: bool| {
+                runs.iter()
+                    .rev()
+                    .find(|r| r.timer_id == id && r.succeeded == ok)
             };
-            let mut events = Vec::new();
-            if settings.wants(NotifyOn::Dead) {
-                events.extend(
-                    runs.iter()
-                        .filter(|r| r.dead)
-                        .map(|r| event(NotifyOn::Dead, r)),
-                );
-            }
-            if settings.counts_streaks() {
-                let failed: Vec<TimerId> = runs
-                    .iter()
-                    .filter(|r| !r.succeeded)
-                    .map(|r| r.timer_id)
-                    .collect();
-                let succeeded: Vec<TimerId> = runs
-                    .iter()
-                    .filter(|r| r.succeeded)
-                    .map(|r| r.timer_id)
-                    .collect();
-                let last_of = |id: TimerId, ok: bool| {
-                    runs.iter()
-                        .rev()
-                        .find(|r| r.timer_id == id && r.succeeded == ok)
-                };
-                for (id, streak) in self.store.count_failures(&failed).await? {
-                    // Exactly at the threshold: one event per streak, however long it runs.
-                    if streak == settings.failing_after
-                        && settings.wants(NotifyOn::Failing)
-                        && let Some(r) = last_of(id, false)
-                    {
-                        events.push(event(NotifyOn::Failing, r));
-                    }
-                }
-                for (id, streak) in self.store.end_streaks(&succeeded).await? {
-                    if streak >= settings.failing_after
-                        && settings.wants(NotifyOn::Recovered)
-                        && let Some(r) = last_of(id, true)
-                    {
-                        events.push(event(NotifyOn::Recovered, r));
-                    }
+            for (id, streak) in self.store.count_failures(&failed).await? {
+                // Exactly at the threshold: one event per streak, however long it runs.
+                if streak == settings.failing_after
+                    && settings.wants(NotifyOn::Failing)
+                    && let Some(r) = last_of(id, false)
+                {
+                    events.push(event(NotifyOn::Failing, r));
                 }
             }
-            for e in events {
-                self.send(settings.clone(), e).await;
+            for (id, streak) in self.store.end_streaks(&succeeded).await? {
+                if streak >= settings.failing_after
+                    && settings.wants(NotifyOn::Recovered)
+                    && let Some(r) = last_of(id, true)
+                {
+                    events.push(event(NotifyOn::Recovered, r));
+                }
             }
+        }
+        for e in events {
+            self.send(settings.clone(), e).await;
         }
         Ok(())
     }
