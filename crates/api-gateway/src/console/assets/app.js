@@ -85,6 +85,20 @@ function append(el, children) {
   }
 }
 
+/** A form choosing one app for the page at `section` (`#/section?app=…`). */
+export function appFilter(section, app, { placeholder = 'every app', button = 'Show', required = false } = {}) {
+  const input = h('input', { name: 'app', value: app, placeholder, size: 16, required });
+  return h('form', {
+    class: 'filters',
+    onsubmit: (e) => {
+      e.preventDefault();
+      const q = new URLSearchParams();
+      if (input.value.trim()) q.set('app', input.value.trim());
+      go(`#/${section}${q.size ? `?${q}` : ''}`);
+    },
+  }, h('label', {}, 'App', input), h('button', { type: 'submit', class: 'quiet' }, button));
+}
+
 /** A status word as a coloured badge. */
 export function badge(status) {
   return h('span', { class: `status s-${status}` }, status);

@@ -1,6 +1,6 @@
 // The notifications page: where an app's failed, dead and recovered runs are told, and the
 // notifications sent last. Needs a token with the admin scope on the app.
-import { api, h, go, alertBox, when } from './app.js';
+import { api, h, alertBox, when, appFilter } from './app.js';
 
 const EVENTS = [
   ['dead', 'A run went dead (run.dead)'],
@@ -10,17 +10,8 @@ const EVENTS = [
 
 export async function notifications(main, _path, query) {
   const app = query.get('app') || '';
-  const appInput = h('input', { name: 'app', value: app, placeholder: 'app', size: 16, required: true });
   main.append(h('h1', {}, 'Notifications'),
-    h('form', {
-      class: 'filters',
-      onsubmit: (e) => {
-        e.preventDefault();
-        const q = new URLSearchParams();
-        if (appInput.value.trim()) q.set('app', appInput.value.trim());
-        go(`#/notifications${q.size ? `?${q}` : ''}`);
-      },
-    }, h('label', {}, 'App', appInput), h('button', { type: 'submit', class: 'quiet' }, 'Show')));
+    appFilter('notifications', app, { placeholder: 'app', required: true }));
   if (!app) {
     main.append(h('p', { class: 'muted' }, 'Choose an app to see where its failures are told.'));
     return;

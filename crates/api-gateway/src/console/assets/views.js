@@ -1,6 +1,6 @@
 // The console's pages but the timer pages (timers.js, form.js) and notifications
 // (notifications.js): sign-in, overview, dead letters.
-import { api, h, session, signIn, go, alertBox, ms, when, confirmDialog } from './app.js';
+import { api, h, session, signIn, go, alertBox, ms, when, confirmDialog, appFilter } from './app.js';
 import { timerList, timerDetail } from './timers.js';
 import { timerForm } from './form.js';
 import { lineChart, barChart } from './charts.js';
@@ -60,16 +60,7 @@ const POLL_MS = 5000;
 /** Firings per second, lateness and failures over the last hour, redrawn every few seconds. */
 async function overview(main, _path, query) {
   const app = query.get('app') || '';
-  const appInput = h('input', { name: 'app', value: app, placeholder: 'every app', size: 16 });
-  const filters = h('form', {
-    class: 'filters',
-    onsubmit: (e) => {
-      e.preventDefault();
-      const q = new URLSearchParams();
-      if (appInput.value.trim()) q.set('app', appInput.value.trim());
-      go(`#/overview${q.size ? `?${q}` : ''}`);
-    },
-  }, h('label', {}, 'App', appInput), h('button', { type: 'submit', class: 'quiet' }, 'Show'));
+  const filters = appFilter('overview', app);
   const tiles = h('div', { class: 'tiles', id: 'tiles' });
   const firing = h('div', { class: 'panel' }, h('h2', {}, 'Firings per second'), h('div', { id: 'chart-rate' }));
   const lateness = h('div', { class: 'panel' }, h('h2', {}, 'Lateness'),
@@ -137,19 +128,8 @@ function tile(label, value, id) {
 async function deadLetters(main, _path, query) {
   const app = query.get('app') || '';
   const token = query.get('page') || '';
-  const appInput = h('input', { name: 'app', value: app, placeholder: 'every app', size: 16 });
   const notice = h('div', { id: 'dead-notice' });
-  main.append(h('h1', {}, 'Dead letters'),
-    h('form', {
-      class: 'filters',
-      onsubmit: (e) => {
-        e.preventDefault();
-        const q = new URLSearchParams();
-        if (appInput.value.trim()) q.set('app', appInput.value.trim());
-        go(`#/dead-letters${q.size ? `?${q}` : ''}`);
-      },
-    }, h('label', {}, 'App', appInput), h('button', { type: 'submit', class: 'quiet' }, 'Filter')),
-    notice);
+  main.append(h('h1', {}, 'Dead letters'), appFilter('dead-letters', app, { button: 'Filter' }), notice);
   const q = new URLSearchParams({ page_size: '50' });
   if (app) q.set('app', app);
   if (token) q.set('page_token', token);
