@@ -151,14 +151,14 @@ impl AccessService {
             grace,
         }
     }
+}
 
-    /// The app named, if the caller is an admin of it.
-    fn admin_of(ctx: &RequestContext, app: &str) -> ApiResult<AppName> {
-        let app = AppName::parse(app).map_err(|e| ApiError::from(e.within("app")))?;
-        ctx.scope.check(&app)?;
-        ctx.require(Scope::Admin)?;
-        Ok(app)
-    }
+/// The app named, if the caller is an admin of it: the check of every admin-scoped route.
+pub(crate) fn admin_of(ctx: &RequestContext, app: &str) -> ApiResult<AppName> {
+    let app = AppName::parse(app).map_err(|e| ApiError::from(e.within("app")))?;
+    ctx.scope.check(&app)?;
+    ctx.require(Scope::Admin)?;
+    Ok(app)
 }
 
 fn parse_input(
@@ -205,7 +205,7 @@ impl AccessApi for AccessService {
         app: &str,
         input: TokenInput,
     ) -> ApiResult<CreatedToken> {
-        let app = Self::admin_of(ctx, app)?;
+        let app = admin_of(ctx, app)?;
         let (name, scopes, lifetime) = parse_input(input)?;
         let now = self.clock.now();
         let minted = mint(
@@ -224,13 +224,13 @@ impl AccessApi for AccessService {
     }
 
     async fn list_tokens(&self, ctx: &RequestContext, app: &str) -> ApiResult<Vec<TokenView>> {
-        let app = Self::admin_of(ctx, app)?;
+        let app = admin_of(ctx, app)?;
         let tokens = self.credentials.list_tokens(&app).await?;
         Ok(tokens.into_iter().map(TokenView::from).collect())
     }
 
     async fn revoke_token(&self, ctx: &RequestContext, app: &str, id: &str) -> ApiResult<()> {
-        let app = Self::admin_of(ctx, app)?;
+        let app = admin_of(ctx, app)?;
         let not_found = || ApiError::new(ErrorCode::NotFound, "NOT_FOUND", "no such token");
         let id = TokenId::parse(id).map_err(|_| not_found())?;
         if !self
@@ -252,7 +252,7 @@ impl AccessApi for AccessService {
         ctx: &RequestContext,
         app: &str,
     ) -> ApiResult<SigningSecretView> {
-        let app = Self::admin_of(ctx, app)?;
+        let app = admin_of(ctx, app)?;
         let fresh = SigningSecret::from_key(rand::random());
         SigningSecretView::of(
             self.credentials
@@ -266,7 +266,7 @@ impl AccessApi for AccessService {
         ctx: &RequestContext,
         app: &str,
     ) -> ApiResult<SigningSecretView> {
-        let app = Self::admin_of(ctx, app)?;
+        let app = admin_of(ctx, app)?;
         let now = self.clock.now();
         let fresh = SigningSecret::from_key(rand::random());
         let secrets = self

@@ -414,13 +414,13 @@ pub trait TimerApi: Send + Sync + 'static {
         ctx: &RequestContext,
         app: String,
         input: crate::notifications::NotificationsInput,
-    ) -> ApiResult<(bool, crate::notifications::NotificationsView)>;
+    ) -> ApiResult<(bool, crate::notifications::AppNotifications)>;
     /// The app's settings and the notifications sent lately (admin scope).
     async fn get_notifications(
         &self,
         ctx: &RequestContext,
         app: String,
-    ) -> ApiResult<crate::notifications::NotificationsView>;
+    ) -> ApiResult<crate::notifications::AppNotifications>;
     /// Whether the service can serve (its database answers).
     async fn ready(&self) -> ApiResult<()>;
 }

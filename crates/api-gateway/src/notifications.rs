@@ -4,11 +4,12 @@
 
 use std::sync::Arc;
 
-use chime_domain::{AppName, NotificationSettings, Scope, SentNotification};
+use chime_domain::{NotificationSettings, SentNotification};
 use chime_storage::Notifications;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use crate::access::admin_of;
 use crate::context::RequestContext;
 use crate::error::{ApiError, ApiResult, ErrorCode};
 use crate::service::TimerService;
@@ -65,7 +66,7 @@ impl From<SentNotification> for SentView {
             kind: s.event.kind,
             timer_id: s.event.timer_id.get(),
             timer_name: s.event.timer_name.to_string(),
-            run_at: s.event.run_at,
+            run_at: s.event.run_at.to_rfc3339(),
             attempt: s.event.attempt,
             error: s.event.error,
             delivered: s.delivered,
@@ -90,8 +91,20 @@ pub struct NotificationsView {
     pub recent: Vec<SentView>,
 }
 
-impl NotificationsView {
-    pub fn of(s: NotificationSettings, recent: Vec<SentNotification>) -> Self {
+/// An app's settings and the notifications sent lately, as both transports answer them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AppNotifications {
+    pub settings: NotificationSettings,
+    pub recent: Vec<SentNotification>,
+}
+
+impl From<AppNotifications> for NotificationsView {
+    fn from(
+        AppNotifications {
+            settings: s,
+            recent,
+        }: AppNotifications,
+    ) -> Self {
         Self {
             app: s.app.to_string(),
             url: s.url.to_string(),
@@ -114,21 +127,14 @@ impl TimerService {
         })
     }
 
-    fn admin_of(ctx: &RequestContext, app: String) -> ApiResult<AppName> {
-        let app = AppName::parse(app).map_err(|e| ApiError::from(e.within("app")))?;
-        ctx.scope.check(&app)?;
-        ctx.require(Scope::Admin)?;
-        Ok(app)
-    }
-
-    /// [`crate::api::TimerApi::put_notifications`]: `true` with the view when created.
+    /// [`crate::api::TimerApi::put_notifications`]: `true` when created.
     pub(crate) async fn put_notification_settings(
         &self,
         ctx: &RequestContext,
         app: String,
         input: NotificationsInput,
-    ) -> ApiResult<(bool, NotificationsView)> {
-        let app = Self::admin_of(ctx, app)?;
+    ) -> ApiResult<(bool, AppNotifications)> {
+        let app = admin_of(ctx, &app)?;
         let settings = NotificationSettings::parse(
             app.clone(),
             &input.url,
@@ -144,7 +150,7 @@ impl TimerService {
         let created = store.put_notifications(&settings).await?;
         tracing::info!(app = %app, url = %settings.url, "notification settings put");
         let recent = store.recent_notifications(&app, RECENT).await?;
-        Ok((created, NotificationsView::of(settings, recent)))
+        Ok((created, AppNotifications { settings, recent }))
     }
 
     /// [`crate::api::TimerApi::get_notifications`].
@@ -152,8 +158,8 @@ impl TimerService {
         &self,
         ctx: &RequestContext,
         app: String,
-    ) -> ApiResult<NotificationsView> {
-        let app = Self::admin_of(ctx, app)?;
+    ) -> ApiResult<AppNotifications> {
+        let app = admin_of(ctx, &app)?;
         let store = self.notification_store()?;
         let settings = store.get_notifications(&app).await?.ok_or_else(|| {
             ApiError::new(
@@ -163,6 +169,6 @@ impl TimerService {
             )
         })?;
         let recent = store.recent_notifications(&app, RECENT).await?;
-        Ok(NotificationsView::of(settings, recent))
+        Ok(AppNotifications { settings, recent })
     }
 }

@@ -22,7 +22,7 @@ use crate::api::{
 use crate::context::{Caller, RequestContext};
 use crate::error::{ApiError, ApiResult, ErrorCode};
 use crate::index::IndexWriter;
-use crate::notifications::{NotificationsInput, NotificationsView};
+use crate::notifications::{AppNotifications, NotificationsInput};
 use crate::preview;
 use crate::quota::{QuotaSettings, Quotas};
 use crate::spec::apply_patch;
@@ -436,7 +436,7 @@ impl TimerApi for TimerService {
         ctx: &RequestContext,
         app: String,
         input: NotificationsInput,
-    ) -> ApiResult<(bool, NotificationsView)> {
+    ) -> ApiResult<(bool, AppNotifications)> {
         self.put_notification_settings(ctx, app, input).await
     }
 
@@ -444,7 +444,7 @@ impl TimerApi for TimerService {
         &self,
         ctx: &RequestContext,
         app: String,
-    ) -> ApiResult<NotificationsView> {
+    ) -> ApiResult<AppNotifications> {
         self.notification_settings(ctx, app).await
     }
 

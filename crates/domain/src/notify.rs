@@ -142,8 +142,9 @@ pub struct NotificationEvent {
     pub app: AppName,
     pub timer_id: TimerId,
     pub timer_name: TimerName,
-    /// The run's scheduled instant, RFC 3339.
-    pub run_at: String,
+    /// The run's scheduled instant, written RFC 3339.
+    #[serde(with = "rfc3339")]
+    pub run_at: Timestamp,
     pub attempt: u32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -175,7 +176,7 @@ impl NotificationEvent {
             app,
             timer_id,
             timer_name,
-            run_at: run_at.to_rfc3339(),
+            run_at,
             attempt,
             error,
         }
@@ -184,10 +185,28 @@ impl NotificationEvent {
     /// Its `webhook-id`: the same for every delivery of the same event, so a receiver can
     /// drop a repeat.
     pub fn id(&self) -> String {
-        let run_at = Timestamp::parse_rfc3339(&self.run_at)
-            .map(|t| t.as_millis())
-            .unwrap_or_default();
-        format!("{}:{}:{}", self.kind, self.timer_id, run_at)
+        format!(
+            "{}:{}:{}",
+            self.kind,
+            self.timer_id,
+            self.run_at.as_millis()
+        )
+    }
+}
+
+/// An instant written RFC 3339 in JSON, as receivers read it.
+mod rfc3339 {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    use crate::Timestamp;
+
+    pub fn serialize<S: Serializer>(t: &Timestamp, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&t.to_rfc3339())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Timestamp, D::Error> {
+        let text = String::deserialize(d)?;
+        Timestamp::parse_rfc3339(&text).map_err(serde::de::Error::custom)
     }
 }
 

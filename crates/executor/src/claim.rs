@@ -373,7 +373,6 @@ impl Inner {
         );
         let _ = self.done.send(Done {
             completes: completes(timer, &outcome),
-            app: None,
             timer: None,
             offset_ms: 0,
             outcome,
@@ -437,7 +436,6 @@ impl Inner {
             tracing::debug!(status = outcome.status.as_str(), "callback done");
             let _ = inner.done.send(Done {
                 completes: completes(Some(&timer), &outcome),
-                app: Some(timer.spec.app.clone()),
                 timer: Some(timer.clone()),
                 offset_ms: if occurrence.backfill {
                     occurrence.due.as_millis() - job.key.run_at.as_millis()

@@ -132,9 +132,8 @@ struct Done {
     outcome: Outcome,
     /// The timer's last occurrence ended and the timer deletes itself when done.
     completes: bool,
-    /// Whose attempt it was, for the activity tallies (`None`: nothing was attempted).
-    app: Option<chime_domain::AppName>,
-    /// The timer whose run it was, for failure notifications (`None`: nothing was attempted).
+    /// The timer whose attempt it was, for the activity tallies (its app) and failure
+    /// notifications (`None`: nothing was attempted).
     timer: Option<Arc<chime_domain::Timer>>,
     /// How far its due instant lies after its run time by design (the timer's flexible
     /// window, a backfill's pace): not lateness.

@@ -174,7 +174,7 @@ impl Notifier {
         // still lets them be told.
         if settings.wants(NotifyOn::Dead) {
             for r in runs.iter().filter(|r| r.dead) {
-                self.send(settings.clone(), event(NotifyOn::Dead, r)).await;
+                self.send(settings.clone(), NotifyOn::Dead, r).await;
             }
         }
         let mut events = Vec::new();
@@ -200,7 +200,7 @@ impl Notifier {
                     && settings.wants(NotifyOn::Failing)
                     && let Some(r) = last_of(id, false)
                 {
-                    events.push(event(NotifyOn::Failing, r));
+                    events.push((NotifyOn::Failing, r));
                 }
             }
             for (id, streak) in self.store.end_streaks(&succeeded).await? {
@@ -208,18 +208,19 @@ impl Notifier {
                     && settings.wants(NotifyOn::Recovered)
                     && let Some(r) = last_of(id, true)
                 {
-                    events.push(event(NotifyOn::Recovered, r));
+                    events.push((NotifyOn::Recovered, r));
                 }
             }
         }
-        for e in events {
-            self.send(settings.clone(), e).await;
+        for (on, r) in events {
+            self.send(settings.clone(), on, r).await;
         }
         Ok(())
     }
 
-    /// Sends `event` on a task of its own, once one of the [`IN_FLIGHT`] places is free.
-    async fn send(&self, settings: Arc<NotificationSettings>, event: NotificationEvent) {
+    /// Sends `run`'s `on` event on a task of its own, once one of the [`IN_FLIGHT`] places is free.
+    async fn send(&self, settings: Arc<NotificationSettings>, on: NotifyOn, run: &Ended) {
+        let event = event(on, run);
         let Ok(place) = self.sending.clone().acquire_owned().await else {
             return;
         };
@@ -232,7 +233,7 @@ impl Notifier {
             } else {
                 "failed"
             };
-            metrics::counter!("chime_executor_notifications_total", "type" => type_label(&sent.event), "result" => result)
+            metrics::counter!("chime_executor_notifications_total", "type" => on.event_type(), "result" => result)
                 .increment(1);
             if !sent.delivered {
                 tracing::warn!(app = %sent.event.app, kind = %sent.event.kind, error = ?sent.error, "failure notification not delivered");
@@ -256,14 +257,6 @@ fn event(on: NotifyOn, r: &Ended) -> NotificationEvent {
         r.attempt,
         r.error.as_deref(),
     )
-}
-
-/// The event's `type`, as a metric label (a fixed set).
-fn type_label(e: &NotificationEvent) -> &'static str {
-    NotifyOn::ALL
-        .into_iter()
-        .find(|on| on.event_type() == e.kind)
-        .map_or("any", NotifyOn::event_type)
 }
 
 /// POSTs `event` to the app's URL, trying again after failures worth it.

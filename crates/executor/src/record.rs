@@ -71,8 +71,6 @@ pub(crate) async fn outcome_loop(
             .map(|d| d.outcome.key.timer_id)
             .collect();
         let offsets: Vec<i64> = batch.iter().map(|d| d.offset_ms).collect();
-        let apps: Vec<Option<chime_domain::AppName>> =
-            batch.iter_mut().map(|d| d.app.take()).collect();
         let timers: Vec<Option<Arc<chime_domain::Timer>>> =
             batch.iter_mut().map(|d| d.timer.take()).collect();
         let (outcomes, held): (Vec<Outcome>, Vec<(Bucket, crate::lanes::Permit)>) = batch
@@ -149,13 +147,9 @@ pub(crate) async fn outcome_loop(
             }
         }
         if let Some(log) = &inner.activity {
-            log.add(
-                outcomes
-                    .iter()
-                    .zip(&lateness)
-                    .zip(&apps)
-                    .filter_map(|((o, late), app)| Some((app.as_ref()?, o.status, *late))),
-            );
+            log.add(outcomes.iter().zip(&lateness).zip(&timers).filter_map(
+                |((o, late), timer)| Some((&timer.as_ref()?.spec.app, o.status, *late)),
+            ));
         }
         drop(held);
         let in_flight = permits.in_flight();

@@ -419,34 +419,30 @@ pub(super) fn activity(r: &crate::activity::ActivityReport) -> pb::Activity {
     }
 }
 
-/// An RFC 3339 instant this service wrote, as a protobuf timestamp.
-fn rfc3339_ts(text: &str) -> Option<prost_types::Timestamp> {
-    Timestamp::parse_rfc3339(text).ok().map(ts)
-}
-
 pub(super) fn notifications_out(
-    v: crate::notifications::NotificationsView,
+    n: crate::notifications::AppNotifications,
 ) -> pb::NotificationSettings {
+    let s = n.settings;
     pb::NotificationSettings {
-        updated_at: rfc3339_ts(&v.updated_at),
-        app: v.app,
-        url: v.url,
-        on: v.on,
-        failing_after: v.failing_after,
-        recent: v
+        app: s.app.to_string(),
+        url: s.url.to_string(),
+        on: s.on.iter().map(|o| o.as_str().to_owned()).collect(),
+        failing_after: s.failing_after,
+        updated_at: Some(ts(s.updated_at)),
+        recent: n
             .recent
             .into_iter()
-            .map(|s| pb::SentNotification {
-                run_at: rfc3339_ts(&s.run_at),
-                sent_at: rfc3339_ts(&s.sent_at),
-                r#type: s.kind,
-                timer_id: s.timer_id,
-                timer_name: s.timer_name,
-                attempt: s.attempt,
-                error: s.error.unwrap_or_default(),
-                delivered: s.delivered,
-                attempts: s.attempts,
-                failure: s.failure.unwrap_or_default(),
+            .map(|sent| pb::SentNotification {
+                run_at: Some(ts(sent.event.run_at)),
+                sent_at: Some(ts(sent.at)),
+                r#type: sent.event.kind,
+                timer_id: sent.event.timer_id.get(),
+                timer_name: sent.event.timer_name.to_string(),
+                attempt: sent.event.attempt,
+                error: sent.event.error.unwrap_or_default(),
+                delivered: sent.delivered,
+                attempts: sent.attempts,
+                failure: sent.error.unwrap_or_default(),
             })
             .collect(),
     }

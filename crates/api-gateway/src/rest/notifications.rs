@@ -34,7 +34,7 @@ pub(super) async fn put_notifications(
     } else {
         StatusCode::OK
     };
-    Ok((status, Json(view)))
+    Ok((status, Json(view.into())))
 }
 
 /// An app's notification settings and the 20 notifications sent last (admin scope).
@@ -52,5 +52,5 @@ pub(super) async fn get_notifications(
     Ctx(ctx): Ctx,
     Path(app): Path<String>,
 ) -> Result<Json<NotificationsView>, ApiError> {
-    Ok(Json(api.get_notifications(&ctx, app).await?))
+    Ok(Json(api.get_notifications(&ctx, app).await?.into()))
 }
