@@ -73,6 +73,37 @@ pub struct TimerInput {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(example = json!(["holidays"]))]
     pub exclude_calendars: Option<Vec<String>>,
+    /// Timers of the same app started when a run ends (a chain).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub then: Option<ThenInput>,
+}
+
+/// A chain: the timers of the same app that get one occurrence, due at once, when a run
+/// ends. Each list holds up to 16 names; a name that does not exist, or a cycle, is refused.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ThenInput {
+    /// Started when a run succeeded.
+    #[serde(default)]
+    #[schema(example = json!(["publish-report"]))]
+    pub on_success: Vec<String>,
+    /// Started when a run ended dead or failed (not while it is retried).
+    #[serde(default)]
+    #[schema(example = json!(["page-oncall"]))]
+    pub on_failure: Vec<String>,
+}
+
+impl ThenInput {
+    pub fn parse(&self) -> Result<chime_domain::Then, chime_domain::ValidationError> {
+        chime_domain::Then::parse(self.on_success.clone(), self.on_failure.clone())
+    }
+}
+
+/// One run, with the chain steps it started when it ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunDetail {
+    pub run: Occurrence,
+    pub chain: Vec<chime_domain::StepRecord>,
 }
 
 /// A create request: the timer plus an optional idempotency key.
@@ -124,6 +155,9 @@ pub struct TimerPatch {
     /// Replaces the list; `[]` removes every calendar.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exclude_calendars: Option<Vec<String>>,
+    /// Replaces the chain; `{}` removes it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub then: Option<ThenInput>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -373,7 +407,7 @@ pub trait TimerApi: Send + Sync + 'static {
     async fn list_runs(&self, ctx: &RequestContext, query: ListRuns)
     -> ApiResult<Page<Occurrence>>;
     /// One run by its task key `{timer_id}:{run_at_ms}`, with its whole output.
-    async fn get_run(&self, ctx: &RequestContext, key: &str) -> ApiResult<Occurrence>;
+    async fn get_run(&self, ctx: &RequestContext, key: &str) -> ApiResult<RunDetail>;
     async fn list_dead_letters(
         &self,
         ctx: &RequestContext,

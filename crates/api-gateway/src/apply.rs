@@ -69,6 +69,10 @@ impl TimerService {
                 timer: Some(self.view(current)),
             });
         }
+        // Checked only when written: a dry run of a manifest may name steps it creates.
+        if desired.then != current.spec.then {
+            self.check_chain(&desired, Some(current.id)).await?;
+        }
         let mut spec = desired;
         if current.spec.schedule.same_intent(&spec.schedule) {
             // Same schedule: keep its anchors (an `every`'s phase, a limit's last run).
@@ -97,7 +101,7 @@ impl TimerService {
     }
 
     /// The live timer of `app` named `name`, if any.
-    async fn timer_named(&self, app: &AppName, name: &TimerName) -> ApiResult<Option<Timer>> {
+    pub(crate) async fn timer_named(&self, app: &AppName, name: &TimerName) -> ApiResult<Option<Timer>> {
         let filter = TimerFilter {
             app: Some(app.clone()),
             name_prefix: Some(name.as_str().to_owned()),

@@ -58,6 +58,7 @@ impl TimerService {
         let spec = parse_spec(&req.timer, now, excluding)?;
         ctx.scope.check(&spec.app)?;
         self.check_callback(&spec)?;
+        self.check_chain(&spec, None).await?;
         if let Some(key) = &req.idempotency_key {
             plain_text("idempotency_key", key, MAX_IDEMPOTENCY_KEY)?;
         }

@@ -9,6 +9,7 @@ pub mod auth;
 mod backfill;
 mod calendars;
 mod catalog;
+mod chains;
 mod checks;
 pub mod console;
 pub mod context;

@@ -61,7 +61,8 @@ async fn main() -> anyhow::Result<()> {
         .with_quotas(quotas(&config))
         .with_calendars(stores.database.calendars.clone())
         .with_activity(stores.database.activity.clone())
-        .with_notifications(stores.database.notifications.clone()),
+        .with_notifications(stores.database.notifications.clone())
+        .with_chains(stores.database.chains.clone()),
     );
     let gateway = Gateway::new(
         api,

@@ -3,7 +3,7 @@
 use chime_domain::{Occurrence, OccurrenceStatus, Page, PageSize, Scope, TaskKey};
 use chime_storage::{DeadFilter, PageRequest, Redrive, RunFilter};
 
-use crate::api::{ListDeadLetters, ListRuns, RedriveTarget};
+use crate::api::{ListDeadLetters, ListRuns, RedriveTarget, RunDetail};
 use crate::context::RequestContext;
 use crate::error::{ApiError, ApiResult, ErrorCode};
 use crate::service::TimerService;
@@ -36,10 +36,15 @@ impl TimerService {
     }
 
     /// [`crate::api::TimerApi::get_run`].
-    pub(crate) async fn run(&self, ctx: &RequestContext, raw_key: &str) -> ApiResult<Occurrence> {
+    pub(crate) async fn run(&self, ctx: &RequestContext, raw_key: &str) -> ApiResult<RunDetail> {
         ctx.require(Scope::Read)?;
         let key: TaskKey = raw_key.parse()?;
-        self.visible_run(ctx, key).await
+        let run = self.visible_run(ctx, key).await?;
+        let chain = match &self.chains {
+            Some(chains) if run.status.is_terminal() => chains.steps_of(key).await?,
+            _ => Vec::new(),
+        };
+        Ok(RunDetail { run, chain })
     }
 
     /// Run `key` of a timer the caller may see; 404 otherwise, as for an unknown run.

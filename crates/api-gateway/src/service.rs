@@ -16,7 +16,7 @@ use chime_storage::{
 
 use crate::api::{
     Applied, ApplyRequest, BackfillRequest, Backfilled, CalendarInput, CalendarPut, CreateRequest,
-    ListDeadLetters, ListRuns, ListTimers, MAX_BATCH, PreviewRequest, PreviewRun, RedriveTarget,
+    ListDeadLetters, ListRuns, RunDetail, ListTimers, MAX_BATCH, PreviewRequest, PreviewRun, RedriveTarget,
     TimerApi, TimerPatch, TimerView, Triggered,
 };
 use crate::context::{Caller, RequestContext};
@@ -49,6 +49,8 @@ pub struct TimerService {
     pub(crate) activity: Option<Arc<dyn chime_storage::Activity>>,
     /// Each app's failure-notification settings and what was sent.
     pub(crate) notifications: Option<Arc<dyn chime_storage::Notifications>>,
+    /// The chain steps runs started, shown with a run.
+    pub(crate) chains: Option<Arc<dyn chime_storage::Chains>>,
 }
 
 impl TimerService {
@@ -75,10 +77,17 @@ impl TimerService {
             calendars: None,
             activity: None,
             notifications: None,
+            chains: None,
         }
     }
 
     /// Keeps the apps' failure-notification settings in `store`.
+    /// Shows with each run the chain steps it started, as recorded in `store`.
+    pub fn with_chains(mut self, store: Arc<dyn chime_storage::Chains>) -> Self {
+        self.chains = Some(store);
+        self
+    }
+
     pub fn with_notifications(mut self, store: Arc<dyn chime_storage::Notifications>) -> Self {
         self.notifications = Some(store);
         self
@@ -260,6 +269,9 @@ impl TimerApi for TimerService {
             .await?;
         let spec = apply_patch(&current.spec, &patch, now, excluding)?;
         self.check_callback(&spec)?;
+        if spec.then != current.spec.then || spec.name != current.spec.name {
+            self.check_chain(&spec, Some(id)).await?;
+        }
         if spec == current.spec {
             // Nothing changes: no new version, but the precondition still holds.
             if let Some(expected) = patch.expected_version
@@ -465,7 +477,7 @@ impl TimerApi for TimerService {
         self.runs(ctx, query).await
     }
 
-    async fn get_run(&self, ctx: &RequestContext, key: &str) -> ApiResult<Occurrence> {
+    async fn get_run(&self, ctx: &RequestContext, key: &str) -> ApiResult<RunDetail> {
         self.run(ctx, key).await
     }
 

@@ -6,7 +6,7 @@ use chime_domain::{
     TimerName, TimerSpec, Timestamp, ValidationError, Window, limits,
 };
 
-use crate::api::{TimerInput, TimerPatch};
+use crate::api::{ThenInput, TimerInput, TimerPatch};
 
 pub(crate) fn timestamp(
     raw: &Option<String>,
@@ -80,6 +80,12 @@ pub(crate) fn parse_spec(
         overlap,
         window: window(input.window.as_deref())?,
         exclude_calendars: excluding.names,
+        then: input
+            .then
+            .as_ref()
+            .map(ThenInput::parse)
+            .transpose()?
+            .unwrap_or_default(),
     })
 }
 
@@ -167,6 +173,9 @@ pub(crate) fn apply_patch(
     }
     if let Some(d) = patch.delivery {
         spec.delivery = d;
+    }
+    if let Some(t) = &patch.then {
+        spec.then = t.parse()?;
     }
     Ok(spec)
 }

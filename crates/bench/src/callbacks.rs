@@ -57,6 +57,7 @@ pub async fn run(a: ClientArgs) -> anyhow::Result<()> {
                 attempt: 1,
                 due: start,
                 backfill: false,
+                parent: None,
                 timer_now: Some(timer.version),
             };
             let (target, timer) = (target.clone(), timer.clone());

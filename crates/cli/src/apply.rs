@@ -70,6 +70,53 @@ struct Declared {
     window: Option<String>,
     #[serde(default)]
     exclude_calendars: Vec<String>,
+    #[serde(default)]
+    then: Option<DeclaredThen>,
+}
+
+/// A declared timer's chain.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DeclaredThen {
+    #[serde(default)]
+    on_success: Vec<String>,
+    #[serde(default)]
+    on_failure: Vec<String>,
+}
+
+/// The declared timers in the order they are applied: by name, except that a timer comes
+/// after the declared timers its chain names, so a new chain's steps exist when it is
+/// written. A cycle keeps name order; the server refuses it.
+fn in_chain_order(mut wanted: BTreeMap<String, Declared>) -> Vec<(String, Declared)> {
+    fn visit(
+        name: &str,
+        wanted: &mut BTreeMap<String, Declared>,
+        visiting: &mut BTreeSet<String>,
+        out: &mut Vec<(String, Declared)>,
+    ) {
+        if !wanted.contains_key(name) || !visiting.insert(name.to_owned()) {
+            return;
+        }
+        let steps: Vec<String> = wanted[name]
+            .then
+            .iter()
+            .flat_map(|t| t.on_success.iter().chain(&t.on_failure))
+            .cloned()
+            .collect();
+        for step in steps {
+            visit(&step, wanted, visiting, out);
+        }
+        if let Some(d) = wanted.remove(name) {
+            out.push((name.to_owned(), d));
+        }
+    }
+    let mut out = Vec::with_capacity(wanted.len());
+    let mut visiting = BTreeSet::new();
+    let names: Vec<String> = wanted.keys().cloned().collect();
+    for name in names {
+        visit(&name, &mut wanted, &mut visiting, &mut out);
+    }
+    out
 }
 
 #[derive(Deserialize)]
@@ -229,6 +276,10 @@ fn request(app: &str, d: Declared, dry_run: bool) -> Result<pb::ApplyTimerReques
             } as i32,
             window: d.window.unwrap_or_default(),
             exclude_calendars: d.exclude_calendars,
+            then: d.then.map(|t| pb::Then {
+                on_success: t.on_success,
+                on_failure: t.on_failure,
+            }),
         }),
         enabled: d.enabled,
         dry_run,
@@ -274,7 +325,7 @@ pub async fn run(
     let mut lines = Vec::new();
     let mut report = Vec::new();
     let (mut created, mut updated, mut unchanged, mut deleted) = (0, 0, 0, 0);
-    for (name, d) in wanted {
+    for (name, d) in in_chain_order(wanted) {
         let applied = client
             .apply_timer(request(&args.app, d, args.dry_run)?)
             .await?

@@ -186,6 +186,28 @@ pub struct SpecArgs {
     /// repeatable. On update, the ones given replace all.
     #[arg(long = "exclude-calendar", value_name = "NAME")]
     pub exclude_calendars: Vec<String>,
+    /// A timer of the same app started when a run succeeds (a chain); repeatable. On
+    /// update, --then-success and --then-failure together replace the chain.
+    #[arg(long = "then-success", value_name = "NAME")]
+    pub then_success: Vec<String>,
+    /// A timer of the same app started when a run ends dead or failed; repeatable.
+    #[arg(long = "then-failure", value_name = "NAME")]
+    pub then_failure: Vec<String>,
+    /// On update: remove the chain.
+    #[arg(long, conflicts_with_all = ["then_success", "then_failure"])]
+    pub no_then: bool,
+}
+
+impl SpecArgs {
+    /// The chain the flags give: `None` when they give none.
+    pub fn then(&self) -> Option<pb::Then> {
+        (self.no_then || !self.then_success.is_empty() || !self.then_failure.is_empty()).then(
+            || pb::Then {
+                on_success: self.then_success.clone(),
+                on_failure: self.then_failure.clone(),
+            },
+        )
+    }
 }
 
 #[derive(Debug, Clone, Args)]

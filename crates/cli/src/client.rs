@@ -306,6 +306,7 @@ async fn create(
         overlap: overlap(a.spec.overlap),
         window: a.spec.window.clone().unwrap_or_default(),
         exclude_calendars: a.spec.exclude_calendars.clone(),
+        then: a.spec.then(),
     };
     let timer = client
         .create_timer(pb::CreateTimerRequest {
@@ -381,6 +382,7 @@ async fn update(
             exclude_calendars: (!a.spec.exclude_calendars.is_empty()).then(|| pb::CalendarNames {
                 names: a.spec.exclude_calendars.clone(),
             }),
+            then: a.spec.then(),
         })
         .await?
         .into_inner();

@@ -117,6 +117,7 @@ pub async fn run(config: Config, args: DevArgs) -> anyhow::Result<()> {
         targets,
         ExecutorSettings::from_config(&config),
     );
+    executor.chain_with(db.chains.clone());
     executor.notify_with(Notifier::start(
         db.notifications.clone(),
         http,
@@ -200,7 +201,8 @@ fn timer_api(
         .with_brokers(config.brokers()?)
         .with_calendars(db.calendars.clone())
         .with_activity(db.activity.clone())
-        .with_notifications(db.notifications.clone()),
+        .with_notifications(db.notifications.clone())
+        .with_chains(db.chains.clone()),
     ))
 }
 

@@ -69,6 +69,7 @@ fn timer_json(t: &pb::Timer) -> Value {
         "catch_up_window": (!spec.catch_up_window.is_empty()).then_some(&spec.catch_up_window),
         "window": (!spec.window.is_empty()).then_some(&spec.window),
         "exclude_calendars": spec.exclude_calendars,
+        "then": spec.then.as_ref().map(|t| json!({"on_success": t.on_success, "on_failure": t.on_failure})),
         "overlap": match pb::OverlapPolicy::try_from(spec.overlap) {
             Ok(pb::OverlapPolicy::Skip) => "skip",
             Ok(pb::OverlapPolicy::BufferOne) => "buffer_one",
@@ -96,6 +97,15 @@ fn run_json(r: &pb::Run) -> Value {
         "error": (!r.error.is_empty()).then_some(&r.error),
         "output": (!r.output.is_empty()).then_some(&r.output),
         "backfill": (!r.backfill.is_empty()).then_some(&r.backfill),
+        "parent_run": (!r.parent_run.is_empty()).then_some(&r.parent_run),
+        "chain": r.chain.iter().map(|s| json!({
+            "timer": s.timer,
+            "on": s.on,
+            "status": s.status,
+            "run": (!s.run.is_empty()).then_some(&s.run),
+            "reason": (!s.reason.is_empty()).then_some(&s.reason),
+            "at": ts(&s.at),
+        })).collect::<Vec<_>>(),
     })
 }
 
@@ -170,6 +180,14 @@ pub fn timer(t: &pb::Timer, out: Output) -> String {
     }
     if let Some(spec) = t.spec.as_ref().filter(|s| !s.exclude_calendars.is_empty()) {
         lines.push(format!("excludes:  {}", spec.exclude_calendars.join(",")));
+    }
+    if let Some(then) = t.spec.as_ref().and_then(|s| s.then.as_ref()) {
+        if !then.on_success.is_empty() {
+            lines.push(format!("then ok:   {}", then.on_success.join(",")));
+        }
+        if !then.on_failure.is_empty() {
+            lines.push(format!("then fail: {}", then.on_failure.join(",")));
+        }
     }
     if let Some(left) = t.remaining_runs {
         lines.push(format!("runs left: {left}"));
@@ -289,6 +307,17 @@ pub fn run(r: &pb::Run, out: Output) -> String {
     }
     if !r.backfill.is_empty() {
         text += &field("backfill", r.backfill.clone());
+    }
+    if !r.parent_run.is_empty() {
+        text += &field("parent_run", r.parent_run.clone());
+    }
+    for s in &r.chain {
+        let what = if s.run.is_empty() {
+            format!("{} ({})", s.status, s.reason)
+        } else {
+            format!("{} {}", s.status, s.run)
+        };
+        text += &field("chain", format!("{} {}: {what}", s.on, s.timer));
     }
     if r.output.is_empty() {
         text += &field("output", "-".into());

@@ -66,7 +66,12 @@ async fn run_command(command: &[String], d: Delivery) -> Answered {
         .into();
     };
     let keep_output = d.keep_output;
-    let spawned = tokio::process::Command::new(program)
+    let mut command = tokio::process::Command::new(program);
+    // A run a chain step started: the run that ended before it.
+    if let Some(parent) = d.headers.get("x-chime-parent-run") {
+        command.env("CHIME_PARENT_RUN", parent);
+    }
+    let spawned = command
         .args(args)
         .env("CHIME_DELIVERY_ID", &d.id)
         .env("CHIME_IDEMPOTENCY_KEY", &d.idempotency_key)

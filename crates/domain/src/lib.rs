@@ -6,6 +6,7 @@ mod activity;
 mod backlog;
 mod calendar;
 mod callback;
+mod chain;
 mod clock;
 mod duration;
 mod error;
@@ -31,6 +32,7 @@ pub use callback::{
     Callback, CallbackBody, CallbackHeaders, CallbackInput, CallbackTimeout, CallbackUrl,
     HttpMethod,
 };
+pub use chain::{ChainOn, ChainStep, StepRecord, StepStatus, Then};
 pub use clock::{Clock, ManualClock, Sleep, SystemClock, Ticker, Timestamp, TimestampError};
 pub use duration::{DurationError, format_duration, parse_duration};
 pub use error::{ValidationError, plain_text};
@@ -111,4 +113,8 @@ pub mod limits {
     /// Fastest a backfill starts its runs (per second), and its default pace.
     pub const MAX_BACKFILL_RATE: u32 = 100;
     pub const DEFAULT_BACKFILL_RATE: u32 = 10;
+    /// Most timers one list of a chain (`then.on_success`, `then.on_failure`) names.
+    pub const MAX_CHAIN_STEPS: usize = 16;
+    /// Most timers a chain reaches, followed from one timer: the cycle check reads each.
+    pub const MAX_CHAIN_REACH: usize = 100;
 }

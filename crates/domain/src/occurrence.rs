@@ -126,6 +126,8 @@ pub struct Occurrence {
     /// Added by a backfill, which claims it under this overlap policy (the timer's own
     /// applies to the others).
     pub backfill: Option<OverlapPolicy>,
+    /// Started by a chain step after this run ended.
+    pub parent: Option<TaskKey>,
 }
 
 impl Occurrence {
@@ -187,6 +189,8 @@ pub struct ClaimedOccurrence {
     /// Added by a backfill: its run time lies in the past on purpose, so lateness is
     /// measured from its due instant.
     pub backfill: bool,
+    /// Started by a chain step after this run ended: told to the callee.
+    pub parent: Option<TaskKey>,
     /// The timer's version when the claim was made; `None` when it is deleted. Every change
     /// to a timer bumps its version, so an executor holding the timer at this version needs
     /// not read it again.

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::ValidationError;
 use crate::{
     AppName, Bucket, CalendarName, Callback, DeliveryMode, MaxAge, MisfirePolicy, RetryPolicy,
-    Schedule, TimerId, TimerName, Timestamp, Window, limits,
+    Schedule, Then, TimerId, TimerName, Timestamp, Window, limits,
 };
 
 /// Everything a user decides about a timer. Immutable per version: an update replaces the
@@ -41,6 +41,9 @@ pub struct TimerSpec {
     /// The app's calendars whose dates it does not fire on (resolved into the schedule).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub exclude_calendars: Vec<CalendarName>,
+    /// Timers of the same app started when a run ends.
+    #[serde(default, skip_serializing_if = "Then::is_empty")]
+    pub then: Then,
 }
 
 /// Whether an occurrence may start while an earlier one of the same timer is still in
@@ -140,6 +143,7 @@ impl TimerSpec {
             self.catch_up_window != desired.catch_up_window,
             "catch_up_window",
         );
+        check(self.then != desired.then, "then");
         changed
     }
 }

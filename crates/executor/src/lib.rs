@@ -18,6 +18,7 @@
 
 mod activity;
 mod cancel;
+mod chain;
 mod catalog;
 mod claim;
 pub mod grpc;
@@ -163,6 +164,8 @@ struct Inner {
     cache: timers::TimerCache,
     /// Told of the runs that ended, when failure notifications are sent from here.
     notifier: std::sync::OnceLock<Arc<notify::Notifier>>,
+    /// Where chain steps are started, when this executor starts them.
+    chains: std::sync::OnceLock<Arc<dyn chime_storage::Chains>>,
 }
 
 pub struct Executor {
@@ -238,6 +241,7 @@ impl Executor {
             activity,
             cache: timers::TimerCache::new(settings_cache),
             notifier: std::sync::OnceLock::new(),
+            chains: std::sync::OnceLock::new(),
         });
         tokio::spawn(claim::claim_loop(inner.clone(), on_time_jobs));
         tokio::spawn(claim::claim_loop(inner.clone(), jobs));
@@ -259,6 +263,11 @@ impl Executor {
     /// Tells `notifier` of every run that ends from now on (failure notifications).
     pub fn notify_with(&self, notifier: Arc<notify::Notifier>) {
         let _ = self.inner.notifier.set(notifier);
+    }
+
+    /// Starts the chain steps (`then`) of every run that ends from now on, in `store`.
+    pub fn chain_with(&self, store: Arc<dyn chime_storage::Chains>) {
+        let _ = self.inner.chains.set(store);
     }
 
     /// Takes as many of `keys` as there is room for, from the front.

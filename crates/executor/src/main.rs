@@ -124,6 +124,7 @@ async fn main() -> anyhow::Result<()> {
         targets,
         ExecutorSettings::from_config(&config),
     );
+    executor.chain_with(db.chains.clone());
     executor.notify_with(Notifier::start(
         db.notifications.clone(),
         http,

@@ -271,6 +271,7 @@ mod tests {
                 attempt,
                 due: Timestamp::from_millis(0),
                 backfill: false,
+                parent: None,
                 timer_now: Some(1),
             };
             skip_reason(Some(&t), &c, Timestamp::from_millis(now_ms))
@@ -294,6 +295,7 @@ mod tests {
                     attempt: 1,
                     due: Timestamp::from_millis(0),
                     backfill: false,
+                    parent: None,
                     timer_now: Some(1),
                 },
                 Timestamp::from_millis(0)
@@ -315,6 +317,7 @@ mod tests {
             attempt,
             due: Timestamp::from_millis(due_ms),
             backfill: false,
+            parent: None,
             timer_now: Some(1),
         };
         let at = |c: &ClaimedOccurrence, t: &Timer, now_ms| {

@@ -101,6 +101,7 @@ pub(crate) async fn outcome_loop(
                 if let Some(notifier) = inner.notifier.get() {
                     notifier.observe(ended(&outcomes, &timers));
                 }
+                crate::chain::start(&inner, crate::chain::steps(&outcomes, &timers)).await;
             }
         }
         // Retries go back to the hot index, due at their next attempt. If that fails the

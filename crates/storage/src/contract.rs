@@ -51,6 +51,7 @@ pub mod lifecycle;
 pub mod materialize;
 pub mod membership;
 pub mod notifications;
+pub mod chains;
 pub mod occurrence_store;
 pub mod retention;
 pub mod timer_store;
@@ -96,6 +97,7 @@ pub fn spec_with(app: &str, name: &str, schedule: &ScheduleInput, now: Timestamp
         overlap: Default::default(),
         window: None,
         exclude_calendars: Vec::new(),
+        then: Default::default(),
     }
 }
 
@@ -256,6 +258,11 @@ macro_rules! storage_contract {
     (calendars, $make:expr) => {
         $crate::storage_contract!(@cases calendars, $make, store, [
             calendars_are_put_by_name_and_read_per_app,
+        ]);
+    };
+    (chains, $make:expr) => {
+        $crate::storage_contract!(@cases chains, $make, store, [
+            chain_steps_start_once_and_carry_their_parent,
         ]);
     };
     (notifications, $make:expr) => {

@@ -15,6 +15,7 @@
 //! | `refused` | scheduler | members an executor refused, put back (bend 1) |
 //! | `deferred` | executor | keys its host's cap held back, due again shortly (bend 2) |
 //! | `retrying` | executor | a failed attempt's next attempt (bend 3) |
+//! | `chained` | executor | the runs chain steps started when a run ended |
 //!
 //! The bends are where the firing path writes back into the index it reads from. Each is
 //! there because the alternative is worse: without `refused` a refused hand-off waits for the
@@ -97,6 +98,11 @@ impl HotWrites {
     /// Executor, bend 3: retries, due at their next attempt.
     pub async fn retrying(&self, entries: &[HotEntry]) -> StoreResult<()> {
         self.add("retrying", entries).await
+    }
+
+    /// Executor: the runs chain steps started, due at once.
+    pub async fn chained(&self, entries: &[HotEntry]) -> StoreResult<()> {
+        self.add("chained", entries).await
     }
 
     async fn add(&self, kind: &'static str, entries: &[HotEntry]) -> StoreResult<()> {

@@ -18,13 +18,14 @@
 macro_rules! occurrence_cols {
     () => {
         "timer_id, run_at, timer_version, bucket, status, attempt, next_attempt_at, lease_until, \
-         fired_at, lateness_ms, http_status, output, error, backfill"
+         fired_at, lateness_ms, http_status, output, error, backfill, parent"
     };
 }
 
 mod activity;
 mod batch;
 mod calendars;
+mod chains;
 #[cfg(feature = "testkit")]
 pub mod contract;
 mod create_queue;
@@ -59,6 +60,7 @@ use chime_domain::{
 pub use activity::Activity;
 pub(crate) use batch::{OutcomeColumns, dedup_new_occurrences, oldest_first};
 pub use calendars::Calendars;
+pub use chains::Chains;
 pub use credentials::Credentials;
 pub use error::{Cause, StoreError};
 pub use filters::{DeadFilter, PageRequest, Redrive, RunFilter, TimerFilter};

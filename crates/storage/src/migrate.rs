@@ -77,6 +77,11 @@ const POSTGRES: &[(i64, &str, &str)] = &[
         "notifications",
         include_str!("../../../migrations/postgres/0013_notifications.sql"),
     ),
+    (
+        14,
+        "chains",
+        include_str!("../../../migrations/postgres/0014_chains.sql"),
+    ),
 ];
 
 const SQLITE: &[(i64, &str, &str)] = &[
@@ -140,6 +145,11 @@ const SQLITE: &[(i64, &str, &str)] = &[
         "notifications",
         include_str!("../../../migrations/sqlite/0012_notifications.sql"),
     ),
+    (
+        13,
+        "chains",
+        include_str!("../../../migrations/sqlite/0013_chains.sql"),
+    ),
 ];
 
 const MYSQL: &[(i64, &str, &str)] = &[
@@ -152,6 +162,11 @@ const MYSQL: &[(i64, &str, &str)] = &[
         2,
         "notifications",
         include_str!("../../../migrations/mysql/0002_notifications.sql"),
+    ),
+    (
+        3,
+        "chains",
+        include_str!("../../../migrations/mysql/0003_chains.sql"),
     ),
 ];
 

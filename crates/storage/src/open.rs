@@ -9,6 +9,7 @@ use crate::mysql::MySqlStore;
 use crate::postgres::{PgSettings, PgStore};
 use crate::sqlite::SqliteStore;
 use crate::{
+    Chains,
     Activity, Calendars, Credentials, Notifications, OccurrenceStore, Retention, SchemaStatus,
     StoreError, StoreResult, TimerStore,
 };
@@ -72,6 +73,7 @@ pub struct Database {
     pub calendars: Arc<dyn Calendars>,
     pub activity: Arc<dyn Activity>,
     pub notifications: Arc<dyn Notifications>,
+    pub chains: Arc<dyn Chains>,
     schema: Arc<dyn Schema>,
     /// The PostgreSQL store behind the traits, when it is one (its hot path for services
     /// run without Redis).
@@ -119,6 +121,7 @@ impl Database {
             + Calendars
             + Activity
             + Notifications
+            + Chains
             + Schema,
     {
         Self {
@@ -129,6 +132,7 @@ impl Database {
             calendars: store.clone(),
             activity: store.clone(),
             notifications: store.clone(),
+            chains: store.clone(),
             schema: store,
             pg: None,
         }

@@ -121,7 +121,18 @@ where
             .opt_text("backfill")?
             .map(|p| p.parse().map_err(StoreError::corrupt))
             .transpose()?,
+        parent: parent(row)?,
     })
+}
+
+/// The `parent` column: the run whose chain step started this one.
+fn parent<R: ChimeRow>(row: &R) -> StoreResult<Option<TaskKey>>
+where
+    for<'r> &'r str: ColumnIndex<R>,
+{
+    row.opt_text("parent")?
+        .map(|p| p.parse().map_err(StoreError::corrupt))
+        .transpose()
 }
 
 pub(crate) fn timers<R: ChimeRow>(rows: &[R]) -> StoreResult<Vec<Timer>>
@@ -153,6 +164,7 @@ where
         attempt: non_negative(row.i32("attempt")?, "attempt")?,
         due: Timestamp::from_millis(row.i64("due")?),
         backfill: row.opt_text("backfill")?.is_some(),
+        parent: parent(row)?,
         timer_now: row.opt_i64("timer_now")?,
     })
 }

@@ -197,7 +197,15 @@ pub(super) fn timer_input(
         overlap: overlap_in(spec.overlap)?,
         window: non_empty(spec.window),
         exclude_calendars: (!spec.exclude_calendars.is_empty()).then_some(spec.exclude_calendars),
+        then: spec.then.map(then_in),
     })
+}
+
+pub(super) fn then_in(t: pb::Then) -> crate::api::ThenInput {
+    crate::api::ThenInput {
+        on_success: t.on_success,
+        on_failure: t.on_failure,
+    }
 }
 
 pub(super) fn create_request(r: pb::CreateTimerRequest) -> Result<CreateRequest, ApiError> {
@@ -284,6 +292,10 @@ fn spec_out(
             .iter()
             .map(ToString::to_string)
             .collect(),
+        then: (!spec.then.is_empty()).then(|| pb::Then {
+            on_success: spec.then.on_success.iter().map(|n| n.to_string()).collect(),
+            on_failure: spec.then.on_failure.iter().map(|n| n.to_string()).collect(),
+        }),
     }
 }
 
@@ -379,6 +391,27 @@ pub(super) fn run_out(o: Occurrence) -> pb::Run {
             .backfill
             .map(|p| p.as_str().to_owned())
             .unwrap_or_default(),
+        parent_run: o.parent.map(|k| k.to_string()).unwrap_or_default(),
+        chain: Vec::new(),
+    }
+}
+
+/// A run read by its key, with the chain steps it started.
+pub(super) fn run_detail_out(d: crate::api::RunDetail) -> pb::Run {
+    pb::Run {
+        chain: d
+            .chain
+            .into_iter()
+            .map(|s| pb::ChainStep {
+                timer: s.step.to_string(),
+                on: s.on.as_str().to_owned(),
+                status: s.status.as_str().to_owned(),
+                run: s.run.map(|k| k.to_string()).unwrap_or_default(),
+                reason: s.reason.unwrap_or_default(),
+                at: Some(ts(s.at)),
+            })
+            .collect(),
+        ..run_out(d.run)
     }
 }
 

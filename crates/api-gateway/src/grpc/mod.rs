@@ -135,6 +135,7 @@ impl GrpcTimerService for GrpcApi {
             overlap: overlap_in(r.overlap)?,
             window: r.window,
             exclude_calendars: r.exclude_calendars.map(|c| c.names),
+            then: r.then.map(convert::then_in),
         };
         let view = self.0.update_timer(&ctx, id(r.id)?, patch).await?;
         Ok(Response::new(timer_out(view)))
@@ -336,7 +337,7 @@ impl GrpcTimerService for GrpcApi {
     async fn get_run(&self, req: Request<pb::GetRunRequest>) -> Result<Response<pb::Run>, Status> {
         let ctx = RequestContext::of(req.extensions());
         let run = self.0.get_run(&ctx, &req.into_inner().task_key).await?;
-        Ok(Response::new(convert::run_out(run)))
+        Ok(Response::new(convert::run_detail_out(run)))
     }
 
     async fn list_runs(

@@ -346,6 +346,51 @@ pub struct RunBody {
     /// Added by a backfill: the overlap policy it runs under. Absent for scheduled runs.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub backfill: Option<String>,
+    /// Started by a chain step: its parent run, `{timer_id}:{run_at_ms}`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parent_run: Option<String>,
+    /// A single run read by its key: the chain steps it started when it ended.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub chain: Vec<ChainStepBody>,
+}
+
+/// One step of a chain, recorded once per run and name.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ChainStepBody {
+    /// The named timer.
+    pub timer: String,
+    /// `on_success` or `on_failure`.
+    pub on: String,
+    /// `started`, or `skipped` (no live, enabled timer of that name).
+    pub status: String,
+    /// The run it started.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    pub at: String,
+}
+
+impl From<chime_domain::StepRecord> for ChainStepBody {
+    fn from(s: chime_domain::StepRecord) -> Self {
+        Self {
+            timer: s.step.to_string(),
+            on: s.on.as_str().to_owned(),
+            status: s.status.as_str().to_owned(),
+            run: s.run.map(|k| k.to_string()),
+            reason: s.reason,
+            at: s.at.to_rfc3339(),
+        }
+    }
+}
+
+impl From<crate::api::RunDetail> for RunBody {
+    fn from(d: crate::api::RunDetail) -> Self {
+        Self {
+            chain: d.chain.into_iter().map(Into::into).collect(),
+            ..d.run.into()
+        }
+    }
 }
 
 impl From<Occurrence> for RunBody {
@@ -363,6 +408,8 @@ impl From<Occurrence> for RunBody {
             error: o.error,
             output: o.output,
             backfill: o.backfill.map(|p| p.as_str().to_owned()),
+            parent_run: o.parent.map(|k| k.to_string()),
+            chain: Vec::new(),
         }
     }
 }

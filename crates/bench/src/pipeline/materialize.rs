@@ -49,6 +49,7 @@ pub(super) async fn materialize(args: &Args) -> anyhow::Result<Outcome> {
                             overlap: Default::default(),
                             window: None,
                             exclude_calendars: Vec::new(),
+                            then: Default::default(),
                         },
                         enabled: true,
                     },

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use chime_domain::{
-    Blocked, ClaimedOccurrence, Clock, NetworkPolicy, OccurrenceStatus, Outcome, TaskKey, Timer,
+    Blocked, ClaimedOccurrence, Clock, NetworkPolicy, OccurrenceStatus, Outcome, Timer,
 };
 
 use super::signing::Signer;
@@ -304,7 +304,7 @@ impl HttpTarget {
         for (name, value) in cb.headers.iter() {
             request = request.header(name, value);
         }
-        for (name, value) in chime_headers(occurrence.key, occurrence.attempt) {
+        for (name, value) in chime_headers(occurrence) {
             request = request.header(name, value);
         }
         // The callback span's context, so the callee's spans join the firing's trace.
@@ -366,11 +366,13 @@ impl HttpTarget {
 }
 
 /// The headers Chime sets on every callback (docs/pipeline.md, Executor). The idempotency key and the
-/// trace id are the same on every attempt of an occurrence, so retries are recognisable.
-pub fn chime_headers(key: TaskKey, attempt: u32) -> [(&'static str, String); 5] {
+/// trace id are the same on every attempt of an occurrence, so retries are recognisable. A
+/// run a chain step started names its parent run.
+pub fn chime_headers(occurrence: &ClaimedOccurrence) -> Vec<(&'static str, String)> {
+    let (key, attempt) = (occurrence.key, occurrence.attempt);
     let trace_id = xxhash_rust::xxh3::xxh3_128(key.to_string().as_bytes()).max(1);
     let span_id = rand::random::<u64>().max(1);
-    [
+    let mut headers = vec![
         ("idempotency-key", key.to_string()),
         ("x-chime-timer-id", key.timer_id.to_string()),
         ("x-chime-scheduled-at", key.run_at.to_rfc3339()),
@@ -379,7 +381,11 @@ pub fn chime_headers(key: TaskKey, attempt: u32) -> [(&'static str, String); 5] 
             "traceparent",
             format!("00-{trace_id:032x}-{span_id:016x}-01"),
         ),
-    ]
+    ];
+    if let Some(parent) = occurrence.parent {
+        headers.push(("x-chime-parent-run", parent.to_string()));
+    }
+    headers
 }
 
 fn describe(e: &reqwest::Error, timeout: Duration) -> String {

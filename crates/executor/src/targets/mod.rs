@@ -109,7 +109,7 @@ pub(crate) async fn prepare<'a>(
         .iter()
         .map(|(k, v)| (k.to_owned(), v.to_owned()))
         .chain(
-            http::chime_headers(occurrence.key, occurrence.attempt)
+            http::chime_headers(occurrence)
                 .into_iter()
                 .map(|(k, v)| (k.to_owned(), v)),
         )

@@ -98,7 +98,7 @@ impl Dialect for MySql {
            AND (status IN ('pending', 'retrying') OR (status = 'running' AND lease_until < ?))";
     const CLAIMED_ONE: &'static str = concat!(
         "SELECT o.timer_id, o.run_at, o.timer_version, o.bucket, o.attempt, \
-           COALESCE(o.next_attempt_at, o.run_at) AS due, o.backfill, ",
+           COALESCE(o.next_attempt_at, o.run_at) AS due, o.backfill, o.parent, ",
         crate::rows::timer_now_col!(),
         " FROM occurrences o WHERE o.timer_id = ? AND o.run_at = ?"
     );
@@ -148,6 +148,23 @@ impl Dialect for MySql {
     const SENT_PURGE: &'static str = "DELETE FROM notifications_sent WHERE app = ? AND at < ?";
     const SENT_RECENT: &'static str =
         "SELECT sent FROM notifications_sent WHERE app = ? ORDER BY at DESC, id LIMIT ?";
+
+    const CHAIN_STEP_INSERT: &'static str = "INSERT IGNORE INTO chain_steps \
+         (parent_timer_id, parent_run_at, step, on_outcome, app, status, at) \
+         VALUES (?, ?, ?, ?, ?, 'skipped', ?)";
+    const CHAIN_TIMER_BY_NAME: &'static str = "SELECT id, version, bucket, enabled FROM timers \
+         WHERE app = ? AND live_name = ?";
+    const CHAIN_RUN_INSERT: &'static str = "INSERT IGNORE INTO occurrences \
+         (timer_id, run_at, timer_version, bucket, parent) VALUES (?, ?, ?, ?, ?)";
+    const CHAIN_STEP_STARTED: &'static str = "UPDATE chain_steps SET status = 'started', \
+         run_timer_id = ?, run_at = ? \
+         WHERE parent_timer_id = ? AND parent_run_at = ? AND step = ?";
+    const CHAIN_STEP_SKIPPED: &'static str = "UPDATE chain_steps SET reason = ? \
+         WHERE parent_timer_id = ? AND parent_run_at = ? AND step = ?";
+    const CHAIN_STEPS_OF: &'static str = "SELECT step, on_outcome, status, run_timer_id, \
+         run_at, reason, at FROM chain_steps \
+         WHERE parent_timer_id = ? AND parent_run_at = ? ORDER BY step";
+    const CHAIN_STEPS_PURGE: &'static str = "DELETE FROM chain_steps WHERE at < ?";
 
     const TOKEN_CREATE: &'static str = "INSERT INTO api_tokens \
          (id, app, name, scopes, hash, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?)";

@@ -72,6 +72,7 @@ mod calendars;
 mod create;
 mod credentials;
 pub(crate) mod dialect;
+mod chains;
 mod notifications;
 mod occurrences;
 mod retention;

@@ -120,7 +120,7 @@ impl OccurrenceStore for MySqlStore {
         // never wait on each other, and each row is won once), then take them.
         let locked = sqlx::query(concat!(
             "SELECT o.timer_id, o.run_at, o.timer_version, o.bucket, o.attempt, \
-               COALESCE(o.next_attempt_at, o.run_at) AS due, o.backfill, ",
+               COALESCE(o.next_attempt_at, o.run_at) AS due, o.backfill, o.parent, ",
             crate::rows::timer_now_col!(),
             " FROM ",
             keys_table!(),

@@ -62,6 +62,11 @@ impl Retention for MySqlStore {
             .bind(before.history.as_millis())
             .execute(&self.pool)
             .await?;
+        // A chain step is kept as long as the runs it could be started again from.
+        sqlx::query(<super::dialect::MySql as crate::sql::Dialect>::CHAIN_STEPS_PURGE)
+            .bind(before.dead.as_millis())
+            .execute(&self.pool)
+            .await?;
         let keys = sqlx::query(
             "DELETE FROM idempotency_keys WHERE created_at < ? ORDER BY created_at LIMIT ?",
         )

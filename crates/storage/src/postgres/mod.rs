@@ -28,6 +28,7 @@ mod create;
 mod credentials;
 mod hot_index;
 mod leases;
+mod chains;
 mod notifications;
 pub use hot_index::PgHotPath;
 mod occurrences;

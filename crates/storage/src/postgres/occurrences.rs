@@ -72,7 +72,7 @@ impl OccurrenceStore for PgStore {
                AND o.ctid = ANY(ARRAY(SELECT tid FROM cand)) \
                AND (o.tableoid, o.ctid) IN (SELECT toid, tid FROM cand) \
              RETURNING o.timer_id, o.run_at, o.timer_version, o.bucket, o.attempt, \
-               COALESCE(o.next_attempt_at, o.run_at) AS due, o.backfill, ",
+               COALESCE(o.next_attempt_at, o.run_at) AS due, o.backfill, o.parent, ",
             crate::rows::timer_now_col!()
         ))
         .bind(ids)

@@ -54,6 +54,11 @@ impl Retention for PgStore {
             .bind(before.history.as_millis())
             .execute(&self.pool)
             .await?;
+        // A chain step is kept as long as the runs it could be started again from.
+        sqlx::query(<crate::sql::Postgres as crate::sql::Dialect>::CHAIN_STEPS_PURGE)
+            .bind(before.dead.as_millis())
+            .execute(&self.pool)
+            .await?;
         let keys = sqlx::query(
             "DELETE FROM idempotency_keys WHERE ctid = ANY(ARRAY( \
                SELECT ctid FROM idempotency_keys WHERE created_at < $1 LIMIT $2))",

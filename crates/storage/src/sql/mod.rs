@@ -87,6 +87,7 @@ pub(crate) const REMOVE_FINISHED_SQLITE: &str =
 mod activity;
 mod calendars;
 mod credentials;
+mod chains;
 mod notifications;
 mod occurrences;
 mod timers;
@@ -94,6 +95,7 @@ mod timers;
 pub(crate) use activity::activity_impl;
 pub(crate) use calendars::calendars_impl;
 pub(crate) use credentials::credentials_impl;
+pub(crate) use chains::chains_impl;
 pub(crate) use notifications::notifications_impl;
 pub(crate) use occurrences::{
     claim_exclusive, due_in_bucket, find_overdue, list_dead, list_runs, overtaken_json, redrive,
@@ -213,7 +215,7 @@ pub(crate) trait Dialect {
     /// The claim of the occurrence at (`$1`, `$2`), as `rows::claimed` reads it.
     const CLAIMED_ONE: &'static str = concat!(
         "SELECT o.timer_id, o.run_at, o.timer_version, o.bucket, o.attempt, \
-           COALESCE(o.next_attempt_at, o.run_at) AS due, o.backfill, ",
+           COALESCE(o.next_attempt_at, o.run_at) AS due, o.backfill, o.parent, ",
         crate::rows::timer_now_col!(),
         " FROM occurrences o WHERE o.timer_id = $1 AND o.run_at = $2"
     );
@@ -290,6 +292,35 @@ pub(crate) trait Dialect {
     /// App `$1`'s latest `$2` records, newest first.
     const SENT_RECENT: &'static str =
         "SELECT sent FROM notifications_sent WHERE app = $1 ORDER BY at DESC, id LIMIT $2";
+
+    // Chains.
+
+    /// Records step `$3` (`$4`: on_success | on_failure, app `$5`, at `$6`) of parent run
+    /// (`$1`, `$2`) as skipped, unless recorded before: one row affected when it is new.
+    const CHAIN_STEP_INSERT: &'static str = "INSERT INTO chain_steps \
+         (parent_timer_id, parent_run_at, step, on_outcome, app, status, at) \
+         VALUES ($1, $2, $3, $4, $5, 'skipped', $6) ON CONFLICT DO NOTHING";
+    /// App `$1`'s live timer named `$2`: id, version, bucket, enabled.
+    const CHAIN_TIMER_BY_NAME: &'static str = "SELECT id, version, bucket, enabled FROM timers \
+         WHERE app = $1 AND name = $2 AND deleted_at IS NULL";
+    /// Timer `$1`'s run at `$2` (version `$3`, bucket `$4`) started by parent run `$5`,
+    /// unless that instant is taken.
+    const CHAIN_RUN_INSERT: &'static str = "INSERT INTO occurrences \
+         (timer_id, run_at, timer_version, bucket, parent) VALUES ($1, $2, $3, $4, $5) \
+         ON CONFLICT (timer_id, run_at) DO NOTHING";
+    /// Step `$5` of parent run (`$3`, `$4`) started run (`$1`, `$2`).
+    const CHAIN_STEP_STARTED: &'static str = "UPDATE chain_steps SET status = 'started', \
+         run_timer_id = $1, run_at = $2 \
+         WHERE parent_timer_id = $3 AND parent_run_at = $4 AND step = $5";
+    /// Step `$4` of parent run (`$2`, `$3`) was skipped because `$1`.
+    const CHAIN_STEP_SKIPPED: &'static str = "UPDATE chain_steps SET reason = $1 \
+         WHERE parent_timer_id = $2 AND parent_run_at = $3 AND step = $4";
+    /// The steps of parent run (`$1`, `$2`), by name.
+    const CHAIN_STEPS_OF: &'static str = "SELECT step, on_outcome, status, run_timer_id, \
+         run_at, reason, at FROM chain_steps \
+         WHERE parent_timer_id = $1 AND parent_run_at = $2 ORDER BY step";
+    /// Steps recorded before `$1` go (the janitor's purge).
+    const CHAIN_STEPS_PURGE: &'static str = "DELETE FROM chain_steps WHERE at < $1";
 
     // Credentials.
 
@@ -410,6 +441,13 @@ mod tests {
             ("SENT_UPSERT", D::SENT_UPSERT),
             ("SENT_PURGE", D::SENT_PURGE),
             ("SENT_RECENT", D::SENT_RECENT),
+            ("CHAIN_STEP_INSERT", D::CHAIN_STEP_INSERT),
+            ("CHAIN_TIMER_BY_NAME", D::CHAIN_TIMER_BY_NAME),
+            ("CHAIN_RUN_INSERT", D::CHAIN_RUN_INSERT),
+            ("CHAIN_STEP_STARTED", D::CHAIN_STEP_STARTED),
+            ("CHAIN_STEP_SKIPPED", D::CHAIN_STEP_SKIPPED),
+            ("CHAIN_STEPS_OF", D::CHAIN_STEPS_OF),
+            ("CHAIN_STEPS_PURGE", D::CHAIN_STEPS_PURGE),
         ];
         all.extend(D::SECRET_ROTATION_LOCK.map(|s| ("SECRET_ROTATION_LOCK", s)));
         all

@@ -30,6 +30,7 @@ macro_rules! timer_cols {
 mod activity;
 mod calendars;
 mod credentials;
+mod chains;
 mod notifications;
 mod occurrences;
 mod retention;

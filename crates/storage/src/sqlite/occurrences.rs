@@ -37,7 +37,7 @@ impl OccurrenceStore for SqliteStore {
                     OR (status = 'running' AND lease_until < ?2)) \
                AND (backfill IS NULL OR backfill = 'allow_all') \
              RETURNING timer_id, run_at, timer_version, bucket, attempt, \
-               COALESCE(next_attempt_at, run_at) AS due, backfill, \
+               COALESCE(next_attempt_at, run_at) AS due, backfill, parent, \
                (SELECT t.version FROM timers t WHERE t.id = occurrences.timer_id \
                 AND t.deleted_at IS NULL) AS timer_now",
         )

@@ -42,6 +42,11 @@ impl Retention for SqliteStore {
             .bind(before.history.as_millis())
             .execute(&self.writer)
             .await?;
+        // A chain step is kept as long as the runs it could be started again from.
+        sqlx::query(<crate::sql::Sqlite as crate::sql::Dialect>::CHAIN_STEPS_PURGE)
+            .bind(before.dead.as_millis())
+            .execute(&self.writer)
+            .await?;
         let keys = sqlx::query(
             "DELETE FROM idempotency_keys WHERE (app, key) IN (SELECT app, key \
              FROM idempotency_keys WHERE created_at < ?1 LIMIT ?2)",

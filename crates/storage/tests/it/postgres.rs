@@ -18,6 +18,7 @@ storage_contract!(leases, support::pg());
 storage_contract!(membership, support::pg());
 storage_contract!(calendars, support::pg());
 storage_contract!(notifications, support::pg());
+storage_contract!(chains, support::pg());
 
 mod migrations {
     use super::*;
@@ -28,7 +29,7 @@ mod migrations {
         assert_eq!(
             fx.store.schema_status().await.unwrap(),
             SchemaStatus::Behind {
-                missing: vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13]
+                missing: vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14]
             }
         );
         fx.store.migrate().await.unwrap();
@@ -61,7 +62,7 @@ mod migrations {
             .fetch_one(fx.store.pool())
             .await
             .unwrap();
-        assert_eq!(applied, 13);
+        assert_eq!(applied, 14);
         assert_eq!(
             fx.store.schema_status().await.unwrap(),
             SchemaStatus::Current

@@ -14,6 +14,7 @@ storage_contract!(credentials, support::sqlite());
 storage_contract!(activity, support::sqlite());
 storage_contract!(calendars, support::sqlite());
 storage_contract!(notifications, support::sqlite());
+storage_contract!(chains, support::sqlite());
 
 mod migrations {
     use super::*;
@@ -24,7 +25,7 @@ mod migrations {
         assert_eq!(
             fx.store.schema_status().await.unwrap(),
             SchemaStatus::Behind {
-                missing: vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]
+                missing: vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13]
             }
         );
         fx.store.migrate().await.unwrap();

@@ -120,7 +120,8 @@ async fn start_with(
     ])
     .with_calendars(db.store())
     .with_activity(db.store())
-    .with_notifications(db.store());
+    .with_notifications(db.store())
+    .with_chains(db.store());
     if let Some(q) = quotas {
         service = service.with_quotas(q);
     }

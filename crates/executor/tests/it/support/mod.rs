@@ -23,6 +23,7 @@ pub fn claimed(t: &Timer) -> ClaimedOccurrence {
         attempt: 1,
         due: now,
         backfill: false,
+        parent: None,
         timer_now: Some(1),
     }
 }

@@ -96,6 +96,7 @@ pub async fn timer_on(
         overlap: Default::default(),
         window: None,
         exclude_calendars: Vec::new(),
+        then: Default::default(),
     };
     s.db.store
         .create_timer(
