@@ -18,14 +18,13 @@ impl TimerService {
         if spec.then.is_empty() {
             return Ok(());
         }
-        let cycle = |via: &TimerName| {
+        let cycle = || {
             let mut e = ApiError::new(
                 ErrorCode::InvalidArgument,
                 "CHAIN_CYCLE",
                 format!(
-                    "the chain comes back to {:?} through {:?}",
-                    spec.name.as_str(),
-                    via.as_str()
+                    "following the chain from {:?} comes back to it",
+                    spec.name.as_str()
                 ),
             );
             e.field = Some("then".into());
@@ -34,7 +33,7 @@ impl TimerService {
         let mut next: Vec<TimerName> = Vec::new();
         for name in spec.then.all() {
             if *name == spec.name {
-                return Err(cycle(name));
+                return Err(cycle());
             }
             let Some(step) = self.timer_named(&spec.app, name).await? else {
                 return Err(ApiError::invalid(
@@ -53,7 +52,7 @@ impl TimerService {
         let mut seen: BTreeSet<TimerName> = spec.then.all().into_iter().cloned().collect();
         while let Some(name) = next.pop() {
             if name == spec.name {
-                return Err(cycle(&name));
+                return Err(cycle());
             }
             if !seen.insert(name.clone()) {
                 continue;

@@ -189,6 +189,9 @@ pub struct TimerBody {
     /// The app's calendars whose dates it does not fire on.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub exclude_calendars: Vec<String>,
+    /// Timers of the same app started when a run ends (a chain).
+    #[serde(skip_serializing_if = "chime_domain::Then::is_empty")]
+    pub then: chime_domain::Then,
     pub version: i64,
     pub created_at: String,
     pub updated_at: String,
@@ -285,6 +288,7 @@ impl From<TimerView> for TimerBody {
                 .iter()
                 .map(ToString::to_string)
                 .collect(),
+            then: t.spec.then.clone(),
             version: t.version,
             created_at: t.created_at.to_rfc3339(),
             updated_at: t.updated_at.to_rfc3339(),

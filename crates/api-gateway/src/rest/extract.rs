@@ -91,7 +91,14 @@ impl<S: Send + Sync, T: DeserializeOwned + Default> FromRequest<S> for OptionalJ
 /// top-level `requests`.
 fn reject_misplaced_arrays(root: &serde_json::Value) -> Result<(), ApiError> {
     /// The fields that are lists of strings.
-    const LISTS: [&str; 4] = ["scopes", "dates", "exclude_calendars", "on"];
+    const LISTS: [&str; 6] = [
+        "scopes",
+        "dates",
+        "exclude_calendars",
+        "on",
+        "on_success",
+        "on_failure",
+    ];
     use serde_json::Value;
     fn walk(obj: &serde_json::Map<String, Value>, path: &str, root: bool) -> Result<(), ApiError> {
         for (key, child) in obj {

@@ -8,6 +8,7 @@ mod activity;
 mod backfill;
 mod binary;
 mod calendars;
+mod chains;
 mod callbacks;
 mod compat;
 mod console;
