@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod brokers;
+mod chains;
 mod durability;
 mod faults;
 mod notifications;
