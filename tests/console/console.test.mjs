@@ -342,6 +342,27 @@ test('trigger now fires at once', async () => {
   assert.deepEqual(unexpected(mark), []);
 });
 
+test('a timer\'s chain is shown, and the run it starts links back to its parent', async () => {
+  const mark = problems.length;
+  const schedule = { cron: '0 0 3 1 1 *', time_zone: 'Europe/Berlin' };
+  const next = await rest(base, 'POST', '/v1/timers', {
+    app: APP, name: 'chain-next', schedule, callback: { url: `${sink.url}/chained` },
+  });
+  const head = await rest(base, 'POST', '/v1/timers', {
+    app: APP, name: 'chain-head', schedule, callback: { url: `${sink.url}/chain-head` },
+    then: { on_success: ['chain-next'] },
+  });
+  await page.goto(`${base}/console#/timers/${head.id}`);
+  await page.waitForSelector('#chain');
+  assert.equal(await page.textContent('#chain'), 'on success: chain-next');
+  await page.click('#trigger');
+  await until('the chained callback', () => sink.requests.some((r) => r.path === '/chained'));
+  await page.goto(`${base}/console#/timers/${next.id}`);
+  await page.waitForSelector('#run-history a.chained');
+  assert.equal(await page.getAttribute('#run-history a.chained', 'href'), `#/timers/${head.id}`);
+  assert.deepEqual(unexpected(mark), []);
+});
+
 test('a dead letter is inspected and redriven from the console, then succeeds', async () => {
   const mark = problems.length;
   const flaky = await rest(base, 'POST', '/v1/timers', {

@@ -128,6 +128,13 @@ function targetText(cb) {
   return `${cb.method} ${cb.url}`;
 }
 
+// A timer's chain: the timers its runs start when they end.
+function chainText(then) {
+  if (!then) return '—';
+  const list = (label, names) => (names?.length ? [`${label}: ${names.join(', ')}`] : []);
+  return h('span', { id: 'chain' }, [...list('on success', then.on_success), ...list('on failure', then.on_failure)].join(' · '));
+}
+
 function specList(t) {
   const cb = t.callback;
   const rows = [
@@ -143,6 +150,7 @@ function specList(t) {
     ['Misfire', t.misfire],
     ['Delivery', t.delivery],
     ['Overlap', t.overlap],
+    ['Chain', chainText(t.then)],
     ['Labels', Object.entries(t.labels || {}).map(([k, v]) => `${k}=${v}`).join(', ') || '—'],
     ['Runs left', t.max_runs ? `${t.remaining_runs ?? '?'} of ${t.max_runs}` : 'no limit'],
     ['Version', t.version],
@@ -244,7 +252,10 @@ export async function timerDetail(main, id) {
         h('th', {}, 'HTTP'), h('th', {}, 'Lateness'), h('th', { class: 'optional' }, 'Error'),
         h('th', { class: 'optional' }, 'Output'))),
       h('tbody', {}, page.runs.map((r) => h('tr', { 'data-status': r.status },
-        h('td', {}, when(r.run_at), r.backfill ? h('span', { class: 'muted' }, ' backfill') : null),
+        h('td', {}, when(r.run_at), r.backfill ? h('span', { class: 'muted' }, ' backfill') : null,
+          r.parent_run ? h('a', {
+            class: 'muted chained', href: `#/timers/${r.parent_run.split(':')[0]}`, title: `started by run ${r.parent_run}`,
+          }, ' chained') : null),
         h('td', {}, badge(r.status)),
         h('td', { class: 'num' }, r.attempt),
         h('td', { class: 'num' }, r.http_status ?? '—'),
