@@ -112,7 +112,10 @@ async fn ended_runs_start_their_chains_once_with_the_parent_run() {
     };
     assert_eq!(parent("/load"), Some(extract_run.clone()));
     assert_eq!(parent("/page"), Some(broken_run.clone()));
-    assert_eq!(on(&callee, "/extract")[0].header("x-chime-parent-run"), None);
+    assert_eq!(
+        on(&callee, "/extract")[0].header("x-chime-parent-run"),
+        None
+    );
     let line = &worker_lines()[0];
     assert!(line.ends_with(&format!(" {extract_run}")), "{line}");
 
@@ -153,7 +156,11 @@ async fn ended_runs_start_their_chains_once_with_the_parent_run() {
         Some(load_run.as_str())
     );
     let load_detail = get_json(format!("{rest}/v1/runs/{load_run}")).await;
-    assert_eq!(load_detail["parent_run"], extract_run.as_str(), "{load_detail}");
+    assert_eq!(
+        load_detail["parent_run"],
+        extract_run.as_str(),
+        "{load_detail}"
+    );
     let broken_steps = steps_of(broken_run.clone()).await;
     assert_eq!(broken_steps[0]["timer"], "gone");
     assert_eq!(broken_steps[0]["status"], "skipped");

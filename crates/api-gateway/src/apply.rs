@@ -101,7 +101,11 @@ impl TimerService {
     }
 
     /// The live timer of `app` named `name`, if any.
-    pub(crate) async fn timer_named(&self, app: &AppName, name: &TimerName) -> ApiResult<Option<Timer>> {
+    pub(crate) async fn timer_named(
+        &self,
+        app: &AppName,
+        name: &TimerName,
+    ) -> ApiResult<Option<Timer>> {
         let filter = TimerFilter {
             app: Some(app.clone()),
             name_prefix: Some(name.as_str().to_owned()),

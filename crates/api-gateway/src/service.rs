@@ -16,8 +16,8 @@ use chime_storage::{
 
 use crate::api::{
     Applied, ApplyRequest, BackfillRequest, Backfilled, CalendarInput, CalendarPut, CreateRequest,
-    ListDeadLetters, ListRuns, RunDetail, ListTimers, MAX_BATCH, PreviewRequest, PreviewRun, RedriveTarget,
-    TimerApi, TimerPatch, TimerView, Triggered,
+    ListDeadLetters, ListRuns, ListTimers, MAX_BATCH, PreviewRequest, PreviewRun, RedriveTarget,
+    RunDetail, TimerApi, TimerPatch, TimerView, Triggered,
 };
 use crate::context::{Caller, RequestContext};
 use crate::error::{ApiError, ApiResult, ErrorCode};

@@ -3,9 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::{
-    AppName, OccurrenceStatus, TaskKey, TimerName, Timestamp, ValidationError, limits,
-};
+use crate::{AppName, OccurrenceStatus, TaskKey, TimerName, Timestamp, ValidationError, limits};
 
 /// The timers started when a run ends: `on_success` after it succeeded, `on_failure` after
 /// it ended dead or failed (a run that is retried has not ended).
@@ -24,7 +22,10 @@ pub struct Then {
 impl Then {
     /// Parses the two lists: each name valid, at most [`limits::MAX_CHAIN_STEPS`] per list,
     /// none twice in one list.
-    pub fn parse(on_success: Vec<String>, on_failure: Vec<String>) -> Result<Self, ValidationError> {
+    pub fn parse(
+        on_success: Vec<String>,
+        on_failure: Vec<String>,
+    ) -> Result<Self, ValidationError> {
         Ok(Self {
             on_success: names("then.on_success", on_success)?,
             on_failure: names("then.on_failure", on_failure)?,
@@ -154,18 +155,20 @@ mod tests {
     fn then_parses_names_and_picks_the_list_an_ending_starts() {
         let then = Then::parse(vec!["b".into(), "c".into()], vec!["alert".into()]).unwrap();
         assert_eq!(then.after(OccurrenceStatus::Succeeded).0.len(), 2);
-        assert_eq!(
-            then.after(OccurrenceStatus::Dead).1,
-            Some(ChainOn::Failure)
-        );
+        assert_eq!(then.after(OccurrenceStatus::Dead).1, Some(ChainOn::Failure));
         assert_eq!(then.after(OccurrenceStatus::Failed).0[0].as_str(), "alert");
         assert!(then.after(OccurrenceStatus::Retrying).0.is_empty());
         assert!(then.after(OccurrenceStatus::Skipped).1.is_none());
         assert_eq!(then.all().len(), 3);
         let twice = Then::parse(vec!["b".into(), "b".into()], vec![]).unwrap_err();
         assert_eq!(twice.field, "then.on_success");
-        let many = (0..=limits::MAX_CHAIN_STEPS).map(|i| format!("t{i}")).collect();
-        assert_eq!(Then::parse(vec![], many).unwrap_err().field, "then.on_failure");
+        let many = (0..=limits::MAX_CHAIN_STEPS)
+            .map(|i| format!("t{i}"))
+            .collect();
+        assert_eq!(
+            Then::parse(vec![], many).unwrap_err().field,
+            "then.on_failure"
+        );
         assert!(Then::parse(vec![" x".into()], vec![]).is_err());
         assert!(Then::default().is_empty());
     }

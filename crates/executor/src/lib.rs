@@ -18,8 +18,8 @@
 
 mod activity;
 mod cancel;
-mod chain;
 mod catalog;
+mod chain;
 mod claim;
 pub mod grpc;
 mod hosts;

@@ -44,6 +44,7 @@ impl TimeControl for chime_domain::ManualClock {
 pub mod activity;
 pub mod backfill;
 pub mod calendars;
+pub mod chains;
 pub mod credentials;
 pub mod hot_index;
 pub mod leases;
@@ -51,7 +52,6 @@ pub mod lifecycle;
 pub mod materialize;
 pub mod membership;
 pub mod notifications;
-pub mod chains;
 pub mod occurrence_store;
 pub mod retention;
 pub mod timer_store;

@@ -9,9 +9,8 @@ use crate::mysql::MySqlStore;
 use crate::postgres::{PgSettings, PgStore};
 use crate::sqlite::SqliteStore;
 use crate::{
-    Chains,
-    Activity, Calendars, Credentials, Notifications, OccurrenceStore, Retention, SchemaStatus,
-    StoreError, StoreResult, TimerStore,
+    Activity, Calendars, Chains, Credentials, Notifications, OccurrenceStore, Retention,
+    SchemaStatus, StoreError, StoreResult, TimerStore,
 };
 
 /// What [`Database`] needs of a backend beyond the storage traits: its schema and its

@@ -67,7 +67,11 @@ async fn chains_are_written_checked_and_read_back() {
         (json!({"on_done": ["load"]}), "then"),
     ] {
         let refused = gw
-            .send(Method::POST, "/v1/timers", Some(chained(app, "bad", then.clone())))
+            .send(
+                Method::POST,
+                "/v1/timers",
+                Some(chained(app, "bad", then.clone())),
+            )
             .await;
         assert_eq!(refused.0, 400, "{then}: {}", refused.2);
         assert_eq!(refused.1, "application/problem+json");
@@ -156,5 +160,8 @@ async fn chains_are_written_checked_and_read_back() {
         .await
         .unwrap_err();
     assert_eq!(refused.code(), tonic::Code::InvalidArgument);
-    assert!(refused.message().contains("comes back to it"), "{refused:?}");
+    assert!(
+        refused.message().contains("comes back to it"),
+        "{refused:?}"
+    );
 }

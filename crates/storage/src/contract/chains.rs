@@ -20,13 +20,22 @@ where
     S: TimerStore + OccurrenceStore + Chains + ?Sized,
 {
     let app = "chain-a";
-    let parent = store.create_timer(new_timer(app, "extract"), H).await.unwrap().timer;
-    let next = store.create_timer(new_timer(app, "load"), H).await.unwrap().timer;
-    let paused = store.create_timer(new_timer(app, "report"), H).await.unwrap().timer;
-    store
-        .set_timer_enabled(paused.id, false, H)
+    let parent = store
+        .create_timer(new_timer(app, "extract"), H)
         .await
-        .unwrap();
+        .unwrap()
+        .timer;
+    let next = store
+        .create_timer(new_timer(app, "load"), H)
+        .await
+        .unwrap()
+        .timer;
+    let paused = store
+        .create_timer(new_timer(app, "report"), H)
+        .await
+        .unwrap()
+        .timer;
+    store.set_timer_enabled(paused.id, false, H).await.unwrap();
     // Another app's timer of the same name is not this app's step.
     store
         .create_timer(new_timer("chain-b", "audit"), H)
@@ -52,7 +61,11 @@ where
         .unwrap();
     assert!(again.is_empty(), "{again:?}");
 
-    let row = store.get_occurrence(key).await.unwrap().expect("the step's run");
+    let row = store
+        .get_occurrence(key)
+        .await
+        .unwrap()
+        .expect("the step's run");
     assert_eq!(row.status, OccurrenceStatus::Pending);
     assert_eq!(row.parent, Some(run));
     let claimed = store
@@ -75,7 +88,11 @@ where
             ("report", StepStatus::Skipped, None),
         ]
     );
-    assert!(records.iter().all(|r| r.on == ChainOn::Success && r.parent == run));
+    assert!(
+        records
+            .iter()
+            .all(|r| r.on == ChainOn::Success && r.parent == run)
+    );
     assert_eq!(records[0].reason.as_deref(), Some("no timer of that name"));
     assert_eq!(records[2].reason.as_deref(), Some("the timer is paused"));
     assert_eq!(records[1].at, now);

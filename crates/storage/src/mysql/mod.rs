@@ -69,10 +69,10 @@ macro_rules! timers_table {
 
 mod activity;
 mod calendars;
+mod chains;
 mod create;
 mod credentials;
 pub(crate) mod dialect;
-mod chains;
 mod notifications;
 mod occurrences;
 mod retention;

@@ -24,11 +24,11 @@ macro_rules! timer_cols {
 
 mod activity;
 mod calendars;
+mod chains;
 mod create;
 mod credentials;
 mod hot_index;
 mod leases;
-mod chains;
 mod notifications;
 pub use hot_index::PgHotPath;
 mod occurrences;

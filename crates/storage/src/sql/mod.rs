@@ -86,16 +86,16 @@ pub(crate) const REMOVE_FINISHED_SQLITE: &str =
 
 mod activity;
 mod calendars;
-mod credentials;
 mod chains;
+mod credentials;
 mod notifications;
 mod occurrences;
 mod timers;
 
 pub(crate) use activity::activity_impl;
 pub(crate) use calendars::calendars_impl;
-pub(crate) use credentials::credentials_impl;
 pub(crate) use chains::chains_impl;
+pub(crate) use credentials::credentials_impl;
 pub(crate) use notifications::notifications_impl;
 pub(crate) use occurrences::{
     claim_exclusive, due_in_bucket, find_overdue, list_dead, list_runs, overtaken_json, redrive,

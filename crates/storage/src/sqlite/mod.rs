@@ -29,8 +29,8 @@ macro_rules! timer_cols {
 
 mod activity;
 mod calendars;
-mod credentials;
 mod chains;
+mod credentials;
 mod notifications;
 mod occurrences;
 mod retention;
