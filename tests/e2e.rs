@@ -12,6 +12,7 @@ mod notifications;
 mod observability;
 mod overlap;
 mod pipeline;
+mod routing;
 mod security;
 mod semantics;
 mod workers;

@@ -237,6 +237,7 @@ async fn nacks_retry_with_backoff_silent_workers_lose_the_delivery_and_no_worker
                 ack_timeout_ms: 1_000,
                 ..Default::default()
             }),
+            worker: String::new(),
         })
         .await
         .expect_err("an unsigned forward is refused");

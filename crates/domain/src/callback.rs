@@ -503,13 +503,17 @@ mod tests {
         let none = CallbackInput::default().parse().unwrap_err();
         assert_eq!(none.field, "callback.url");
         let two = CallbackInput {
-            worker: Some(WorkerInput { group: "g".into() }),
+            worker: Some(WorkerInput {
+                group: "g".into(),
+                route: None,
+            }),
             ..input("http://h/")
         };
         assert_eq!(two.parse().unwrap_err().message, crate::target::ONE_TARGET);
         let worker = CallbackInput {
             worker: Some(WorkerInput {
                 group: "invoices".into(),
+                route: None,
             }),
             body: Some("{}".into()),
             ..Default::default()

@@ -54,8 +54,8 @@ pub use schedule::{
     ScheduleInput, ScheduleKind, TimeZone,
 };
 pub use target::{
-    AmqpInput, AmqpTarget, BrokerUrl, NatsInput, NatsTarget, Target, TargetKind, WorkerInput,
-    WorkerTarget, worker_group,
+    AmqpInput, AmqpTarget, BrokerUrl, NatsInput, NatsTarget, Route, Target, TargetKind,
+    WorkerInput, WorkerTarget, worker_group,
 };
 pub use timer::{
     Labels, NewTimer, OnComplete, OverlapPolicy, PauseNote, Timer, TimerSpec, TimerState,

@@ -82,13 +82,71 @@ fn token(field: &str, s: &str, max: usize, extra: &[char]) -> Result<String, Val
 pub struct WorkerTarget {
     #[serde(deserialize_with = "de_group")]
     pub group: String,
+    /// Which of the group's workers takes each run.
+    #[serde(default, skip_serializing_if = "Route::is_least_busy")]
+    pub route: Route,
 }
 
 impl WorkerTarget {
     pub fn parse(group: &str) -> Result<Self, ValidationError> {
         Ok(Self {
             group: worker_group(group)?,
+            route: Route::LeastBusy,
         })
+    }
+}
+
+/// How a run picks one worker of its group, among those connected to any executor.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Route {
+    /// The worker with the fewest runs in flight (of those on the executor that claimed the
+    /// run, else another executor's).
+    #[default]
+    LeastBusy,
+    /// Each worker in turn.
+    RoundRobin,
+    /// The same worker for a timer while the group's workers stay the same; when one joins
+    /// or leaves, only the timers it takes or held move.
+    ConsistentHash,
+    /// The worker registered earliest of those connected; the next one once it leaves.
+    Failover,
+}
+
+impl Route {
+    pub const ALL: [Self; 4] = [
+        Self::LeastBusy,
+        Self::RoundRobin,
+        Self::ConsistentHash,
+        Self::Failover,
+    ];
+
+    pub fn is_least_busy(&self) -> bool {
+        *self == Self::LeastBusy
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::LeastBusy => "least_busy",
+            Self::RoundRobin => "round_robin",
+            Self::ConsistentHash => "consistent_hash",
+            Self::Failover => "failover",
+        }
+    }
+
+    pub fn parse(s: &str) -> Result<Self, ValidationError> {
+        Self::ALL
+            .into_iter()
+            .find(|r| r.as_str() == s)
+            .ok_or_else(|| {
+                ValidationError::new(
+                    "route",
+                    format!(
+                        "{s:?} is not one of least_busy, round_robin, consistent_hash, failover"
+                    ),
+                )
+            })
     }
 }
 
@@ -230,6 +288,9 @@ fn de_routing_key<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::E
 #[serde(deny_unknown_fields)]
 pub struct WorkerInput {
     pub group: String,
+    /// `least_busy` (the default), `round_robin`, `consistent_hash` or `failover`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub route: Option<String>,
 }
 
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -252,7 +313,11 @@ pub struct AmqpInput {
 
 impl WorkerInput {
     pub fn parse(&self) -> Result<WorkerTarget, ValidationError> {
-        WorkerTarget::parse(&self.group).map_err(|e| e.within("worker"))
+        let mut target = WorkerTarget::parse(&self.group).map_err(|e| e.within("worker"))?;
+        if let Some(route) = self.route.as_deref().filter(|r| !r.is_empty()) {
+            target.route = Route::parse(route).map_err(|e| e.within("worker"))?;
+        }
+        Ok(target)
     }
 }
 
@@ -292,6 +357,7 @@ impl From<&WorkerTarget> for WorkerInput {
     fn from(t: &WorkerTarget) -> Self {
         Self {
             group: t.group.clone(),
+            route: (!t.route.is_least_busy()).then(|| t.route.as_str().to_owned()),
         }
     }
 }
@@ -409,6 +475,36 @@ impl From<Callback> for CallbackRepr {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_worker_route_is_parsed_kept_and_shown_only_when_not_the_default() {
+        let input = |route: Option<&str>| WorkerInput {
+            group: "jobs".into(),
+            route: route.map(str::to_owned),
+        };
+        assert_eq!(input(None).parse().unwrap().route, Route::LeastBusy);
+        assert_eq!(input(Some("")).parse().unwrap().route, Route::LeastBusy);
+        let hashed = input(Some("consistent_hash")).parse().unwrap();
+        assert_eq!(hashed.route, Route::ConsistentHash);
+        assert_eq!(
+            serde_json::to_string(&hashed).unwrap(),
+            r#"{"group":"jobs","route":"consistent_hash"}"#
+        );
+        assert_eq!(
+            serde_json::to_string(&input(None).parse().unwrap()).unwrap(),
+            r#"{"group":"jobs"}"#
+        );
+        assert_eq!(
+            WorkerInput::from(&hashed).route.as_deref(),
+            Some("consistent_hash")
+        );
+        assert_eq!(WorkerInput::from(&input(None).parse().unwrap()).route, None);
+        let bad = input(Some("random")).parse().unwrap_err();
+        assert_eq!(bad.field, "worker.route");
+        for r in Route::ALL {
+            assert_eq!(Route::parse(r.as_str()), Ok(r));
+        }
+    }
 
     #[test]
     fn names_are_checked_and_broker_schemes_match_their_kind() {

@@ -76,6 +76,19 @@ impl ExecutorService for ExecutorGrpc {
         };
         Ok(Response::new(answer))
     }
+
+    async fn list_workers(
+        &self,
+        request: Request<chime_proto::v1::ListWorkersRequest>,
+    ) -> Result<Response<chime_proto::v1::ListWorkersResponse>, Status> {
+        let listed = match &self.workers {
+            Some((workers, _)) => {
+                crate::workers::peers::serve_list_workers(workers, request.into_inner())
+            }
+            None => Default::default(),
+        };
+        Ok(Response::new(listed))
+    }
 }
 
 /// Serves `ExecutorService` on `grpc` (and the admin endpoints) until `shutdown`; then stops

@@ -7,13 +7,19 @@ use crate::v1;
 
 impl From<WorkerInput> for v1::WorkerTarget {
     fn from(w: WorkerInput) -> Self {
-        Self { group: w.group }
+        Self {
+            group: w.group,
+            route: w.route.unwrap_or_default(),
+        }
     }
 }
 
 impl From<v1::WorkerTarget> for WorkerInput {
     fn from(w: v1::WorkerTarget) -> Self {
-        Self { group: w.group }
+        Self {
+            group: w.group,
+            route: (!w.route.is_empty()).then_some(w.route),
+        }
     }
 }
 

@@ -207,6 +207,7 @@ async fn burst_via(args: &Args, to_workers: bool, shape: Shape) -> anyhow::Resul
         pb::Callback {
             worker: Some(pb::WorkerTarget {
                 group: "burst".into(),
+                route: String::new(),
             }),
             ..Default::default()
         }

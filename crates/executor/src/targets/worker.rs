@@ -3,14 +3,19 @@
 //! carries (idempotency key, attempt, signature, trace context), and the worker's ack or nack
 //! is the attempt's outcome.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use chime_domain::{ClaimedOccurrence, Clock, Target, Timer, format_duration};
+use chime_domain::{
+    AppName, ClaimedOccurrence, Clock, Route, Target, Timer, TimerId, format_duration,
+};
 use chime_proto::v1 as pb;
+use chime_runtime::fleet::Replica;
 
 use super::{Attempt, DeliveryTarget, OUTPUT_CAP, Signer, prepare};
 use crate::workers::peers::Peers;
+use crate::workers::routing::{self, Member};
 use crate::workers::{Reply, Unanswered, Workers};
 
 pub struct WorkerTarget {
@@ -18,6 +23,8 @@ pub struct WorkerTarget {
     signer: Option<Arc<Signer>>,
     /// Other executors, asked when no worker of the group is connected here.
     peers: Option<Peers>,
+    /// Round-robin turns taken so far, per app and group.
+    turns: Mutex<HashMap<(AppName, String), u64>>,
 }
 
 impl WorkerTarget {
@@ -26,6 +33,89 @@ impl WorkerTarget {
             workers,
             signer: None,
             peers: None,
+            turns: Mutex::default(),
+        }
+    }
+
+    /// Any worker of the group: the least busy here, else another executor's.
+    async fn least_busy(
+        &self,
+        app: &AppName,
+        group: &str,
+        make: impl Fn(String) -> pb::Delivery,
+        deadline: tokio::time::Instant,
+    ) -> Result<(Reply, String), Unanswered> {
+        match self.workers.deliver(app, group, &make, deadline).await {
+            Err(Unanswered::NoWorker) => match &self.peers {
+                Some(peers) => {
+                    peers
+                        .forward(app, group, make(String::new()), deadline)
+                        .await
+                }
+                None => Err(Unanswered::NoWorker),
+            },
+            other => other,
+        }
+    }
+
+    /// The worker `route` picks among the group's workers on every executor. If it went
+    /// since the executors were asked, any worker takes the run (as `least_busy`).
+    async fn routed(
+        &self,
+        route: Route,
+        timer: TimerId,
+        app: &AppName,
+        group: &str,
+        make: impl Fn(String) -> pb::Delivery,
+        deadline: tokio::time::Instant,
+    ) -> Result<(Reply, String), Unanswered> {
+        let mut members: Vec<(Member, Option<Replica>)> = self
+            .workers
+            .roster(app, group)
+            .into_iter()
+            .map(|m| (m, None))
+            .collect();
+        if let Some(peers) = &self.peers {
+            // The fleet may list this executor too: its workers are listed once.
+            let mine = self.workers.instance();
+            members.extend(
+                peers
+                    .roster(app, group)
+                    .await
+                    .iter()
+                    .filter(|(m, _)| m.instance != mine)
+                    .map(|(m, r)| (m.clone(), Some(r.clone()))),
+            );
+        }
+        let list: Vec<Member> = members.iter().map(|(m, _)| m.clone()).collect();
+        // Only round-robin runs take turns: a group's other routes leave its count alone.
+        let turn = if route == Route::RoundRobin {
+            let mut turns = self.turns.lock().unwrap_or_else(|p| p.into_inner());
+            let turn = turns.entry((app.clone(), group.to_owned())).or_default();
+            *turn = turn.wrapping_add(1);
+            *turn - 1
+        } else {
+            0
+        };
+        let chosen = routing::choose(route, &list, timer, turn)
+            .and_then(|c| members.iter().find(|(m, _)| m == c));
+        let delivered = match (chosen, &self.peers) {
+            (None, _) => Err(Unanswered::NoWorker),
+            (Some((m, None)), _) => {
+                self.workers
+                    .deliver_to(app, group, &m.id, &make, deadline)
+                    .await
+            }
+            (Some((m, Some(replica))), Some(peers)) => {
+                peers
+                    .forward_to(replica, app, group, &m.id, make(String::new()), deadline)
+                    .await
+            }
+            (Some((_, Some(_))), None) => Err(Unanswered::NoWorker),
+        };
+        match delivered {
+            Err(Unanswered::NoWorker) => self.least_busy(app, group, make, deadline).await,
+            other => other,
         }
     }
 
@@ -82,16 +172,11 @@ impl DeliveryTarget for WorkerTarget {
             Attempt::failed_at(&occurrence, fired_at, error, retryable)
         };
         let app = &timer.spec.app;
-        let delivered = match self.workers.deliver(app, group, make, deadline).await {
-            Err(Unanswered::NoWorker) => match &self.peers {
-                Some(peers) => {
-                    peers
-                        .forward(app, group, make(String::new()), deadline)
-                        .await
-                }
-                None => Err(Unanswered::NoWorker),
-            },
-            other => other,
+        let delivered = if target.route.is_least_busy() {
+            self.least_busy(app, group, make, deadline).await
+        } else {
+            self.routed(target.route, key.timer_id, app, group, make, deadline)
+                .await
         };
         let mut attempt = match delivered {
             Ok((Reply::Ack { output }, _)) => {

@@ -4,6 +4,7 @@
 //! that uses it is `targets/worker.rs`.
 
 pub mod peers;
+pub mod routing;
 pub mod stream;
 
 use std::collections::HashMap;
@@ -49,6 +50,10 @@ type Outbound = mpsc::Sender<Result<pb::ExecutorMessage, tonic::Status>>;
 /// One open `Connect` stream.
 pub struct Conn {
     pub id: String,
+    /// The name the worker gave ("" for none).
+    name: String,
+    /// When it connected, Unix ms.
+    registered_at_ms: i64,
     app: AppName,
     group: String,
     tx: Outbound,
@@ -71,8 +76,9 @@ impl Conn {
     }
 }
 
-#[derive(Default)]
 pub struct Workers {
+    /// This executor's instance, random at start: tells its workers from other executors'.
+    instance: String,
     groups: Mutex<Groups>,
     /// Woken when a credit frees up or a worker comes or goes.
     changed: Notify,
@@ -82,7 +88,37 @@ pub struct Workers {
 
 impl Workers {
     pub fn new() -> Arc<Self> {
-        Arc::new(Self::default())
+        Arc::new(Self {
+            instance: format!("{:016x}", rand::random::<u64>()),
+            groups: Mutex::default(),
+            changed: Notify::new(),
+            next_conn: AtomicU64::new(0),
+            next_delivery: AtomicU64::new(0),
+        })
+    }
+
+    /// The workers of `app`'s `group` connected here, as routed deliveries see them.
+    pub fn roster(&self, app: &AppName, group: &str) -> Vec<routing::Member> {
+        let groups = self.groups();
+        groups
+            .get(&(app.clone(), group.to_owned()))
+            .map(|list| {
+                list.iter()
+                    .filter(|c| !c.state().closed)
+                    .map(|c| routing::Member {
+                        instance: self.instance.clone(),
+                        id: c.id.clone(),
+                        name: c.name.clone(),
+                        registered_at_ms: c.registered_at_ms,
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// This executor's instance.
+    pub fn instance(&self) -> &str {
+        &self.instance
     }
 
     fn groups(&self) -> MutexGuard<'_, Groups> {
@@ -106,6 +142,8 @@ impl Workers {
         };
         let conn = Arc::new(Conn {
             id,
+            name: name.to_owned(),
+            registered_at_ms: chime_domain::Clock::now(&chime_domain::SystemClock).as_millis(),
             app: app.clone(),
             group: group.clone(),
             tx,
@@ -186,11 +224,36 @@ impl Workers {
         make: impl Fn(String) -> pb::Delivery,
         deadline: Instant,
     ) -> Result<(Reply, String), Unanswered> {
+        self.deliver_on(app, group, None, make, deadline).await
+    }
+
+    /// [`Workers::deliver`] to connection `only` of the group (a routed delivery): waits for
+    /// its credit; `NoWorker` when it is not connected here, or goes before it answers.
+    pub async fn deliver_to(
+        &self,
+        app: &AppName,
+        group: &str,
+        only: &str,
+        make: impl Fn(String) -> pb::Delivery,
+        deadline: Instant,
+    ) -> Result<(Reply, String), Unanswered> {
+        self.deliver_on(app, group, Some(only), make, deadline)
+            .await
+    }
+
+    async fn deliver_on(
+        &self,
+        app: &AppName,
+        group: &str,
+        only: Option<&str>,
+        make: impl Fn(String) -> pb::Delivery,
+        deadline: Instant,
+    ) -> Result<(Reply, String), Unanswered> {
         loop {
             let changed = self.changed.notified();
             tokio::pin!(changed);
             changed.as_mut().enable();
-            match self.pick(app, group) {
+            match self.pick(app, group, only) {
                 Pick::NoWorker => return Err(Unanswered::NoWorker),
                 Pick::Busy => {
                     if tokio::time::timeout_at(deadline, changed).await.is_err() {
@@ -230,11 +293,26 @@ impl Workers {
 
     /// The connection with a free credit that has the fewest unanswered timeouts, then the
     /// fewest deliveries in flight, then whose turn it is; its credit is taken.
-    fn pick(&self, app: &AppName, group: &str) -> Pick {
+    fn pick(&self, app: &AppName, group: &str, only: Option<&str>) -> Pick {
         let groups = self.groups();
         let Some(list) = groups.get(&(app.clone(), group.to_owned())) else {
             return Pick::NoWorker;
         };
+        if let Some(only) = only {
+            let Some(conn) = list.iter().find(|c| c.id == only && !c.state().closed) else {
+                return Pick::NoWorker;
+            };
+            let full = {
+                let s = conn.state();
+                s.in_flight >= s.window
+            };
+            if full {
+                return Pick::Busy;
+            }
+            let conn = conn.clone();
+            drop(groups);
+            return self.take(conn);
+        }
         // Ties go round the list, so idle workers share the work.
         let turn = self.next_delivery.load(Ordering::Relaxed) as usize;
         let best = list
@@ -255,6 +333,11 @@ impl Workers {
         let Some(conn) = best else {
             return Pick::Busy;
         };
+        self.take(conn)
+    }
+
+    /// Takes one of `conn`'s credits for a new delivery.
+    fn take(&self, conn: Arc<Conn>) -> Pick {
         let id = format!("d{}", self.next_delivery.fetch_add(1, Ordering::Relaxed));
         let (tx, rx) = oneshot::channel();
         let mut state = conn.state();

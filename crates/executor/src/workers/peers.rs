@@ -2,28 +2,99 @@
 //! connected here is offered to the other executors (`ExecutorService/Forward`), which deliver
 //! it to a worker of theirs. A forwarded delivery is never forwarded again.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chime_domain::AppName;
 use chime_proto::v1 as pb;
 use chime_proto::v1::executor_service_client::ExecutorServiceClient;
 use chime_proto::v1::forward_response::Result as Forwarded;
-use chime_runtime::fleet::Fleet;
+use chime_runtime::fleet::{Fleet, Replica};
 use tokio::time::Instant;
 
+use super::routing::Member;
 use super::{Reply, Unanswered, Workers};
 use crate::targets::Signer;
+
+/// How long a fleet roster of one group is used before the executors are asked again.
+const ROSTER_TTL: Duration = Duration::from_secs(1);
+/// Longest a peer is waited for when listing its workers.
+const LIST_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// Fleet rosters kept for [`ROSTER_TTL`]: (app, group) → when read, the peers' workers.
+type Rosters = HashMap<(AppName, String), (Instant, Arc<Vec<(Member, Replica)>>)>;
 
 /// The other executors (`CHIME_EXECUTOR_ENDPOINTS`; this one may be among them and then
 /// answers "no worker", having none).
 pub struct Peers {
     fleet: Arc<Fleet>,
+    rosters: Mutex<Rosters>,
 }
 
 impl Peers {
     pub fn new(fleet: Arc<Fleet>) -> Self {
-        Self { fleet }
+        Self {
+            fleet,
+            rosters: Mutex::default(),
+        }
+    }
+
+    /// The workers of `app`'s `group` connected to the other executors, each with the
+    /// executor it is on; read from them at most once a [`ROSTER_TTL`]. An executor that
+    /// does not answer in time is left out.
+    pub async fn roster(&self, app: &AppName, group: &str) -> Arc<Vec<(Member, Replica)>> {
+        let key = (app.clone(), group.to_owned());
+        if let Some((at, roster)) = self.lock().get(&key)
+            && at.elapsed() < ROSTER_TTL
+        {
+            return roster.clone();
+        }
+        let replicas = self.fleet.replicas().await;
+        let lists = replicas.iter().map(|replica| async move {
+            let mut request = tonic::Request::new(pb::ListWorkersRequest {
+                app: app.to_string(),
+                group: group.to_owned(),
+            });
+            request.set_timeout(LIST_TIMEOUT);
+            match ExecutorServiceClient::new(replica.channel.clone())
+                .list_workers(request)
+                .await
+            {
+                Ok(r) => r
+                    .into_inner()
+                    .workers
+                    .into_iter()
+                    .map(|w| {
+                        let member = Member {
+                            instance: w.instance,
+                            id: w.id,
+                            name: w.name,
+                            registered_at_ms: w.registered_at_ms,
+                        };
+                        (member, replica.clone())
+                    })
+                    .collect(),
+                Err(status) => {
+                    tracing::debug!(executor = %replica.target, %status, "cannot list its workers");
+                    Vec::new()
+                }
+            }
+        });
+        let roster: Vec<(Member, Replica)> = futures::future::join_all(lists)
+            .await
+            .into_iter()
+            .flatten()
+            .collect();
+        let roster = Arc::new(roster);
+        let mut rosters = self.lock();
+        rosters.retain(|_, (at, _)| at.elapsed() < ROSTER_TTL);
+        rosters.insert(key, (Instant::now(), roster.clone()));
+        roster
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Rosters> {
+        self.rosters.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Offers `delivery` to each executor in turn until one has a worker of the group.
@@ -31,68 +102,120 @@ impl Peers {
         &self,
         app: &AppName,
         group: &str,
-        mut delivery: pb::Delivery,
+        delivery: pb::Delivery,
         deadline: Instant,
     ) -> Result<(Reply, String), Unanswered> {
         let mut outcome = Err(Unanswered::NoWorker);
         for replica in self.fleet.replicas().await.iter() {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
+            match offer(replica, app, group, "", delivery.clone(), deadline).await {
+                Some(Err(Unanswered::NoWorker)) | None => {}
+                Some(Err(Unanswered::Busy)) => outcome = Err(Unanswered::Busy),
+                Some(answered) => return answered,
+            }
+            if Instant::now() >= deadline {
                 break;
-            }
-            delivery.ack_timeout_ms = u32::try_from(left.as_millis()).unwrap_or(u32::MAX);
-            let mut request = tonic::Request::new(pb::ForwardRequest {
-                app: app.to_string(),
-                group: group.to_owned(),
-                delivery: Some(delivery.clone()),
-            });
-            // The peer waits up to `left` for its worker; a little more for the answer.
-            request.set_timeout(left + Duration::from_millis(500));
-            let answer = match ExecutorServiceClient::new(replica.channel.clone())
-                .forward(request)
-                .await
-            {
-                Ok(a) => a.into_inner(),
-                Err(status) => {
-                    tracing::debug!(executor = %replica.target, %status, "forward failed");
-                    continue;
-                }
-            };
-            if !matches!(
-                answer.result(),
-                Forwarded::NoWorker | Forwarded::Unspecified
-            ) {
-                metrics::counter!("chime_executor_worker_forwards_total").increment(1);
-            }
-            match answer.result() {
-                Forwarded::Acked => {
-                    return Ok((
-                        Reply::Ack {
-                            output: answer.output,
-                        },
-                        answer.worker,
-                    ));
-                }
-                Forwarded::Nacked => {
-                    return Ok((
-                        Reply::Nack {
-                            retryable: answer.retryable,
-                            error: answer.error,
-                            output: answer.output,
-                        },
-                        answer.worker,
-                    ));
-                }
-                Forwarded::Timeout => {
-                    return Err(Unanswered::Timeout {
-                        worker: answer.worker,
-                    });
-                }
-                Forwarded::Busy => outcome = Err(Unanswered::Busy),
-                Forwarded::NoWorker | Forwarded::Unspecified => {}
             }
         }
         outcome
+    }
+
+    /// Delivers to worker `worker` of `replica` only (a routed delivery).
+    pub async fn forward_to(
+        &self,
+        replica: &Replica,
+        app: &AppName,
+        group: &str,
+        worker: &str,
+        delivery: pb::Delivery,
+        deadline: Instant,
+    ) -> Result<(Reply, String), Unanswered> {
+        offer(replica, app, group, worker, delivery, deadline)
+            .await
+            .unwrap_or(Err(Unanswered::NoWorker))
+    }
+}
+
+/// Offers `delivery` to `replica`'s workers of the group (to `worker` only, unless empty);
+/// `None` when the call failed or the deadline passed.
+async fn offer(
+    replica: &Replica,
+    app: &AppName,
+    group: &str,
+    worker: &str,
+    mut delivery: pb::Delivery,
+    deadline: Instant,
+) -> Option<Result<(Reply, String), Unanswered>> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        return None;
+    }
+    delivery.ack_timeout_ms = u32::try_from(left.as_millis()).unwrap_or(u32::MAX);
+    let mut request = tonic::Request::new(pb::ForwardRequest {
+        app: app.to_string(),
+        group: group.to_owned(),
+        delivery: Some(delivery),
+        worker: worker.to_owned(),
+    });
+    // The peer waits up to `left` for its worker; a little more for the answer.
+    request.set_timeout(left + Duration::from_millis(500));
+    let answer = match ExecutorServiceClient::new(replica.channel.clone())
+        .forward(request)
+        .await
+    {
+        Ok(a) => a.into_inner(),
+        Err(status) => {
+            tracing::debug!(executor = %replica.target, %status, "forward failed");
+            return None;
+        }
+    };
+    if !matches!(
+        answer.result(),
+        Forwarded::NoWorker | Forwarded::Unspecified
+    ) {
+        metrics::counter!("chime_executor_worker_forwards_total").increment(1);
+    }
+    Some(match answer.result() {
+        Forwarded::Acked => Ok((
+            Reply::Ack {
+                output: answer.output,
+            },
+            answer.worker,
+        )),
+        Forwarded::Nacked => Ok((
+            Reply::Nack {
+                retryable: answer.retryable,
+                error: answer.error,
+                output: answer.output,
+            },
+            answer.worker,
+        )),
+        Forwarded::Timeout => Err(Unanswered::Timeout {
+            worker: answer.worker,
+        }),
+        Forwarded::Busy => Err(Unanswered::Busy),
+        Forwarded::NoWorker | Forwarded::Unspecified => Err(Unanswered::NoWorker),
+    })
+}
+
+/// Serves a peer's `ListWorkers`: the group's workers connected here.
+pub fn serve_list_workers(
+    workers: &Workers,
+    request: pb::ListWorkersRequest,
+) -> pb::ListWorkersResponse {
+    let Ok(app) = AppName::parse(request.app) else {
+        return pb::ListWorkersResponse::default();
+    };
+    pb::ListWorkersResponse {
+        workers: workers
+            .roster(&app, &request.group)
+            .into_iter()
+            .map(|m| pb::ConnectedWorker {
+                instance: m.instance,
+                id: m.id,
+                name: m.name,
+                registered_at_ms: m.registered_at_ms,
+            })
+            .collect(),
     }
 }
 
@@ -137,7 +260,14 @@ pub async fn serve_forward(
         delivery_id,
         ..template.clone()
     };
-    let result = match workers.deliver(&app, &request.group, make, deadline).await {
+    let delivered = if request.worker.is_empty() {
+        workers.deliver(&app, &request.group, make, deadline).await
+    } else {
+        workers
+            .deliver_to(&app, &request.group, &request.worker, make, deadline)
+            .await
+    };
+    let result = match delivered {
         Ok((Reply::Ack { output }, worker)) => {
             response.worker = worker;
             response.output = output;
@@ -204,6 +334,7 @@ mod tests {
                 ack_timeout_ms: 5_000,
                 ..Default::default()
             }),
+            worker: String::new(),
         };
         let response = serve_forward(&workers, None, request).await.unwrap();
         answering.await.unwrap();

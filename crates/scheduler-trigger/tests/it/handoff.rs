@@ -37,6 +37,13 @@ impl ExecutorService for BacklogFull {
     ) -> Result<Response<ForwardResponse>, Status> {
         Err(Status::unimplemented("not a worker executor"))
     }
+
+    async fn list_workers(
+        &self,
+        _: Request<chime_proto::v1::ListWorkersRequest>,
+    ) -> Result<Response<chime_proto::v1::ListWorkersResponse>, Status> {
+        Err(Status::unimplemented("not a worker executor"))
+    }
 }
 
 fn keys(n: i64) -> Vec<TaskKey> {
