@@ -4,6 +4,7 @@
 // Tests and their fixtures panic on purpose: a failed step is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod broadcast;
 mod brokers;
 mod chains;
 mod durability;

@@ -62,7 +62,8 @@ async fn main() -> anyhow::Result<()> {
         .with_calendars(stores.database.calendars.clone())
         .with_activity(stores.database.activity.clone())
         .with_notifications(stores.database.notifications.clone())
-        .with_chains(stores.database.chains.clone()),
+        .with_chains(stores.database.chains.clone())
+        .with_shards(stores.database.shards.clone()),
     );
     let gateway = Gateway::new(
         api,

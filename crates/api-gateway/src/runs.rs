@@ -1,4 +1,5 @@
-//! A timer's runs, dead letters across timers, and their redrive.
+//! A timer's runs (a broadcast run with its shards), dead letters across timers, and
+//! their redrive.
 
 use chime_domain::{Occurrence, OccurrenceStatus, Page, PageSize, Scope, TaskKey};
 use chime_storage::{DeadFilter, PageRequest, Redrive, RunFilter};
@@ -18,7 +19,7 @@ impl TimerService {
     ) -> ApiResult<Page<Occurrence>> {
         ctx.require(Scope::Read)?;
         // A deleted, unknown or out-of-scope timer has no runs to show.
-        self.visible_timer(ctx, query.timer_id).await?;
+        let timer = self.visible_timer(ctx, query.timer_id).await?;
         let filter = RunFilter {
             timer_id: query.timer_id,
             status: query
@@ -32,14 +33,39 @@ impl TimerService {
             size: PageSize::new(query.page_size)?,
             token: query.page_token,
         };
-        Ok(self.occurrences.list_runs(&filter, &page).await?)
+        let mut listed = self.occurrences.list_runs(&filter, &page).await?;
+        if broadcasts(&timer) {
+            self.attach_shards(&mut listed.items).await?;
+        }
+        Ok(listed)
+    }
+
+    /// A broadcast timer's runs with their shards, read in one go.
+    async fn attach_shards(&self, runs: &mut [Occurrence]) -> ApiResult<()> {
+        let (Some(store), Some(first), Some(last)) = (&self.shards, runs.first(), runs.last())
+        else {
+            return Ok(());
+        };
+        let (a, b) = (first.key.run_at, last.key.run_at);
+        let (from, to) = if a <= b { (a, b) } else { (b, a) };
+        let mut shards = store.shards_between(first.key.timer_id, from, to).await?;
+        for run in runs.iter_mut() {
+            run.shards = shards
+                .extract_if(.., |(at, _)| *at == run.key.run_at)
+                .map(|(_, s)| s)
+                .collect();
+        }
+        Ok(())
     }
 
     /// [`crate::api::TimerApi::get_run`].
     pub(crate) async fn run(&self, ctx: &RequestContext, raw_key: &str) -> ApiResult<RunDetail> {
         ctx.require(Scope::Read)?;
         let key: TaskKey = raw_key.parse()?;
-        let run = self.visible_run(ctx, key).await?;
+        let mut run = self.visible_run(ctx, key).await?;
+        if let Some(store) = &self.shards {
+            run.shards = store.shards_of(key).await?;
+        }
         let chain = match &self.chains {
             Some(chains) if run.status.is_terminal() => chains.steps_of(key).await?,
             _ => Vec::new(),
@@ -113,4 +139,9 @@ impl TimerService {
             }
         }
     }
+}
+
+/// Whether `timer` delivers each run to every worker of its group.
+fn broadcasts(timer: &chime_domain::Timer) -> bool {
+    matches!(&timer.spec.callback.target, chime_domain::Target::Worker(w) if w.broadcast)
 }

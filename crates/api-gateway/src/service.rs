@@ -51,6 +51,8 @@ pub struct TimerService {
     pub(crate) notifications: Option<Arc<dyn chime_storage::Notifications>>,
     /// The chain steps runs started, shown with a run.
     pub(crate) chains: Option<Arc<dyn chime_storage::Chains>>,
+    /// Broadcast runs' shards, shown with their runs.
+    pub(crate) shards: Option<Arc<dyn chime_storage::Shards>>,
 }
 
 impl TimerService {
@@ -78,10 +80,17 @@ impl TimerService {
             activity: None,
             notifications: None,
             chains: None,
+            shards: None,
         }
     }
 
     /// Keeps the apps' failure-notification settings in `store`.
+    /// Shows broadcast runs with their shards, as recorded in `store`.
+    pub fn with_shards(mut self, store: Arc<dyn chime_storage::Shards>) -> Self {
+        self.shards = Some(store);
+        self
+    }
+
     /// Shows with each run the chain steps it started, as recorded in `store`.
     pub fn with_chains(mut self, store: Arc<dyn chime_storage::Chains>) -> Self {
         self.chains = Some(store);

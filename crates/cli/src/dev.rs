@@ -202,7 +202,8 @@ fn timer_api(
         .with_calendars(db.calendars.clone())
         .with_activity(db.activity.clone())
         .with_notifications(db.notifications.clone())
-        .with_chains(db.chains.clone()),
+        .with_chains(db.chains.clone())
+        .with_shards(db.shards.clone()),
     ))
 }
 
@@ -285,7 +286,11 @@ fn targets(
     let targets = Targets::new(http.clone())
         .with(
             TargetKind::Worker,
-            Arc::new(WorkerTarget::new(workers.clone()).with_signer(signer.clone())),
+            Arc::new(
+                WorkerTarget::new(workers.clone())
+                    .with_signer(signer.clone())
+                    .with_shards(db.shards.clone()),
+            ),
         )
         .with(
             TargetKind::Nats,

@@ -98,6 +98,13 @@ fn run_json(r: &pb::Run) -> Value {
         "output": (!r.output.is_empty()).then_some(&r.output),
         "backfill": (!r.backfill.is_empty()).then_some(&r.backfill),
         "parent_run": (!r.parent_run.is_empty()).then_some(&r.parent_run),
+        "shards": r.shards.iter().map(|s| json!({
+            "index": s.index,
+            "status": s.status,
+            "attempt": s.attempt,
+            "worker": (!s.worker.is_empty()).then_some(&s.worker),
+            "error": (!s.error.is_empty()).then_some(&s.error),
+        })).collect::<Vec<_>>(),
         "chain": r.chain.iter().map(|s| json!({
             "timer": s.timer,
             "on": s.on,
@@ -310,6 +317,15 @@ pub fn run(r: &pb::Run, out: Output) -> String {
     }
     if !r.parent_run.is_empty() {
         text += &field("parent_run", r.parent_run.clone());
+    }
+    for s in &r.shards {
+        let by = if s.worker.is_empty() { "-" } else { &s.worker };
+        let what = if s.error.is_empty() {
+            format!("{} (attempt {}, {by})", s.status, s.attempt)
+        } else {
+            format!("{} (attempt {}, {by}): {}", s.status, s.attempt, s.error)
+        };
+        text += &field("shard", format!("{}: {what}", s.index));
     }
     for s in &r.chain {
         let what = if s.run.is_empty() {

@@ -71,6 +71,12 @@ async fn run_command(command: &[String], d: Delivery) -> Answered {
     if let Some(parent) = d.headers.get("x-chime-parent-run") {
         command.env("CHIME_PARENT_RUN", parent);
     }
+    // A broadcast run: this worker's share of it.
+    if let Some((index, total)) = d.shard {
+        command
+            .env("CHIME_SHARD_INDEX", index.to_string())
+            .env("CHIME_SHARD_TOTAL", total.to_string());
+    }
     let spawned = command
         .args(args)
         .env("CHIME_DELIVERY_ID", &d.id)

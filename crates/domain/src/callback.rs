@@ -506,6 +506,7 @@ mod tests {
             worker: Some(WorkerInput {
                 group: "g".into(),
                 route: None,
+                broadcast: None,
             }),
             ..input("http://h/")
         };
@@ -514,6 +515,7 @@ mod tests {
             worker: Some(WorkerInput {
                 group: "invoices".into(),
                 route: None,
+                broadcast: None,
             }),
             body: Some("{}".into()),
             ..Default::default()

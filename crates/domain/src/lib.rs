@@ -45,6 +45,7 @@ pub use notify::{
 };
 pub use occurrence::{
     Claim, ClaimedOccurrence, NewOccurrence, Occurrence, OccurrenceStatus, Outcome, Overtaken,
+    Shard, ShardStatus,
 };
 pub use ownership::Ownership;
 pub use page::{Page, PageSize, PageToken};

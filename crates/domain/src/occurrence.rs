@@ -128,6 +128,49 @@ pub struct Occurrence {
     pub backfill: Option<OverlapPolicy>,
     /// Started by a chain step after this run ended.
     pub parent: Option<TaskKey>,
+    /// A broadcast run's shards (empty for other runs, and as the store lists runs).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shards: Vec<Shard>,
+}
+
+/// What came of one shard of a broadcast run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ShardStatus {
+    /// Not delivered yet, or its delivery is under way.
+    Pending,
+    Succeeded,
+    Failed,
+}
+
+impl ShardStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Succeeded => "succeeded",
+            Self::Failed => "failed",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        [Self::Pending, Self::Succeeded, Self::Failed]
+            .into_iter()
+            .find(|x| x.as_str() == s)
+    }
+}
+
+/// One shard of a broadcast run: planned at its first attempt, one per worker of the group
+/// connected then.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Shard {
+    pub index: u32,
+    pub total: u32,
+    pub status: ShardStatus,
+    /// The run's attempt that last delivered it (0 before any).
+    pub attempt: u32,
+    /// The worker that last took it.
+    pub worker: Option<String>,
+    pub error: Option<String>,
 }
 
 impl Occurrence {

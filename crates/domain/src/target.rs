@@ -85,6 +85,14 @@ pub struct WorkerTarget {
     /// Which of the group's workers takes each run.
     #[serde(default, skip_serializing_if = "Route::is_least_busy")]
     pub route: Route,
+    /// Each run goes to every worker of the group connected at its first attempt, each
+    /// told its shard index and the total.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub broadcast: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 impl WorkerTarget {
@@ -92,6 +100,7 @@ impl WorkerTarget {
         Ok(Self {
             group: worker_group(group)?,
             route: Route::LeastBusy,
+            broadcast: false,
         })
     }
 }
@@ -291,6 +300,9 @@ pub struct WorkerInput {
     /// `least_busy` (the default), `round_robin`, `consistent_hash` or `failover`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub route: Option<String>,
+    /// Every worker of the group takes each run, as one shard of it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub broadcast: Option<bool>,
 }
 
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -316,6 +328,13 @@ impl WorkerInput {
         let mut target = WorkerTarget::parse(&self.group).map_err(|e| e.within("worker"))?;
         if let Some(route) = self.route.as_deref().filter(|r| !r.is_empty()) {
             target.route = Route::parse(route).map_err(|e| e.within("worker"))?;
+        }
+        target.broadcast = self.broadcast.unwrap_or(false);
+        if target.broadcast && !target.route.is_least_busy() {
+            return Err(ValidationError::new(
+                "worker.route",
+                "does not apply with broadcast: every worker takes each run",
+            ));
         }
         Ok(target)
     }
@@ -358,6 +377,7 @@ impl From<&WorkerTarget> for WorkerInput {
         Self {
             group: t.group.clone(),
             route: (!t.route.is_least_busy()).then(|| t.route.as_str().to_owned()),
+            broadcast: t.broadcast.then_some(true),
         }
     }
 }
@@ -481,7 +501,24 @@ mod tests {
         let input = |route: Option<&str>| WorkerInput {
             group: "jobs".into(),
             route: route.map(str::to_owned),
+            broadcast: None,
         };
+        let broadcast = WorkerInput {
+            broadcast: Some(true),
+            ..input(None)
+        };
+        let parsed = broadcast.parse().unwrap();
+        assert!(parsed.broadcast);
+        assert_eq!(
+            serde_json::to_string(&parsed).unwrap(),
+            r#"{"group":"jobs","broadcast":true}"#
+        );
+        assert_eq!(WorkerInput::from(&parsed).broadcast, Some(true));
+        let both = WorkerInput {
+            broadcast: Some(true),
+            ..input(Some("failover"))
+        };
+        assert_eq!(both.parse().unwrap_err().field, "worker.route");
         assert_eq!(input(None).parse().unwrap().route, Route::LeastBusy);
         assert_eq!(input(Some("")).parse().unwrap().route, Route::LeastBusy);
         let hashed = input(Some("consistent_hash")).parse().unwrap();

@@ -63,7 +63,9 @@ async fn main() -> anyhow::Result<()> {
     // NATS and AMQP publishes go only to the brokers listed in CHIME_BROKERS.
     let brokers = Arc::new(config.brokers()?);
     let tls = chime_runtime::Tls::load(&config.tls)?;
-    let mut worker_target = WorkerTarget::new(workers.clone()).with_signer(signer.clone());
+    let mut worker_target = WorkerTarget::new(workers.clone())
+        .with_signer(signer.clone())
+        .with_shards(db.shards.clone());
     let shutdown = chime_runtime::shutdown_token();
     // Peers: the configured endpoints, else the roster; neither without a hot path.
     let configured = Endpoints::configured(&config.scheduler.executor_endpoints)?;

@@ -10,6 +10,7 @@ impl From<WorkerInput> for v1::WorkerTarget {
         Self {
             group: w.group,
             route: w.route.unwrap_or_default(),
+            broadcast: w.broadcast.unwrap_or(false),
         }
     }
 }
@@ -19,6 +20,7 @@ impl From<v1::WorkerTarget> for WorkerInput {
         Self {
             group: w.group,
             route: (!w.route.is_empty()).then_some(w.route),
+            broadcast: w.broadcast.then_some(true),
         }
     }
 }

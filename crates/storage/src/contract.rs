@@ -54,6 +54,7 @@ pub mod membership;
 pub mod notifications;
 pub mod occurrence_store;
 pub mod retention;
+pub mod shards;
 pub mod timer_store;
 
 const T0: i64 = 1_893_456_000_000; // 2030-01-01T00:00:00Z: clear of any real clock in tests.
@@ -258,6 +259,11 @@ macro_rules! storage_contract {
     (calendars, $make:expr) => {
         $crate::storage_contract!(@cases calendars, $make, store, [
             calendars_are_put_by_name_and_read_per_app,
+        ]);
+    };
+    (shards, $make:expr) => {
+        $crate::storage_contract!(@cases shards, $make, store, [
+            a_broadcast_runs_shards_are_planned_once_and_recorded,
         ]);
     };
     (chains, $make:expr) => {

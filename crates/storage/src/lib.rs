@@ -41,6 +41,7 @@ mod open;
 pub mod postgres;
 pub mod redis;
 mod rows;
+mod shards;
 mod sql;
 pub mod sqlite;
 mod stores;
@@ -68,6 +69,7 @@ pub use hot_writes::HotWrites;
 pub use migrate::{SchemaStatus, mysql_migrator, postgres_migrator, sqlite_migrator};
 pub use notifications::Notifications;
 pub use open::Database;
+pub use shards::Shards;
 pub use stores::{HotPath, HotStores, NoHotPath, StoreSettings, Stores};
 pub use windowed::{WINDOW_MARGIN, Windowed};
 

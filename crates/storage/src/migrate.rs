@@ -82,6 +82,11 @@ const POSTGRES: &[(i64, &str, &str)] = &[
         "chains",
         include_str!("../../../migrations/postgres/0014_chains.sql"),
     ),
+    (
+        15,
+        "run shards",
+        include_str!("../../../migrations/postgres/0015_run_shards.sql"),
+    ),
 ];
 
 const SQLITE: &[(i64, &str, &str)] = &[
@@ -150,6 +155,11 @@ const SQLITE: &[(i64, &str, &str)] = &[
         "chains",
         include_str!("../../../migrations/sqlite/0013_chains.sql"),
     ),
+    (
+        14,
+        "run shards",
+        include_str!("../../../migrations/sqlite/0014_run_shards.sql"),
+    ),
 ];
 
 const MYSQL: &[(i64, &str, &str)] = &[
@@ -167,6 +177,11 @@ const MYSQL: &[(i64, &str, &str)] = &[
         3,
         "chains",
         include_str!("../../../migrations/mysql/0003_chains.sql"),
+    ),
+    (
+        4,
+        "run shards",
+        include_str!("../../../migrations/mysql/0004_run_shards.sql"),
     ),
 ];
 

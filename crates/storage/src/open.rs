@@ -10,7 +10,7 @@ use crate::postgres::{PgSettings, PgStore};
 use crate::sqlite::SqliteStore;
 use crate::{
     Activity, Calendars, Chains, Credentials, Notifications, OccurrenceStore, Retention,
-    SchemaStatus, StoreError, StoreResult, TimerStore,
+    SchemaStatus, Shards, StoreError, StoreResult, TimerStore,
 };
 
 /// What [`Database`] needs of a backend beyond the storage traits: its schema and its
@@ -73,6 +73,7 @@ pub struct Database {
     pub activity: Arc<dyn Activity>,
     pub notifications: Arc<dyn Notifications>,
     pub chains: Arc<dyn Chains>,
+    pub shards: Arc<dyn Shards>,
     schema: Arc<dyn Schema>,
     /// The PostgreSQL store behind the traits, when it is one (its hot path for services
     /// run without Redis).
@@ -121,6 +122,7 @@ impl Database {
             + Activity
             + Notifications
             + Chains
+            + Shards
             + Schema,
     {
         Self {
@@ -132,6 +134,7 @@ impl Database {
             activity: store.clone(),
             notifications: store.clone(),
             chains: store.clone(),
+            shards: store.clone(),
             schema: store,
             pg: None,
         }

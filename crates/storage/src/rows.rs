@@ -122,6 +122,7 @@ where
             .map(|p| p.parse().map_err(StoreError::corrupt))
             .transpose()?,
         parent: parent(row)?,
+        shards: Vec::new(),
     })
 }
 

@@ -98,6 +98,8 @@ pub struct Delivery {
     pub ack_timeout: Duration,
     /// Whether the timer keeps output: when false, an answer's output is not sent.
     pub keep_output: bool,
+    /// A broadcast run's shard: (index, 0-based; total). `None` for other runs.
+    pub shard: Option<(u32, u32)>,
 }
 
 impl From<pb::Delivery> for Delivery {
@@ -114,6 +116,7 @@ impl From<pb::Delivery> for Delivery {
             headers: d.headers,
             ack_timeout: Duration::from_millis(u64::from(d.ack_timeout_ms)),
             keep_output: !d.omit_output,
+            shard: (d.shard_total > 0).then_some((d.shard_index, d.shard_total)),
         }
     }
 }

@@ -393,6 +393,17 @@ pub(super) fn run_out(o: Occurrence) -> pb::Run {
             .unwrap_or_default(),
         parent_run: o.parent.map(|k| k.to_string()).unwrap_or_default(),
         chain: Vec::new(),
+        shards: o
+            .shards
+            .into_iter()
+            .map(|s| pb::RunShard {
+                index: s.index,
+                status: s.status.as_str().to_owned(),
+                attempt: s.attempt,
+                worker: s.worker.unwrap_or_default(),
+                error: s.error.unwrap_or_default(),
+            })
+            .collect(),
     }
 }
 

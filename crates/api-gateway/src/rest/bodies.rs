@@ -356,6 +356,24 @@ pub struct RunBody {
     /// A single run read by its key: the chain steps it started when it ended.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub chain: Vec<ChainStepBody>,
+    /// A broadcast run: its shards, by index.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub shards: Vec<ShardBody>,
+}
+
+/// One shard of a broadcast run.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ShardBody {
+    pub index: u32,
+    /// `pending`, `succeeded` or `failed`.
+    pub status: String,
+    /// The run's attempt that last delivered it (0 before any).
+    pub attempt: u32,
+    /// The worker that last took it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub worker: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// One step of a chain, recorded once per run and name.
@@ -414,6 +432,17 @@ impl From<Occurrence> for RunBody {
             backfill: o.backfill.map(|p| p.as_str().to_owned()),
             parent_run: o.parent.map(|k| k.to_string()),
             chain: Vec::new(),
+            shards: o
+                .shards
+                .into_iter()
+                .map(|s| ShardBody {
+                    index: s.index,
+                    status: s.status.as_str().to_owned(),
+                    attempt: s.attempt,
+                    worker: s.worker,
+                    error: s.error,
+                })
+                .collect(),
         }
     }
 }

@@ -208,6 +208,7 @@ async fn burst_via(args: &Args, to_workers: bool, shape: Shape) -> anyhow::Resul
             worker: Some(pb::WorkerTarget {
                 group: "burst".into(),
                 route: String::new(),
+                broadcast: false,
             }),
             ..Default::default()
         }

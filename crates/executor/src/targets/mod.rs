@@ -5,6 +5,7 @@
 //! target, and applies the retry policy to the [`Attempt`] it returns, whatever the kind.
 
 pub mod amqp;
+mod broadcast;
 mod brokers;
 pub mod http;
 pub mod nats;

@@ -19,12 +19,14 @@ use crate::workers::routing::{self, Member};
 use crate::workers::{Reply, Unanswered, Workers};
 
 pub struct WorkerTarget {
-    workers: Arc<Workers>,
+    pub(super) workers: Arc<Workers>,
     signer: Option<Arc<Signer>>,
     /// Other executors, asked when no worker of the group is connected here.
-    peers: Option<Peers>,
+    pub(super) peers: Option<Peers>,
     /// Round-robin turns taken so far, per app and group.
     turns: Mutex<HashMap<(AppName, String), u64>>,
+    /// Where broadcast runs keep their shards.
+    pub(super) shards: Option<Arc<dyn chime_storage::Shards>>,
 }
 
 impl WorkerTarget {
@@ -34,11 +36,18 @@ impl WorkerTarget {
             signer: None,
             peers: None,
             turns: Mutex::default(),
+            shards: None,
         }
     }
 
+    /// Keeps broadcast runs' shards in `store` (without one, a broadcast run fails).
+    pub fn with_shards(mut self, store: Arc<dyn chime_storage::Shards>) -> Self {
+        self.shards = Some(store);
+        self
+    }
+
     /// Any worker of the group: the least busy here, else another executor's.
-    async fn least_busy(
+    pub(super) async fn least_busy(
         &self,
         app: &AppName,
         group: &str,
@@ -58,17 +67,13 @@ impl WorkerTarget {
         }
     }
 
-    /// The worker `route` picks among the group's workers on every executor. If it went
-    /// since the executors were asked, any worker takes the run (as `least_busy`).
-    async fn routed(
+    /// The group's workers on every executor, each with the executor it is on (`None`:
+    /// this one), sorted by who they are.
+    pub(super) async fn fleet_roster(
         &self,
-        route: Route,
-        timer: TimerId,
         app: &AppName,
         group: &str,
-        make: impl Fn(String) -> pb::Delivery,
-        deadline: tokio::time::Instant,
-    ) -> Result<(Reply, String), Unanswered> {
+    ) -> Vec<(Member, Option<Replica>)> {
         let mut members: Vec<(Member, Option<Replica>)> = self
             .workers
             .roster(app, group)
@@ -87,6 +92,46 @@ impl WorkerTarget {
                     .map(|(m, r)| (m.clone(), Some(r.clone()))),
             );
         }
+        members.sort_by(|(a, _), (b, _)| routing::order(a, b));
+        members
+    }
+
+    /// Delivers to member `chosen` of the fleet roster; `NoWorker` when it is gone.
+    pub(super) async fn deliver_to_member(
+        &self,
+        chosen: &(Member, Option<Replica>),
+        app: &AppName,
+        group: &str,
+        make: impl Fn(String) -> pb::Delivery,
+        deadline: tokio::time::Instant,
+    ) -> Result<(Reply, String), Unanswered> {
+        match (chosen, &self.peers) {
+            ((m, None), _) => {
+                self.workers
+                    .deliver_to(app, group, &m.id, &make, deadline)
+                    .await
+            }
+            ((m, Some(replica)), Some(peers)) => {
+                peers
+                    .forward_to(replica, app, group, &m.id, make(String::new()), deadline)
+                    .await
+            }
+            ((_, Some(_)), None) => Err(Unanswered::NoWorker),
+        }
+    }
+
+    /// The worker `route` picks among the group's workers on every executor. If it went
+    /// since the executors were asked, any worker takes the run (as `least_busy`).
+    async fn routed(
+        &self,
+        route: Route,
+        timer: TimerId,
+        app: &AppName,
+        group: &str,
+        make: impl Fn(String) -> pb::Delivery,
+        deadline: tokio::time::Instant,
+    ) -> Result<(Reply, String), Unanswered> {
+        let members = self.fleet_roster(app, group).await;
         let list: Vec<Member> = members.iter().map(|(m, _)| m.clone()).collect();
         // Only round-robin runs take turns: a group's other routes leave its count alone.
         let turn = if route == Route::RoundRobin {
@@ -99,19 +144,12 @@ impl WorkerTarget {
         };
         let chosen = routing::choose(route, &list, timer, turn)
             .and_then(|c| members.iter().find(|(m, _)| m == c));
-        let delivered = match (chosen, &self.peers) {
-            (None, _) => Err(Unanswered::NoWorker),
-            (Some((m, None)), _) => {
-                self.workers
-                    .deliver_to(app, group, &m.id, &make, deadline)
+        let delivered = match chosen {
+            None => Err(Unanswered::NoWorker),
+            Some(member) => {
+                self.deliver_to_member(member, app, group, &make, deadline)
                     .await
             }
-            (Some((m, Some(replica))), Some(peers)) => {
-                peers
-                    .forward_to(replica, app, group, &m.id, make(String::new()), deadline)
-                    .await
-            }
-            (Some((_, Some(_))), None) => Err(Unanswered::NoWorker),
         };
         match delivered {
             Err(Unanswered::NoWorker) => self.least_busy(app, group, make, deadline).await,
@@ -165,6 +203,8 @@ impl DeliveryTarget for WorkerTarget {
             headers: headers.clone(),
             ack_timeout_ms: u32::try_from(timeout.as_millis()).unwrap_or(u32::MAX),
             omit_output: !cb.keep_output,
+            shard_index: 0,
+            shard_total: 0,
         };
         let group = &target.group;
         let within = format_duration(timeout);
@@ -172,6 +212,11 @@ impl DeliveryTarget for WorkerTarget {
             Attempt::failed_at(&occurrence, fired_at, error, retryable)
         };
         let app = &timer.spec.app;
+        if target.broadcast {
+            return self
+                .broadcast(&occurrence, app, group, &make, fired_at, deadline)
+                .await;
+        }
         let delivered = if target.route.is_least_busy() {
             self.least_busy(app, group, make, deadline).await
         } else {
@@ -210,7 +255,7 @@ impl DeliveryTarget for WorkerTarget {
 
 /// The last `cap` bytes of `output`, from a character boundary: a command's last lines say
 /// most about how it ended.
-fn tail(output: String, cap: usize) -> String {
+pub(super) fn tail(output: String, cap: usize) -> String {
     if output.len() <= cap {
         return output;
     }

@@ -28,13 +28,16 @@ impl Member {
     }
 }
 
+/// The order rosters are kept in: by identity, then connection.
+pub fn order(a: &Member, b: &Member) -> std::cmp::Ordering {
+    (a.identity(), &a.instance, &a.id).cmp(&(b.identity(), &b.instance, &b.id))
+}
+
 /// The member `route` gives a run of `timer`; `turn` counts the routed runs so far (round
 /// robin). `None` for `least_busy` or an empty roster.
 pub fn choose(route: Route, members: &[Member], timer: TimerId, turn: u64) -> Option<&Member> {
     let mut sorted: Vec<&Member> = members.iter().collect();
-    sorted.sort_by(|a, b| {
-        (a.identity(), &a.instance, &a.id).cmp(&(b.identity(), &b.instance, &b.id))
-    });
+    sorted.sort_by(|a, b| order(a, b));
     match route {
         Route::LeastBusy => None,
         Route::RoundRobin => {

@@ -165,6 +165,14 @@ impl Dialect for MySql {
          run_at, reason, at FROM chain_steps \
          WHERE parent_timer_id = ? AND parent_run_at = ? ORDER BY step";
     const CHAIN_STEPS_PURGE: &'static str = "DELETE FROM chain_steps WHERE at < ?";
+    const SHARD_PLAN: &'static str = "INSERT IGNORE INTO run_shards \
+         (timer_id, run_at, idx, total, status, attempt) VALUES (?, ?, ?, ?, 'pending', 0)";
+    const SHARD_RECORD: &'static str = "UPDATE run_shards SET status = ?, attempt = ?, \
+         worker = ?, error = ? WHERE timer_id = ? AND run_at = ? AND idx = ?";
+    const SHARDS_BETWEEN: &'static str = "SELECT run_at, idx, total, status, attempt, worker, \
+         error FROM run_shards WHERE timer_id = ? AND run_at BETWEEN ? AND ? \
+         ORDER BY run_at, idx";
+    const SHARDS_PURGE: &'static str = "DELETE FROM run_shards WHERE run_at < ?";
 
     const TOKEN_CREATE: &'static str = "INSERT INTO api_tokens \
          (id, app, name, scopes, hash, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?)";

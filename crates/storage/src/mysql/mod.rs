@@ -76,6 +76,7 @@ pub(crate) mod dialect;
 mod notifications;
 mod occurrences;
 mod retention;
+mod shards;
 mod timers;
 
 #[derive(Clone)]

@@ -67,6 +67,11 @@ impl Retention for MySqlStore {
             .bind(before.dead.as_millis())
             .execute(&self.pool)
             .await?;
+        // A broadcast run's shards go with the longest-kept runs.
+        sqlx::query(<super::dialect::MySql as crate::sql::Dialect>::SHARDS_PURGE)
+            .bind(before.dead.as_millis())
+            .execute(&self.pool)
+            .await?;
         let keys = sqlx::query(
             "DELETE FROM idempotency_keys WHERE created_at < ? ORDER BY created_at LIMIT ?",
         )

@@ -30,6 +30,7 @@ mod credentials;
 mod hot_index;
 mod leases;
 mod notifications;
+mod shards;
 pub use hot_index::PgHotPath;
 mod occurrences;
 mod partitions;

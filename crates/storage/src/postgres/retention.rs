@@ -59,6 +59,11 @@ impl Retention for PgStore {
             .bind(before.dead.as_millis())
             .execute(&self.pool)
             .await?;
+        // A broadcast run's shards go with the longest-kept runs.
+        sqlx::query(<crate::sql::Postgres as crate::sql::Dialect>::SHARDS_PURGE)
+            .bind(before.dead.as_millis())
+            .execute(&self.pool)
+            .await?;
         let keys = sqlx::query(
             "DELETE FROM idempotency_keys WHERE ctid = ANY(ARRAY( \
                SELECT ctid FROM idempotency_keys WHERE created_at < $1 LIMIT $2))",

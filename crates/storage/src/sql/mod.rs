@@ -90,6 +90,7 @@ mod chains;
 mod credentials;
 mod notifications;
 mod occurrences;
+mod shards;
 mod timers;
 
 pub(crate) use activity::activity_impl;
@@ -100,6 +101,7 @@ pub(crate) use notifications::notifications_impl;
 pub(crate) use occurrences::{
     claim_exclusive, due_in_bucket, find_overdue, list_dead, list_runs, overtaken_json, redrive,
 };
+pub(crate) use shards::shards_impl;
 pub(crate) use timers::{claim_idempotency_key, create_timers, list_timers, pause_timer};
 
 /// The statements more than one backend runs, in each backend's words (see the module
@@ -322,6 +324,22 @@ pub(crate) trait Dialect {
     /// Steps recorded before `$1` go (the janitor's purge).
     const CHAIN_STEPS_PURGE: &'static str = "DELETE FROM chain_steps WHERE at < $1";
 
+    // Broadcast shards.
+
+    /// Shard `$3` of `$4` of run (`$1`, `$2`), pending, unless planned already.
+    const SHARD_PLAN: &'static str = "INSERT INTO run_shards \
+         (timer_id, run_at, idx, total, status, attempt) VALUES ($1, $2, $3, $4, 'pending', 0) \
+         ON CONFLICT DO NOTHING";
+    /// Shard `$7` of run (`$5`, `$6`): status `$1` at attempt `$2`, by worker `$3`, error `$4`.
+    const SHARD_RECORD: &'static str = "UPDATE run_shards SET status = $1, attempt = $2, \
+         worker = $3, error = $4 WHERE timer_id = $5 AND run_at = $6 AND idx = $7";
+    /// The shards of timer `$1`'s runs at `$2..=$3`, by run and index.
+    const SHARDS_BETWEEN: &'static str = "SELECT run_at, idx, total, status, attempt, worker, \
+         error FROM run_shards WHERE timer_id = $1 AND run_at BETWEEN $2 AND $3 \
+         ORDER BY run_at, idx";
+    /// Shards of runs before `$1` go (the janitor's purge).
+    const SHARDS_PURGE: &'static str = "DELETE FROM run_shards WHERE run_at < $1";
+
     // Credentials.
 
     /// A new API token: id, app, name, scopes, hash, created_at, expires_at.
@@ -448,6 +466,10 @@ mod tests {
             ("CHAIN_STEP_SKIPPED", D::CHAIN_STEP_SKIPPED),
             ("CHAIN_STEPS_OF", D::CHAIN_STEPS_OF),
             ("CHAIN_STEPS_PURGE", D::CHAIN_STEPS_PURGE),
+            ("SHARD_PLAN", D::SHARD_PLAN),
+            ("SHARD_RECORD", D::SHARD_RECORD),
+            ("SHARDS_BETWEEN", D::SHARDS_BETWEEN),
+            ("SHARDS_PURGE", D::SHARDS_PURGE),
         ];
         all.extend(D::SECRET_ROTATION_LOCK.map(|s| ("SECRET_ROTATION_LOCK", s)));
         all

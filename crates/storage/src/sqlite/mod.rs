@@ -34,6 +34,7 @@ mod credentials;
 mod notifications;
 mod occurrences;
 mod retention;
+mod shards;
 mod timers;
 
 #[derive(Debug, Clone)]

@@ -47,6 +47,11 @@ impl Retention for SqliteStore {
             .bind(before.dead.as_millis())
             .execute(&self.writer)
             .await?;
+        // A broadcast run's shards go with the longest-kept runs.
+        sqlx::query(<crate::sql::Sqlite as crate::sql::Dialect>::SHARDS_PURGE)
+            .bind(before.dead.as_millis())
+            .execute(&self.writer)
+            .await?;
         let keys = sqlx::query(
             "DELETE FROM idempotency_keys WHERE (app, key) IN (SELECT app, key \
              FROM idempotency_keys WHERE created_at < ?1 LIMIT ?2)",

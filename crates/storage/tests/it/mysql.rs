@@ -16,6 +16,7 @@ storage_contract!(credentials, support::mysql());
 storage_contract!(calendars, support::mysql());
 storage_contract!(notifications, support::mysql());
 storage_contract!(chains, support::mysql());
+storage_contract!(shards, support::mysql());
 storage_contract!(activity, support::mysql());
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

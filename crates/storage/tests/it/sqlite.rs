@@ -15,6 +15,7 @@ storage_contract!(activity, support::sqlite());
 storage_contract!(calendars, support::sqlite());
 storage_contract!(notifications, support::sqlite());
 storage_contract!(chains, support::sqlite());
+storage_contract!(shards, support::sqlite());
 
 mod migrations {
     use super::*;
@@ -25,7 +26,7 @@ mod migrations {
         assert_eq!(
             fx.store.schema_status().await.unwrap(),
             SchemaStatus::Behind {
-                missing: vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13]
+                missing: vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14]
             }
         );
         fx.store.migrate().await.unwrap();

@@ -256,7 +256,10 @@ export async function timerDetail(main, id) {
           r.parent_run ? h('a', {
             class: 'muted chained', href: `#/timers/${r.parent_run.split(':')[0]}`, title: `started by run ${r.parent_run}`,
           }, ' chained') : null),
-        h('td', {}, badge(r.status)),
+        h('td', {}, badge(r.status), r.shards?.length
+          ? h('span', { class: 'muted shards', title: r.shards.map((s) => `shard ${s.index}: ${s.status}${s.worker ? ` (${s.worker})` : ''}`).join('\n') },
+            ` ${r.shards.filter((s) => s.status === 'succeeded').length}/${r.shards.length} shards`)
+          : null),
         h('td', { class: 'num' }, r.attempt),
         h('td', { class: 'num' }, r.http_status ?? '—'),
         h('td', { class: 'num' }, ms(r.lateness_ms)),

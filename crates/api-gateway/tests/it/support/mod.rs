@@ -121,7 +121,8 @@ async fn start_with(
     .with_calendars(db.store())
     .with_activity(db.store())
     .with_notifications(db.store())
-    .with_chains(db.store());
+    .with_chains(db.store())
+    .with_shards(db.store());
     if let Some(q) = quotas {
         service = service.with_quotas(q);
     }

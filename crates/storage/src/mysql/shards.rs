@@ -1,0 +1,3 @@
+//! [`crate::Shards`] on MySQL and MariaDB: the shared impl.
+
+crate::sql::shards_impl!(super::MySqlStore, pool, pool, super::dialect::MySql);
