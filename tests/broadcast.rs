@@ -10,7 +10,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use chime_e2e::timers::{client, create, get_json, until};
-use chime_e2e::workers::{Workers, connected, executor_url};
+use chime_e2e::workers::{Workers, executor_url};
 use chime_storage::testkit;
 use serde_json::json;
 
@@ -60,19 +60,16 @@ async fn every_worker_takes_each_firing_as_a_shard_and_a_killed_ones_shard_moves
         executor_url(&cluster.executors[0]),
         executor_url(&cluster.executors[1]),
     );
-    let mut workers = Vec::new();
-    for (i, (name, executor)) in [("worker-a", &e0), ("worker-b", &e1), ("worker-c", &e0)]
-        .into_iter()
-        .enumerate()
-    {
-        workers.push(pool.start(name, executor, "fanout", 2, SHARDS));
-        until(
-            &format!("{name} connected"),
-            Duration::from_secs(30),
-            || async { connected(&cluster).await == (i + 1) as f64 },
+    // One at a time, so the registration order is known: a, then b, then c.
+    let mut workers = pool
+        .start_in_order(
+            &cluster,
+            &[("worker-a", &e0), ("worker-b", &e1), ("worker-c", &e0)],
+            "fanout",
+            2,
+            SHARDS,
         )
         .await;
-    }
     let timer = create(
         &cluster.rest,
         json!({"app": "faults", "name": "nightly-batch", "schedule": {"every": "2s"},

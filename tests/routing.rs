@@ -38,19 +38,15 @@ async fn routes_pick_workers_across_executors() {
         executor_url(&cluster.executors[1]),
     );
     // One at a time, so the registration order is known: a, then b, then c.
-    let mut workers = Vec::new();
-    for (i, (name, executor)) in [("worker-a", &e0), ("worker-b", &e1), ("worker-c", &e0)]
-        .into_iter()
-        .enumerate()
-    {
-        workers.push(pool.start(name, executor, "routed", 4, RECORD));
-        until(
-            &format!("{name} connected"),
-            Duration::from_secs(30),
-            || async { connected(&cluster).await == (i + 1) as f64 },
+    let mut workers = pool
+        .start_in_order(
+            &cluster,
+            &[("worker-a", &e0), ("worker-b", &e1), ("worker-c", &e0)],
+            "routed",
+            4,
+            RECORD,
         )
         .await;
-    }
 
     let timer = |name: String, route: &str| {
         json!({"app": "faults", "name": name, "schedule": {"every": "1s"},

@@ -51,6 +51,30 @@ impl Workers {
         self.start_as(name, executor, &self.app, group, credits, script)
     }
 
+    /// Starts one worker of `group` per (name, executor URL), each once the one before is
+    /// connected, so the order they registered in is the order given.
+    pub async fn start_in_order(
+        &self,
+        cluster: &Cluster,
+        workers: &[(&str, &str)],
+        group: &str,
+        credits: u32,
+        script: &str,
+    ) -> Vec<Service> {
+        let mut started = Vec::new();
+        for (name, executor) in workers {
+            started.push(self.start(name, executor, group, credits, script));
+            let want = started.len() as f64;
+            crate::timers::until(
+                &format!("{name} connected"),
+                std::time::Duration::from_secs(30),
+                || async { connected(cluster).await == want },
+            )
+            .await;
+        }
+        started
+    }
+
     /// [`Workers::start`] naming `app` instead of the token's.
     pub fn start_as(
         &self,

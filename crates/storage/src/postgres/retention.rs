@@ -49,21 +49,7 @@ impl Retention for PgStore {
             .delete_old(crate::FINISHED_STATUSES, before.history, limit)
             .await?;
         let dead = self.delete_old(&["dead"], before.dead, limit).await?;
-        // Activity tallies are kept as long as the history they sum up.
-        sqlx::query(<crate::sql::Postgres as crate::sql::Dialect>::ACTIVITY_PURGE)
-            .bind(before.history.as_millis())
-            .execute(&self.pool)
-            .await?;
-        // A chain step is kept as long as the runs it could be started again from.
-        sqlx::query(<crate::sql::Postgres as crate::sql::Dialect>::CHAIN_STEPS_PURGE)
-            .bind(before.dead.as_millis())
-            .execute(&self.pool)
-            .await?;
-        // A broadcast run's shards go with the longest-kept runs.
-        sqlx::query(<crate::sql::Postgres as crate::sql::Dialect>::SHARDS_PURGE)
-            .bind(before.dead.as_millis())
-            .execute(&self.pool)
-            .await?;
+        crate::sql::purge_beside_runs!(&self.pool, crate::sql::Postgres, before);
         let keys = sqlx::query(
             "DELETE FROM idempotency_keys WHERE ctid = ANY(ARRAY( \
                SELECT ctid FROM idempotency_keys WHERE created_at < $1 LIMIT $2))",

@@ -41,48 +41,44 @@ macro_rules! chains_impl {
                             .bind(s.step.as_str())
                             .fetch_optional(&mut *tx)
                             .await?;
-                    let reason = match timer {
-                        None => Some("no timer of that name"),
-                        Some((_, _, _, false)) => Some("the timer is paused"),
-                        Some(_) => None,
-                    };
-                    let (Some((id, version, bucket, _)), None) = (timer, reason) else {
-                        sqlx::query(<$d>::CHAIN_STEP_SKIPPED)
-                            .bind(reason)
-                            .bind(parent_id)
-                            .bind(parent_at)
-                            .bind(s.step.as_str())
-                            .execute(&mut *tx)
-                            .await?;
-                        continue;
-                    };
                     let parent = s.parent.to_string();
-                    let mut run = None;
-                    for offset in 0..$crate::chains::FREE_INSTANT_TRIES {
-                        let at = now.as_millis() + offset;
-                        let put = sqlx::query(<$d>::CHAIN_RUN_INSERT)
-                            .bind(id)
-                            .bind(at)
-                            .bind(version)
-                            .bind(bucket)
-                            .bind(&parent)
-                            .execute(&mut *tx)
-                            .await?
-                            .rows_affected();
-                        if put == 1 {
-                            run = Some(at);
-                            break;
+                    // Where the run went: its instant, or why the step is skipped.
+                    let run: Result<(i64, i64, i32, i64), &str> = match timer {
+                        None => Err("no timer of that name"),
+                        Some((_, _, _, false)) => Err("the timer is paused"),
+                        Some((id, version, bucket, true)) => {
+                            let mut free = Err("no free instant for its run");
+                            for offset in 0..$crate::chains::FREE_INSTANT_TRIES {
+                                let at = now.as_millis() + offset;
+                                let put = sqlx::query(<$d>::CHAIN_RUN_INSERT)
+                                    .bind(id)
+                                    .bind(at)
+                                    .bind(version)
+                                    .bind(bucket)
+                                    .bind(&parent)
+                                    .execute(&mut *tx)
+                                    .await?
+                                    .rows_affected();
+                                if put == 1 {
+                                    free = Ok((id, version, bucket, at));
+                                    break;
+                                }
+                            }
+                            free
                         }
-                    }
-                    let Some(at) = run else {
-                        sqlx::query(<$d>::CHAIN_STEP_SKIPPED)
-                            .bind(Some("no free instant for its run"))
-                            .bind(parent_id)
-                            .bind(parent_at)
-                            .bind(s.step.as_str())
-                            .execute(&mut *tx)
-                            .await?;
-                        continue;
+                    };
+                    let (id, version, bucket, at) = match run {
+                        Ok(run) => run,
+                        Err(reason) => {
+                            sqlx::query(<$d>::CHAIN_STEP_SKIPPED)
+                                .bind(reason)
+                                .bind(parent_id)
+                                .bind(parent_at)
+                                .bind(s.step.as_str())
+                                .execute(&mut *tx)
+                                .await?;
+                            continue;
+                        }
                     };
                     sqlx::query(<$d>::CHAIN_STEP_STARTED)
                         .bind(id)

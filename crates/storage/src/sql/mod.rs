@@ -18,6 +18,26 @@
 //! The contract suites (`contract/`) run against all three, so a dialect's statement that
 //! does not parse or bind fails there.
 
+/// The purges of what is kept beside the runs, in dialect `$d` on `$pool`: the activity
+/// tallies as long as the history they sum up (`before.history`), chain steps and broadcast
+/// shards as long as the runs they could start or retry again (`before.dead`).
+macro_rules! purge_beside_runs {
+    ($pool:expr, $d:ty, $before:expr) => {{
+        use $crate::sql::Dialect as _;
+        for (statement, before) in [
+            (<$d>::ACTIVITY_PURGE, $before.history),
+            (<$d>::CHAIN_STEPS_PURGE, $before.dead),
+            (<$d>::SHARDS_PURGE, $before.dead),
+        ] {
+            sqlx::query(statement)
+                .bind(before.as_millis())
+                .execute($pool)
+                .await?;
+        }
+    }};
+}
+pub(crate) use purge_beside_runs;
+
 /// A timer row, its spec as text whatever the column's type.
 macro_rules! shared_timer_cols {
     () => {

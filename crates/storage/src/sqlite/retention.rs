@@ -37,21 +37,7 @@ impl Retention for SqliteStore {
             .delete_old(crate::FINISHED_STATUSES, before.history, limit)
             .await?;
         let dead = self.delete_old(&["dead"], before.dead, limit).await?;
-        // Activity tallies are kept as long as the history they sum up.
-        sqlx::query(<crate::sql::Sqlite as crate::sql::Dialect>::ACTIVITY_PURGE)
-            .bind(before.history.as_millis())
-            .execute(&self.writer)
-            .await?;
-        // A chain step is kept as long as the runs it could be started again from.
-        sqlx::query(<crate::sql::Sqlite as crate::sql::Dialect>::CHAIN_STEPS_PURGE)
-            .bind(before.dead.as_millis())
-            .execute(&self.writer)
-            .await?;
-        // A broadcast run's shards go with the longest-kept runs.
-        sqlx::query(<crate::sql::Sqlite as crate::sql::Dialect>::SHARDS_PURGE)
-            .bind(before.dead.as_millis())
-            .execute(&self.writer)
-            .await?;
+        crate::sql::purge_beside_runs!(&self.writer, crate::sql::Sqlite, before);
         let keys = sqlx::query(
             "DELETE FROM idempotency_keys WHERE (app, key) IN (SELECT app, key \
              FROM idempotency_keys WHERE created_at < ?1 LIMIT ?2)",
