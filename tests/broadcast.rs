@@ -10,8 +10,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use chime_e2e::timers::{client, create, get_json, until};
-use chime_e2e::workers::{Workers, executor_url};
-use chime_storage::testkit;
+use chime_e2e::workers::ThreeWorkers;
 use serde_json::json;
 
 /// Records `{key} {shard index} {shard total} {worker}`. A worker whose fail file exists
@@ -52,24 +51,13 @@ fn receipts(file: &Path) -> BTreeMap<String, Vec<(u32, u32, String)>> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_worker_takes_each_firing_as_a_shard_and_a_killed_ones_shard_moves() {
-    let (db, redis) = (testkit::pg().await, testkit::redis().await);
-    let cluster = chime_e2e::start_on("broadcast", &db, &redis, 1, 2, vec![]).await;
-    let pool = Workers::for_faults(&cluster, "broadcast-receipts").await;
+    let ThreeWorkers {
+        cluster,
+        pool,
+        mut workers,
+        fixtures: _fixtures,
+    } = ThreeWorkers::start("broadcast", "fanout", 2, SHARDS).await;
     let file = pool.receipts.clone();
-    let (e0, e1) = (
-        executor_url(&cluster.executors[0]),
-        executor_url(&cluster.executors[1]),
-    );
-    // One at a time, so the registration order is known: a, then b, then c.
-    let mut workers = pool
-        .start_in_order(
-            &cluster,
-            &[("worker-a", &e0), ("worker-b", &e1), ("worker-c", &e0)],
-            "fanout",
-            2,
-            SHARDS,
-        )
-        .await;
     let timer = create(
         &cluster.rest,
         json!({"app": "faults", "name": "nightly-batch", "schedule": {"every": "2s"},

@@ -8,8 +8,7 @@ use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use chime_e2e::timers::{create, until};
-use chime_e2e::workers::{RECORD, Workers, connected, executor_url, receipts};
-use chime_storage::testkit;
+use chime_e2e::workers::{RECORD, ThreeWorkers, connected, receipts};
 use serde_json::json;
 
 /// The workers each timer's runs went to, in run order, by timer id.
@@ -29,24 +28,13 @@ fn by_timer(file: &std::path::Path) -> HashMap<i64, Vec<(i64, String)>> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn routes_pick_workers_across_executors() {
-    let (db, redis) = (testkit::pg().await, testkit::redis().await);
-    let cluster = chime_e2e::start_on("routing", &db, &redis, 1, 2, vec![]).await;
-    let pool = Workers::for_faults(&cluster, "routing-receipts").await;
+    let ThreeWorkers {
+        cluster,
+        pool,
+        mut workers,
+        fixtures: _fixtures,
+    } = ThreeWorkers::start("routing", "routed", 4, RECORD).await;
     let file = pool.receipts.clone();
-    let (e0, e1) = (
-        executor_url(&cluster.executors[0]),
-        executor_url(&cluster.executors[1]),
-    );
-    // One at a time, so the registration order is known: a, then b, then c.
-    let mut workers = pool
-        .start_in_order(
-            &cluster,
-            &[("worker-a", &e0), ("worker-b", &e1), ("worker-c", &e0)],
-            "routed",
-            4,
-            RECORD,
-        )
-        .await;
 
     let timer = |name: String, route: &str| {
         json!({"app": "faults", "name": name, "schedule": {"every": "1s"},

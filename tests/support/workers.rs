@@ -166,3 +166,45 @@ pub async fn app_token(rest: &str, app: &str) -> String {
         .unwrap();
     answer["token"].as_str().expect("a token").to_owned()
 }
+
+/// A cluster of one scheduler and two executors, with three workers of one group started in
+/// order: worker-a and worker-c on executor 0, worker-b on executor 1.
+pub struct ThreeWorkers {
+    pub cluster: Cluster,
+    pub pool: Workers,
+    /// worker-a, worker-b, worker-c.
+    pub workers: Vec<Service>,
+    /// The database and Redis prefix the cluster uses, removed when dropped: bind them for
+    /// the test's length.
+    pub fixtures: (
+        chime_storage::testkit::PgFixture,
+        chime_storage::testkit::RedisFixture,
+    ),
+}
+
+impl ThreeWorkers {
+    /// For test `test`: the workers take `group`'s deliveries, `credits` at once, running
+    /// `script` for each.
+    pub async fn start(test: &'static str, group: &str, credits: u32, script: &str) -> Self {
+        let (db, redis) = (
+            chime_storage::testkit::pg().await,
+            chime_storage::testkit::redis().await,
+        );
+        let cluster = crate::start_on(test, &db, &redis, 1, 2, vec![]).await;
+        let pool = Workers::for_faults(&cluster, &format!("{test}-receipts")).await;
+        let (e0, e1) = (
+            executor_url(&cluster.executors[0]),
+            executor_url(&cluster.executors[1]),
+        );
+        let order = [("worker-a", &*e0), ("worker-b", &*e1), ("worker-c", &*e0)];
+        let workers = pool
+            .start_in_order(&cluster, &order, group, credits, script)
+            .await;
+        Self {
+            cluster,
+            pool,
+            workers,
+            fixtures: (db, redis),
+        }
+    }
+}
