@@ -363,6 +363,21 @@ test('a timer\'s chain is shown, and the run it starts links back to its parent'
   assert.deepEqual(unexpected(mark), []);
 });
 
+test('a worker timer shows its route or its broadcast', async () => {
+  const mark = problems.length;
+  const schedule = { cron: '0 0 3 1 1 *', time_zone: 'Europe/Berlin' };
+  for (const [name, worker, shown] of [
+    ['routed-batch', { group: 'batch', route: 'consistent_hash' }, 'worker group batch, route consistent_hash'],
+    ['fanout-batch', { group: 'batch', broadcast: true }, 'worker group batch, broadcast to every worker'],
+  ]) {
+    const t = await rest(base, 'POST', '/v1/timers', { app: APP, name, schedule, callback: { worker } });
+    await page.goto(`${base}/console#/timers/${t.id}`);
+    await page.waitForSelector('#spec');
+    assert.match(await page.textContent('#spec'), new RegExp(`Callback\\s*${shown}`));
+  }
+  assert.deepEqual(unexpected(mark), []);
+});
+
 test('a dead letter is inspected and redriven from the console, then succeeds', async () => {
   const mark = problems.length;
   const flaky = await rest(base, 'POST', '/v1/timers', {

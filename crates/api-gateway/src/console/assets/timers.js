@@ -122,7 +122,10 @@ export async function timerList(main, query) {
 
 // Where a timer delivers: an HTTP request, a worker group, or a broker's subject/exchange.
 function targetText(cb) {
-  if (cb.worker) return `worker group ${cb.worker.group}${cb.worker.route ? `, route ${cb.worker.route}` : ""}`;
+  if (cb.worker) {
+    const how = cb.worker.broadcast ? ', broadcast to every worker' : cb.worker.route ? `, route ${cb.worker.route}` : '';
+    return `worker group ${cb.worker.group}${how}`;
+  }
   if (cb.nats) return `NATS ${cb.nats.url} subject ${cb.nats.subject}`;
   if (cb.amqp) return `AMQP ${cb.amqp.url} exchange "${cb.amqp.exchange}" key ${cb.amqp.routing_key}`;
   return `${cb.method} ${cb.url}`;
