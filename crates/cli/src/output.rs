@@ -33,6 +33,18 @@ fn schedule_text(s: &Option<pb::Schedule>) -> String {
     }
 }
 
+/// A worker target as the API shows it: the route and broadcast only when set.
+fn worker_json(w: &pb::WorkerTarget) -> Value {
+    let mut v = json!({"group": w.group});
+    if !w.route.is_empty() && w.route != "least_busy" {
+        v["route"] = json!(w.route);
+    }
+    if w.broadcast {
+        v["broadcast"] = json!(true);
+    }
+    v
+}
+
 fn timer_json(t: &pb::Timer) -> Value {
     let spec = t.spec.clone().unwrap_or_default();
     let cb = spec.callback.unwrap_or_default();
@@ -46,7 +58,7 @@ fn timer_json(t: &pb::Timer) -> Value {
         "end_at": ts(&spec.end_at),
         "callback": {
             "url": (!cb.url.is_empty()).then_some(&cb.url),
-            "worker": cb.worker.as_ref().map(|w| json!({"group": w.group})),
+            "worker": cb.worker.as_ref().map(worker_json),
             "nats": cb.nats.as_ref().map(|n| json!({"url": n.url, "subject": n.subject})),
             "amqp": cb.amqp.as_ref().map(|a| json!({
                 "url": a.url, "exchange": a.exchange, "routing_key": a.routing_key,
@@ -395,7 +407,14 @@ pub fn done(text: &str, v: Value, out: Output) -> String {
 fn target_text(cb: &Value) -> String {
     let s = |v: &Value| v.as_str().unwrap_or("").to_owned();
     if let Some(w) = cb.get("worker").filter(|w| !w.is_null()) {
-        format!("worker group {}", s(&w["group"]))
+        let how = if w["broadcast"] == true {
+            ", broadcast".to_owned()
+        } else if let Some(route) = w["route"].as_str() {
+            format!(", route {route}")
+        } else {
+            String::new()
+        };
+        format!("worker group {}{how}", s(&w["group"]))
     } else if let Some(n) = cb.get("nats").filter(|n| !n.is_null()) {
         format!("nats {} subject {}", s(&n["url"]), s(&n["subject"]))
     } else if let Some(a) = cb.get("amqp").filter(|a| !a.is_null()) {
