@@ -28,10 +28,16 @@ impl WorkerTarget {
             return failed("broadcast runs need the database's shards".into(), false);
         };
         let key = occurrence.key;
-        let members = self.fleet_roster(app, group).await;
         let mut shards = match store.shards_of(key).await {
             Ok(s) => s,
             Err(e) => return failed(format!("cannot read the run's shards: {e}"), true),
+        };
+        // The roster places a plan's first deliveries; a retry of delivered shards (any
+        // worker takes them) needs no round of the executors.
+        let members = if shards.iter().any(|s| s.attempt == 0) || shards.is_empty() {
+            self.fleet_roster(app, group).await
+        } else {
+            Vec::new()
         };
         if shards.is_empty() {
             if members.is_empty() {

@@ -368,11 +368,14 @@ impl HttpTarget {
 /// The headers Chime sets on every callback (docs/pipeline.md, Executor). The idempotency key and the
 /// trace id are the same on every attempt of an occurrence, so retries are recognisable. A
 /// run a chain step started names its parent run.
-pub fn chime_headers(occurrence: &ClaimedOccurrence) -> Vec<(&'static str, String)> {
+pub fn chime_headers(
+    occurrence: &ClaimedOccurrence,
+) -> impl Iterator<Item = (&'static str, String)> + use<> {
     let (key, attempt) = (occurrence.key, occurrence.attempt);
     let trace_id = xxhash_rust::xxh3::xxh3_128(key.to_string().as_bytes()).max(1);
     let span_id = rand::random::<u64>().max(1);
-    let mut headers = vec![
+    // A fixed array and an option: no allocation per callback for the list itself.
+    [
         ("idempotency-key", key.to_string()),
         ("x-chime-timer-id", key.timer_id.to_string()),
         ("x-chime-scheduled-at", key.run_at.to_rfc3339()),
@@ -381,11 +384,13 @@ pub fn chime_headers(occurrence: &ClaimedOccurrence) -> Vec<(&'static str, Strin
             "traceparent",
             format!("00-{trace_id:032x}-{span_id:016x}-01"),
         ),
-    ];
-    if let Some(parent) = occurrence.parent {
-        headers.push(("x-chime-parent-run", parent.to_string()));
-    }
-    headers
+    ]
+    .into_iter()
+    .chain(
+        occurrence
+            .parent
+            .map(|parent| ("x-chime-parent-run", parent.to_string())),
+    )
 }
 
 fn describe(e: &reqwest::Error, timeout: Duration) -> String {

@@ -299,15 +299,17 @@ impl Workers {
             return Pick::NoWorker;
         };
         if let Some(only) = only {
-            let Some(conn) = list.iter().find(|c| c.id == only && !c.state().closed) else {
+            let Some(conn) = list.iter().find(|c| c.id == only) else {
                 return Pick::NoWorker;
             };
-            let full = {
+            {
                 let s = conn.state();
-                s.in_flight >= s.window
-            };
-            if full {
-                return Pick::Busy;
+                if s.closed {
+                    return Pick::NoWorker;
+                }
+                if s.in_flight >= s.window {
+                    return Pick::Busy;
+                }
             }
             let conn = conn.clone();
             drop(groups);
