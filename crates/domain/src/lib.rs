@@ -44,8 +44,8 @@ pub use notify::{
     SentNotification, run_ending,
 };
 pub use occurrence::{
-    Claim, ClaimedOccurrence, NewOccurrence, Occurrence, OccurrenceStatus, Outcome, Overtaken,
-    Shard, ShardStatus,
+    Claim, ClaimedOccurrence, EarlySkip, EarlySkipKind, NewOccurrence, Occurrence,
+    OccurrenceStatus, Outcome, Shard, ShardStatus,
 };
 pub use ownership::Ownership;
 pub use page::{Page, PageSize, PageToken};

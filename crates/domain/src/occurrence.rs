@@ -206,16 +206,39 @@ pub struct Claim {
     pub lease_until: Timestamp,
 }
 
-/// A scheduled run to mark `skipped` before any claim, because its timer's next run is due
-/// already: written only while the row still waits for its first attempt at `due`, at
-/// `timer_version`, so a retry, redrive, backfill or a row of another version is left alone.
+/// A run to mark `skipped` before any claim: one write instead of a claim and an outcome.
+/// Only a row still waiting for its first attempt is marked, and only as [`EarlySkipKind`]
+/// says; anything else (a retry, a row that changed meanwhile) is left to the claim.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Overtaken {
+pub struct EarlySkip {
     pub key: TaskKey,
+    /// The timer's version when the executor read it.
     pub timer_version: i64,
-    /// Its natural due instant: the run time, or its place in a flexible window.
-    pub due: Timestamp,
+    pub kind: EarlySkipKind,
     pub reason: String,
+}
+
+/// Why a run is skipped before its claim, and so which of its rows may be marked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EarlySkipKind {
+    /// Its timer's next run is due already: only a scheduled row (not a backfill) at
+    /// `timer_version`, due at `due`, its natural due instant (the run time, or its place in
+    /// a flexible window), so a redrive or a row of another version is left alone.
+    Overtaken { due: Timestamp },
+    /// Its timer is disabled, paused or deleted at `timer_version` (`i64::MAX` for a timer
+    /// gone): a row of any version up to it. A row of a later version was written after the
+    /// timer started again, and is left to fire.
+    Stopped,
+}
+
+impl EarlySkipKind {
+    /// The natural due instant an overtaken run must still have; `None` when stopped.
+    pub fn due(self) -> Option<Timestamp> {
+        match self {
+            Self::Overtaken { due } => Some(due),
+            Self::Stopped => None,
+        }
+    }
 }
 
 /// An occurrence this claimer won.

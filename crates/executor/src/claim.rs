@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chime_domain::{
-    Claim, ClaimedOccurrence, Clock, OccurrenceStatus, Outcome, OverlapPolicy, Overtaken, TaskKey,
-    Timer,
+    Claim, ClaimedOccurrence, Clock, EarlySkip, EarlySkipKind, OccurrenceStatus, OnComplete,
+    Outcome, OverlapPolicy, TaskKey, Timer,
 };
 use chime_storage::{Exclusive, StoreResult};
 use tokio::sync::mpsc;
@@ -82,13 +82,14 @@ async fn gather(inner: &Inner, jobs: &mut mpsc::UnboundedReceiver<Job>, batch: &
 type Timers = HashMap<chime_domain::TimerId, Arc<Timer>>;
 
 impl Inner {
-    /// Claims `jobs` and starts their callbacks: read their timers; mark the runs their
-    /// timer's next run overtook skipped, beside the claim of the others (one round trip
-    /// each, side by side, so the skips add no wait to the keys that fire); claim, skip or
-    /// fire the rest. An overtaken run the store did not skip (a retry, say) is claimed after.
+    /// Claims `jobs` and starts their callbacks: read their timers; mark the runs of stopped
+    /// timers and those their timer's next run overtook skipped, beside the claim of the
+    /// others (one round trip each, side by side, so the skips add no wait to the keys that
+    /// fire); claim, skip or fire the rest. A run the store did not skip (a retry, say) is
+    /// claimed after.
     async fn claim_and_fire(self: Arc<Self>, jobs: &mut Vec<Job>) -> StoreResult<()> {
         let timers = self.timers_of(jobs).await?;
-        let runs = self.overtaken_runs(jobs, &timers);
+        let runs = self.early_skips(jobs, &timers);
         if runs.is_empty() {
             return self.claim_known(jobs, timers).await;
         }
@@ -97,7 +98,7 @@ impl Inner {
             jobs.drain(..).partition(|j| keys.contains(&j.key));
         *jobs = rest;
         let (skipped, claimed) = tokio::join!(
-            self.skip_overtaken(&runs),
+            self.skip_before_claim(&runs),
             self.claim_known(jobs, timers.clone())
         );
         // Dropping a skipped job frees its permit.
@@ -177,16 +178,32 @@ impl Inner {
         Ok(timers)
     }
 
-    /// The runs of `jobs` to mark `skipped` without a claim: their timer's next run is due
-    /// already. Under overload most keys are such runs, and a claim and an outcome for each
-    /// cost the database twice what the one write of [`Self::skip_overtaken`] does.
-    fn overtaken_runs(&self, jobs: &[Job], timers: &Timers) -> Vec<Overtaken> {
+    /// The runs of `jobs` to mark `skipped` without a claim: their timer is stopped
+    /// (disabled, paused or deleted), or its next run is due already. Under overload most
+    /// keys are such runs, and a claim and an outcome for each cost the database twice what
+    /// the one write of [`Self::skip_before_claim`] does.
+    fn early_skips(&self, jobs: &[Job], timers: &Timers) -> Vec<EarlySkip> {
         let now = self.clock.now();
         jobs.iter()
             .filter_map(|job| {
-                let t = timers.get(&job.key.timer_id).filter(|t| t.enabled)?;
-                let run_at = job.key.run_at;
-                let due = natural_due(t, run_at);
+                let key = job.key;
+                let stopped = |timer_version: i64, reason: &str| EarlySkip {
+                    key,
+                    timer_version,
+                    kind: EarlySkipKind::Stopped,
+                    reason: reason.to_owned(),
+                };
+                // Read without deleted timers: one missing is gone for good.
+                let Some(t) = timers.get(&key.timer_id) else {
+                    return Some(stopped(i64::MAX, "timer deleted"));
+                };
+                if !t.enabled {
+                    // A last run skipped at the claim deletes a timer set to; left to it.
+                    let deletes =
+                        t.spec.on_complete == OnComplete::Delete && t.is_last_run(key.run_at);
+                    return (!deletes).then(|| stopped(t.version, "timer disabled"));
+                }
+                let due = natural_due(t, key.run_at);
                 // Not late at all (most keys are claimed just ahead of their due instant):
                 // no schedule to walk.
                 if now <= due {
@@ -196,11 +213,11 @@ impl Inner {
                 if t.spec.catch_up_window.is_some_and(|w| w.exceeded(due, now)) {
                     return None;
                 }
-                let next = overtaken(t, run_at, now)?;
-                Some(Overtaken {
-                    key: job.key,
+                let next = overtaken(t, key.run_at, now)?;
+                Some(EarlySkip {
+                    key,
                     timer_version: t.version,
-                    due,
+                    kind: EarlySkipKind::Overtaken { due },
                     reason: misfired(next),
                 })
             })
@@ -208,22 +225,27 @@ impl Inner {
     }
 
     /// Marks `runs` skipped where the store finds them still waiting for their first attempt
-    /// at their natural due time and version; the rest (retries, redrives, backfills, rows
-    /// of another version) are left to the claim, which decides them as before. Returns the
-    /// keys marked; none when the store fails, which only leaves every key to the claim.
-    async fn skip_overtaken(&self, runs: &[Overtaken]) -> HashSet<TaskKey> {
-        let skipped: HashSet<TaskKey> = match self.occurrences.skip_overtaken(runs).await {
+    /// (see [`EarlySkipKind`]); the rest (retries, redrives, rows of another version) are
+    /// left to the claim, which decides them as before. Returns the keys marked; none when
+    /// the store fails, which only leaves every key to the claim.
+    async fn skip_before_claim(&self, runs: &[EarlySkip]) -> HashSet<TaskKey> {
+        let skipped: HashSet<TaskKey> = match self.occurrences.skip_before_claim(runs).await {
             Ok(keys) => keys.into_iter().collect(),
             Err(e) => {
-                tracing::warn!(error = %e, runs = runs.len(), "cannot skip overtaken runs; claiming them");
+                tracing::warn!(error = %e, runs = runs.len(), "cannot skip runs before their claim; claiming them");
                 return HashSet::new();
             }
         };
         let n = skipped.len() as u64;
         if n > 0 {
-            tracing::debug!(skipped = n, "skipped overtaken runs before claiming");
+            let misfired = runs
+                .iter()
+                .filter(|r| matches!(r.kind, EarlySkipKind::Overtaken { .. }))
+                .filter(|r| skipped.contains(&r.key))
+                .count() as u64;
+            tracing::debug!(skipped = n, misfired, "skipped runs before claiming them");
             metrics::counter!("chime_executor_skipped_total").increment(n);
-            metrics::counter!("chime_executor_misfired_total").increment(n);
+            metrics::counter!("chime_executor_misfired_total").increment(misfired);
             metrics::counter!("chime_executor_outcomes_total", "status" => OccurrenceStatus::Skipped.as_str())
                 .increment(n);
         }

@@ -12,9 +12,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chime_domain::{
-    AppName, Bucket, CallbackInput, Claim, Horizon, NewOccurrence, NewTimer, OccurrenceStatus,
-    Outcome, OverlapPolicy, Overtaken, PageSize, ScheduleInput, ShardKey, TaskKey, Timer, TimerId,
-    TimerName, TimerSpec, Timestamp,
+    AppName, Bucket, CallbackInput, Claim, EarlySkip, EarlySkipKind, Horizon, NewOccurrence,
+    NewTimer, OccurrenceStatus, Outcome, OverlapPolicy, PageSize, ScheduleInput, ShardKey, TaskKey,
+    Timer, TimerId, TimerName, TimerSpec, Timestamp,
 };
 
 use crate::{
@@ -207,6 +207,7 @@ macro_rules! storage_contract {
             racing_claimers_win_each_occurrence_exactly_once,
             skipping_touches_claimable_occurrences_only,
             overtaken_runs_are_skipped_only_while_waiting_for_a_first_attempt,
+            a_stopped_timers_runs_are_skipped_up_to_its_version,
             dropping_pending_leaves_what_is_due_or_under_way,
             dead_letters_are_listed_and_redriven,
         ]);

@@ -53,8 +53,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chime_domain::{
-    AppName, Bucket, BucketCount, Claim, ClaimedOccurrence, Horizon, NewOccurrence, NewTimer,
-    Occurrence, Outcome, OverlapPolicy, Overtaken, Page, PageSize, PauseNote, ShardKey, TaskKey,
+    AppName, Bucket, BucketCount, Claim, ClaimedOccurrence, EarlySkip, Horizon, NewOccurrence,
+    NewTimer, Occurrence, Outcome, OverlapPolicy, Page, PageSize, PauseNote, ShardKey, TaskKey,
     Timer, TimerId, TimerSpec, Timestamp,
 };
 
@@ -336,11 +336,12 @@ pub trait OccurrenceStore: Send + Sync + 'static {
     /// misfire policy. Returns how many changed.
     async fn skip_occurrences(&self, keys: &[TaskKey], reason: &str) -> StoreResult<u64>;
 
-    /// Marks `skipped` those of `runs` still `pending` for their first attempt at their
-    /// natural due time and version, without a claim: one write per run overtaken by its
-    /// timer's next one, where claiming and then recording the skip were two. Rows another
-    /// claimer holds are passed over. Returns the keys marked.
-    async fn skip_overtaken(&self, runs: &[Overtaken]) -> StoreResult<Vec<TaskKey>>;
+    /// Marks `skipped` those of `runs` still `pending` for their first attempt, without a
+    /// claim, each with its reason: one write per run overtaken by its timer's next one
+    /// (only at its natural due time and the timer's version) or of a stopped timer (any
+    /// version up to the timer's), where claiming and then recording the skip were two.
+    /// Rows another claimer holds are passed over. Returns the keys marked.
+    async fn skip_before_claim(&self, runs: &[EarlySkip]) -> StoreResult<Vec<TaskKey>>;
 
     /// Removes the pending occurrences of `timers` due after `after`: they were disabled or
     /// deleted, so none of them may fire, and enabling one again writes them anew. Returns

@@ -71,6 +71,10 @@ pub(super) async fn overload(args: &Args) -> anyhow::Result<Outcome> {
         end,
     ));
     until(drop_at).await;
+    // What the database writes from the drop on: the dropped timers' rows deleted, their
+    // runs due meanwhile skipped, the kept timers firing.
+    let pg_pool = d._db.pg().ok().map(|f| f.store.pool().clone());
+    let pg0 = PgCounters::take(pg_pool.as_ref()).await;
     let rest = d.cluster.rest.clone();
     let ids: Vec<i64> = dropped.timers.iter().map(|t| t.id).collect();
     let dropping = Instant::now();
@@ -80,10 +84,14 @@ pub(super) async fn overload(args: &Args) -> anyhow::Result<Outcome> {
     .await?;
     let dropped_in = dropping.elapsed();
     until(end).await;
-    let mut misfired = 0.0;
+    let pg1 = PgCounters::take(pg_pool.as_ref()).await;
+    let (mut misfired, mut skipped) = (0.0, 0.0);
     for e in &d.cluster.executors {
         misfired += e.counter("chime_executor_misfired_total").await;
+        skipped += e.counter("chime_executor_skipped_total").await;
     }
+    // Every other skip is of a stopped timer's run (or a run of an older version).
+    let stopped = skipped - misfired;
     let lag = lag.await?;
     let all = gather
         .finish(0, Instant::now(), Duration::from_secs(2))
@@ -139,6 +147,22 @@ pub(super) async fn overload(args: &Args) -> anyhow::Result<Outcome> {
         format!("{misfired:.0}"),
         "",
     );
+    o.row(
+        "runs of stopped timers skipped",
+        format!("{stopped:.0}"),
+        "",
+    );
+    let after_drop = pg0.zip(pg1).map(|(a, b)| {
+        let firings = all.iter().filter(|d| d.at_ms >= drop_at).count();
+        a.per_firing(&b, firings)
+    });
+    if let Some(w) = &after_drop {
+        o.row(
+            "postgres from the drop on, per firing delivered",
+            w.describe(),
+            "",
+        );
+    }
     o.row(
         "disabling the dropped timers",
         format!(
@@ -206,6 +230,8 @@ pub(super) async fn overload(args: &Args) -> anyhow::Result<Outcome> {
         "kept_while_overloaded": l_during,
         "kept_skipped_while_overloaded": missed_during,
         "misfired": misfired,
+        "stopped_skipped": stopped,
+        "postgres_from_the_drop_per_firing": after_drop,
         "disable_seconds": dropped_in.as_secs_f64(),
         "recovered_windows": per_window
             .iter()

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use chime_domain::{Clock, OccurrenceStatus, Outcome, SystemClock, TaskKey};
-use chime_storage::OccurrenceStore;
+use chime_storage::{OccurrenceStore, TimerStore};
 
 use crate::support::counting::Counting;
 use crate::support::pg::*;
@@ -88,5 +88,93 @@ async fn overtaken_runs_are_skipped_without_a_claim() {
     assert!(late.iter().all(|k| !claimed.contains(k)), "{claimed:?}");
     assert!(claimed.contains(&retry), "{claimed:?}");
     assert_eq!(s.sink.count(), 2);
+    wait_for("the permits back", || async { exec.in_flight() == 0 }).await;
+}
+
+/// Runs of a disabled or deleted timer are skipped before any claim, one write each, never
+/// called back; a disabled timer's last run, when the timer deletes itself once done, is left
+/// to the claim, whose skip deletes it.
+#[tokio::test]
+async fn a_stopped_timers_runs_are_skipped_without_a_claim() {
+    let s = setup().await;
+    let disabled = timer(&s, "disabled", s.sink.url("/disabled"), &[]).await;
+    let deleted = timer(&s, "deleted", s.sink.url("/deleted"), &[]).await;
+    let firing = timer(&s, "firing", s.sink.url("/firing"), &[]).await;
+    let at = SystemClock.now().add_millis(50);
+    let once = chime_domain::ScheduleInput {
+        at: Some(at.to_rfc3339()),
+        ..Default::default()
+    }
+    .resolve(SystemClock.now(), None, None)
+    .unwrap();
+    let mut last = timer_on(&s, "last", s.sink.url("/last"), &[], once).await;
+    last.spec.on_complete = chime_domain::OnComplete::Delete;
+    s.db.store
+        .update_timer(
+            last.id,
+            None,
+            last.spec.clone(),
+            chime_domain::Horizon::DEFAULT,
+        )
+        .await
+        .unwrap();
+    let mut keys = Vec::new();
+    for t in [&disabled, &deleted] {
+        keys.push(due_now(&s, t, 0).await);
+        keys.push(due_now(&s, t, 1).await);
+    }
+    let last_run = TaskKey::new(last.id, at);
+    for t in [&disabled, &last] {
+        s.db.store
+            .set_timer_enabled(t.id, false, chime_domain::Horizon::DEFAULT)
+            .await
+            .unwrap();
+    }
+    s.db.store.delete_timer(deleted.id).await.unwrap();
+    let fires = due_now(&s, &firing, 0).await;
+    let counting = Counting::new(s.db.store());
+    let exec = executor_over(&s, counting.clone(), 16);
+    let mut offered = keys.clone();
+    offered.extend([fires, last_run]);
+    assert_eq!(exec.offer(&offered).unwrap().accepted, offered.len());
+    assert_eq!(
+        finished(&s, fires).await.status,
+        OccurrenceStatus::Succeeded
+    );
+    for key in &keys {
+        let run = finished(&s, *key).await;
+        assert_eq!(run.status, OccurrenceStatus::Skipped, "{key}");
+        let why = if key.timer_id == disabled.id {
+            "timer disabled"
+        } else {
+            "timer deleted"
+        };
+        assert_eq!(run.error.as_deref(), Some(why), "{run:?}");
+        assert_eq!(run.attempt, 0, "claimed: {run:?}");
+    }
+    let run = finished(&s, last_run).await;
+    assert_eq!(run.status, OccurrenceStatus::Skipped);
+    assert_eq!(run.attempt, 1, "left to the claim: {run:?}");
+    wait_for("the self-deleting timer gone", || async {
+        s.db.store
+            .get_timer(last.id)
+            .await
+            .map_or(true, |t| t.deleted_at.is_some())
+    })
+    .await;
+    let claimed: Vec<TaskKey> = counting
+        .claimed
+        .lock()
+        .unwrap()
+        .iter()
+        .flatten()
+        .copied()
+        .collect();
+    assert!(keys.iter().all(|k| !claimed.contains(k)), "{claimed:?}");
+    assert!(
+        claimed.contains(&fires) && claimed.contains(&last_run),
+        "{claimed:?}"
+    );
+    assert_eq!(s.sink.count(), 1);
     wait_for("the permits back", || async { exec.in_flight() == 0 }).await;
 }

@@ -316,14 +316,16 @@ pub async fn overtaken_runs_are_skipped_only_while_waiting_for_a_first_attempt(
     let mut failed = outcome(retrying, 1, OccurrenceStatus::Retrying, T0 + 2_001);
     failed.next_attempt_at = Some(Timestamp::from_millis(T0 + 60_000));
     store.record_outcomes(&[failed]).await.unwrap();
-    let run = |k: TaskKey, version: i64, due: i64| Overtaken {
+    let run = |k: TaskKey, version: i64, due: i64| EarlySkip {
         key: k,
         timer_version: version,
-        due: Timestamp::from_millis(due),
+        kind: EarlySkipKind::Overtaken {
+            due: Timestamp::from_millis(due),
+        },
         reason: format!("misfired at {}", k.run_at.as_millis()),
     };
     let mut skipped = store
-        .skip_overtaken(&[
+        .skip_before_claim(&[
             run(key(31, T0), 1, T0),
             run(running, 1, T0 + 1_000),
             run(retrying, 1, T0 + 2_000),
@@ -356,11 +358,99 @@ pub async fn overtaken_runs_are_skipped_only_while_waiting_for_a_first_attempt(
     late.due = Some(Timestamp::from_millis(T0 + 5_500));
     store.insert_occurrences(&[late]).await.unwrap();
     let none = store
-        .skip_overtaken(&[run(key(33, T0 + 5_000), 1, T0 + 5_000)])
+        .skip_before_claim(&[run(key(33, T0 + 5_000), 1, T0 + 5_000)])
         .await
         .unwrap();
     assert!(none.is_empty());
-    assert!(store.skip_overtaken(&[]).await.unwrap().is_empty());
+    assert!(store.skip_before_claim(&[]).await.unwrap().is_empty());
+}
+
+pub async fn a_stopped_timers_runs_are_skipped_up_to_its_version(store: Arc<dyn OccurrenceStore>) {
+    // Timer 41, disabled at version 3: runs written at versions 1 to 3 (a backfill and one
+    // due later by its window among them), one running and one retrying, and one of version
+    // 4 (written after it was enabled again). Timer 42, gone.
+    let mut windowed = occ(41, T0 + 4_000, 3, 0);
+    windowed.due = Some(Timestamp::from_millis(T0 + 4_500));
+    store
+        .insert_occurrences(&[
+            occ(41, T0, 1, 0),
+            occ(41, T0 + 1_000, 2, 0),
+            occ(41, T0 + 2_000, 3, 0),
+            occ(41, T0 + 3_000, 3, 0),
+            windowed,
+            occ(41, T0 + 5_000, 3, 0),
+            occ(41, T0 + 6_000, 3, 0),
+            occ(41, T0 + 7_000, 4, 0),
+            occ(42, T0, 1, 0),
+        ])
+        .await
+        .unwrap();
+    store
+        .backfill(&[occ(41, T0 - 60_000, 3, 0)], OverlapPolicy::AllowAll)
+        .await
+        .unwrap();
+    let (running, retrying) = (key(41, T0 + 5_000), key(41, T0 + 6_000));
+    store
+        .claim(&[running, retrying], claim_at(T0, 30_000))
+        .await
+        .unwrap();
+    let mut failed = outcome(retrying, 1, OccurrenceStatus::Retrying, T0 + 6_001);
+    failed.next_attempt_at = Some(Timestamp::from_millis(T0 + 60_000));
+    store.record_outcomes(&[failed]).await.unwrap();
+    let stopped = |k: TaskKey, version: i64, reason: &str| EarlySkip {
+        key: k,
+        timer_version: version,
+        kind: EarlySkipKind::Stopped,
+        reason: reason.into(),
+    };
+    let mut asked: Vec<EarlySkip> = [
+        T0 - 60_000,
+        T0,
+        T0 + 1_000,
+        T0 + 2_000,
+        T0 + 3_000,
+        T0 + 4_000,
+        T0 + 5_000,
+        T0 + 6_000,
+        T0 + 7_000,
+    ]
+    .into_iter()
+    .map(|at| stopped(key(41, at), 3, "timer disabled"))
+    .collect();
+    asked.push(stopped(key(42, T0), i64::MAX, "timer deleted"));
+    asked.push(stopped(key(43, T0), 1, "no such run"));
+    let mut skipped = store.skip_before_claim(&asked).await.unwrap();
+    skipped.sort();
+    let mut expected: Vec<TaskKey> = [
+        T0 - 60_000,
+        T0,
+        T0 + 1_000,
+        T0 + 2_000,
+        T0 + 3_000,
+        T0 + 4_000,
+    ]
+    .into_iter()
+    .map(|at| key(41, at))
+    .collect();
+    expected.push(key(42, T0));
+    expected.sort();
+    assert_eq!(skipped, expected);
+    for k in &expected {
+        let o = store.get_occurrence(*k).await.unwrap().unwrap();
+        assert_eq!(o.status, OccurrenceStatus::Skipped, "{k}");
+        assert_eq!(o.attempt, 0, "{k}");
+    }
+    let o = store.get_occurrence(key(42, T0)).await.unwrap().unwrap();
+    assert_eq!(o.error.as_deref(), Some("timer deleted"));
+    let o = store.get_occurrence(key(41, T0)).await.unwrap().unwrap();
+    assert_eq!(o.error.as_deref(), Some("timer disabled"));
+    for (k, status) in [
+        (running, OccurrenceStatus::Running),
+        (retrying, OccurrenceStatus::Retrying),
+        (key(41, T0 + 7_000), OccurrenceStatus::Pending),
+    ] {
+        assert_eq!(status_of(store.as_ref(), k).await, status, "{k}");
+    }
 }
 
 pub async fn dropping_pending_leaves_what_is_due_or_under_way(store: Arc<dyn OccurrenceStore>) {

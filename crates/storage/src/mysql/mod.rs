@@ -52,8 +52,8 @@ macro_rules! keys_table {
     };
 }
 
-/// `JSON_TABLE` over `crate::sql::overtaken_json`, as `k`.
-macro_rules! overtaken_table {
+/// `JSON_TABLE` over `crate::sql::early_skips_json`, as `k`.
+macro_rules! early_skips_table {
     () => {
         "JSON_TABLE(?, '$[*]' COLUMNS (timer_id BIGINT PATH '$[0]', run_at BIGINT PATH '$[1]', \
          version BIGINT PATH '$[2]', due BIGINT PATH '$[3]', reason TEXT PATH '$[4]')) k"

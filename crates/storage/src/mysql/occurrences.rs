@@ -4,7 +4,7 @@ use std::collections::HashSet;
 
 use async_trait::async_trait;
 use chime_domain::{
-    Bucket, Claim, ClaimedOccurrence, NewOccurrence, Occurrence, Outcome, OverlapPolicy, Overtaken,
+    Bucket, Claim, ClaimedOccurrence, EarlySkip, NewOccurrence, Occurrence, Outcome, OverlapPolicy,
     Page, TaskKey, Timestamp,
 };
 use serde_json::json;
@@ -349,7 +349,7 @@ impl OccurrenceStore for MySqlStore {
         Ok(done.rows_affected())
     }
 
-    async fn skip_overtaken(&self, runs: &[Overtaken]) -> StoreResult<Vec<TaskKey>> {
+    async fn skip_before_claim(&self, runs: &[EarlySkip]) -> StoreResult<Vec<TaskKey>> {
         if runs.is_empty() {
             return Ok(Vec::new());
         }
@@ -358,13 +358,15 @@ impl OccurrenceStore for MySqlStore {
         let mut tx = self.pool.begin().await?;
         let locked = sqlx::query(concat!(
             "SELECT o.timer_id, o.run_at FROM ",
-            overtaken_table!(),
+            early_skips_table!(),
             occurrences_by_key!("k"),
-            " WHERE o.status = 'pending' AND o.attempt = 0 AND o.backfill IS NULL \
-               AND o.timer_version = k.version AND COALESCE(o.next_attempt_at, o.run_at) = k.due \
+            " WHERE o.status = 'pending' AND o.attempt = 0 \
+               AND (k.due IS NULL AND o.timer_version <= k.version \
+                    OR o.backfill IS NULL AND o.timer_version = k.version \
+                       AND COALESCE(o.next_attempt_at, o.run_at) = k.due) \
              FOR UPDATE SKIP LOCKED"
         ))
-        .bind(crate::sql::overtaken_json(runs))
+        .bind(crate::sql::early_skips_json(runs))
         .fetch_all(&mut *tx)
         .await?;
         let keys: HashSet<TaskKey> = locked
@@ -374,18 +376,18 @@ impl OccurrenceStore for MySqlStore {
         if keys.is_empty() {
             return Ok(Vec::new());
         }
-        let marked: Vec<Overtaken> = runs
+        let marked: Vec<EarlySkip> = runs
             .iter()
             .filter(|r| keys.contains(&r.key))
             .cloned()
             .collect();
         sqlx::query(concat!(
             "UPDATE ",
-            overtaken_table!(),
+            early_skips_table!(),
             occurrences_by_key!("k"),
             " SET o.status = 'skipped', o.error = k.reason, o.lease_until = NULL"
         ))
-        .bind(crate::sql::overtaken_json(&marked))
+        .bind(crate::sql::early_skips_json(&marked))
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;

@@ -2,7 +2,7 @@
 
 use async_trait::async_trait;
 use chime_domain::{
-    Bucket, Claim, ClaimedOccurrence, NewOccurrence, Occurrence, Outcome, OverlapPolicy, Overtaken,
+    Bucket, Claim, ClaimedOccurrence, EarlySkip, NewOccurrence, Occurrence, Outcome, OverlapPolicy,
     Page, TaskKey, Timestamp,
 };
 
@@ -272,7 +272,7 @@ impl OccurrenceStore for PgStore {
         Ok(done.rows_affected())
     }
 
-    async fn skip_overtaken(&self, runs: &[Overtaken]) -> StoreResult<Vec<TaskKey>> {
+    async fn skip_before_claim(&self, runs: &[EarlySkip]) -> StoreResult<Vec<TaskKey>> {
         if runs.is_empty() {
             return Ok(Vec::new());
         }
@@ -289,9 +289,10 @@ impl OccurrenceStore for PgStore {
                SELECT x.toid, x.tid, r.reason FROM r CROSS JOIN LATERAL ( \
                  SELECT o.tableoid AS toid, o.ctid AS tid FROM occurrences o \
                  WHERE o.timer_id = r.timer_id AND o.run_at = r.run_at \
-                   AND o.status = 'pending' AND o.attempt = 0 AND o.backfill IS NULL \
-                   AND o.timer_version = r.version \
-                   AND COALESCE(o.next_attempt_at, o.run_at) = r.due \
+                   AND o.status = 'pending' AND o.attempt = 0 \
+                   AND (r.due IS NULL AND o.timer_version <= r.version \
+                        OR o.backfill IS NULL AND o.timer_version = r.version \
+                           AND COALESCE(o.next_attempt_at, o.run_at) = r.due) \
                  FOR UPDATE SKIP LOCKED) x) \
              UPDATE occurrences o SET status = 'skipped', error = c.reason, lease_until = NULL \
              FROM cand c \
@@ -303,7 +304,11 @@ impl OccurrenceStore for PgStore {
         .bind(ids)
         .bind(&run_ats)
         .bind(runs.iter().map(|r| r.timer_version).collect::<Vec<i64>>())
-        .bind(runs.iter().map(|r| r.due.as_millis()).collect::<Vec<i64>>())
+        .bind(
+            runs.iter()
+                .map(|r| r.kind.due().map(Timestamp::as_millis))
+                .collect::<Vec<Option<i64>>>(),
+        )
         .bind(
             runs.iter()
                 .map(|r| r.reason.as_str())

@@ -119,7 +119,7 @@ pub(crate) use chains::chains_impl;
 pub(crate) use credentials::credentials_impl;
 pub(crate) use notifications::notifications_impl;
 pub(crate) use occurrences::{
-    claim_exclusive, due_in_bucket, find_overdue, list_dead, list_runs, overtaken_json, redrive,
+    claim_exclusive, due_in_bucket, early_skips_json, find_overdue, list_dead, list_runs, redrive,
 };
 pub(crate) use shards::shards_impl;
 pub(crate) use timers::{claim_idempotency_key, create_timers, list_timers, pause_timer};

@@ -219,9 +219,10 @@ macro_rules! due_in_bucket {
 
 pub(crate) use {claim_exclusive, due_in_bucket, find_overdue, list_dead, list_runs, redrive};
 
-/// `[[timer_id, run_at, version, due, reason], …]`: the runs of
-/// `OccurrenceStore::skip_overtaken` as one JSON parameter (`json_each`, `JSON_TABLE`).
-pub(crate) fn overtaken_json(runs: &[chime_domain::Overtaken]) -> String {
+/// `[[timer_id, run_at, version, due, reason], …]` (`due` null for a stopped timer's run):
+/// the runs of
+/// `OccurrenceStore::skip_before_claim` as one JSON parameter (`json_each`, `JSON_TABLE`).
+pub(crate) fn early_skips_json(runs: &[chime_domain::EarlySkip]) -> String {
     serde_json::Value::Array(
         runs.iter()
             .map(|r| {
@@ -229,7 +230,7 @@ pub(crate) fn overtaken_json(runs: &[chime_domain::Overtaken]) -> String {
                     r.key.timer_id.get(),
                     r.key.run_at.as_millis(),
                     r.timer_version,
-                    r.due.as_millis(),
+                    r.kind.due().map(chime_domain::Timestamp::as_millis),
                     r.reason
                 ])
             })

@@ -2,7 +2,7 @@
 
 use async_trait::async_trait;
 use chime_domain::{
-    Bucket, Claim, ClaimedOccurrence, NewOccurrence, Occurrence, Outcome, OverlapPolicy, Overtaken,
+    Bucket, Claim, ClaimedOccurrence, EarlySkip, NewOccurrence, Occurrence, Outcome, OverlapPolicy,
     Page, TaskKey, Timestamp,
 };
 use serde_json::json;
@@ -205,7 +205,7 @@ impl OccurrenceStore for SqliteStore {
         Ok(done.rows_affected())
     }
 
-    async fn skip_overtaken(&self, runs: &[Overtaken]) -> StoreResult<Vec<TaskKey>> {
+    async fn skip_before_claim(&self, runs: &[EarlySkip]) -> StoreResult<Vec<TaskKey>> {
         if runs.is_empty() {
             return Ok(Vec::new());
         }
@@ -216,11 +216,12 @@ impl OccurrenceStore for SqliteStore {
                      value ->> 3 AS due, value ->> 4 AS reason FROM json_each(?1)) AS r \
              WHERE occurrences.timer_id = r.timer_id AND occurrences.run_at = r.run_at \
                AND occurrences.status = 'pending' AND occurrences.attempt = 0 \
-               AND occurrences.backfill IS NULL AND occurrences.timer_version = r.version \
-               AND COALESCE(occurrences.next_attempt_at, occurrences.run_at) = r.due \
+               AND (r.due IS NULL AND occurrences.timer_version <= r.version \
+                    OR occurrences.backfill IS NULL AND occurrences.timer_version = r.version \
+                       AND COALESCE(occurrences.next_attempt_at, occurrences.run_at) = r.due) \
              RETURNING occurrences.timer_id, occurrences.run_at",
         )
-        .bind(sql::overtaken_json(runs))
+        .bind(sql::early_skips_json(runs))
         .fetch_all(&self.writer)
         .await?;
         skipped.iter().map(rows::task_key).collect()

@@ -122,8 +122,11 @@ impl OccurrenceStore for Counting {
     async fn skip_occurrences(&self, keys: &[TaskKey], reason: &str) -> StoreResult<u64> {
         self.inner.skip_occurrences(keys, reason).await
     }
-    async fn skip_overtaken(&self, runs: &[chime_domain::Overtaken]) -> StoreResult<Vec<TaskKey>> {
-        self.inner.skip_overtaken(runs).await
+    async fn skip_before_claim(
+        &self,
+        runs: &[chime_domain::EarlySkip],
+    ) -> StoreResult<Vec<TaskKey>> {
+        self.inner.skip_before_claim(runs).await
     }
     async fn drop_pending(
         &self,
