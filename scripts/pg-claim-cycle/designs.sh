@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# What a firing costs PostgreSQL under three designs of the occurrence row, one client,
+# What a firing costs PostgreSQL under four designs of the occurrence row, one client,
 # commits without waiting for the disk (synchronous_commit off: CPU, not fsync), each on a
 # schema of its own (the migrations, a day partition) that it drops at the end:
 #   today   the run written ahead (ahead.sql, the migrator's insert), then a claim that marks
@@ -7,7 +7,10 @@
 #   hot     the same, but the claim sets only columns no index names (hot.sql): its update is
 #           HOT, the row has room for it (fillfactor 70);
 #   create  nothing written ahead: the claim inserts the row, the outcome updates it
-#           (create.sql): two row writes.
+#           (create.sql): two row writes;
+#   nolock  as today, but the claim finds its rows without locking them first (no
+#           FOR UPDATE SKIP LOCKED) and updates them by tuple id, re-checking the status
+#           (nolock.sql): what the separate lock costs.
 # Prints microseconds per firing for each; the claim and outcome rounds carry K keys.
 #   scripts/pg-claim-cycle/designs.sh [K]      (default 50, a steady 5,000/s batch; PGHOST etc. apply)
 set -euo pipefail
@@ -56,9 +59,12 @@ schema ahead hot
 hot=$(per_key hot "$k")
 schema none plain
 create=$(per_key create "$k")
-awk -v a="$ahead" -v t="$today" -v h="$hot" -v c="$create" -v k="$k" 'BEGIN {
+schema ahead plain
+nolock=$(per_key nolock "$k")
+awk -v a="$ahead" -v t="$today" -v h="$hot" -v c="$create" -v n="$nolock" -v k="$k" 'BEGIN {
   printf "rounds of %d keys, microseconds of PostgreSQL per firing:\n", k
   printf "  today   %6.1f  (written ahead %.1f + claim and outcome %.1f)\n", a + t, a, t
   printf "  hot     %6.1f  (written ahead %.1f + HOT claim and outcome %.1f)\n", a + h, a, h
   printf "  create  %6.1f  (claim inserts, outcome updates)\n", c
+  printf "  nolock  %6.1f  (written ahead %.1f + unlocked claim and outcome %.1f)\n", a + n, a, n
 }'
