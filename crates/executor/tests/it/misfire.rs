@@ -77,14 +77,7 @@ async fn overtaken_runs_are_skipped_without_a_claim() {
         );
         assert_eq!(run.attempt, 0, "claimed: {run:?}");
     }
-    let claimed: Vec<TaskKey> = counting
-        .claimed
-        .lock()
-        .unwrap()
-        .iter()
-        .flatten()
-        .copied()
-        .collect();
+    let claimed = counting.claimed_keys();
     assert!(late.iter().all(|k| !claimed.contains(k)), "{claimed:?}");
     assert!(claimed.contains(&retry), "{claimed:?}");
     assert_eq!(s.sink.count(), 2);
@@ -162,14 +155,7 @@ async fn a_stopped_timers_runs_are_skipped_without_a_claim() {
             .map_or(true, |t| t.deleted_at.is_some())
     })
     .await;
-    let claimed: Vec<TaskKey> = counting
-        .claimed
-        .lock()
-        .unwrap()
-        .iter()
-        .flatten()
-        .copied()
-        .collect();
+    let claimed = counting.claimed_keys();
     assert!(keys.iter().all(|k| !claimed.contains(k)), "{claimed:?}");
     assert!(
         claimed.contains(&fires) && claimed.contains(&last_run),

@@ -285,6 +285,23 @@ pub async fn skipping_touches_claimable_occurrences_only(store: Arc<dyn Occurren
     assert_eq!(store.skip_occurrences(&[], "x").await.unwrap(), 0);
 }
 
+/// Claims `running` (so it is running) and `retrying` (which then fails once and waits for
+/// its retry, due at `T0` + 60 s): the rows a skip before the claim must leave alone.
+async fn one_running_one_retrying(
+    store: &dyn OccurrenceStore,
+    running: TaskKey,
+    retrying: TaskKey,
+) {
+    store
+        .claim(&[running, retrying], claim_at(T0, 30_000))
+        .await
+        .unwrap();
+    let fired = retrying.run_at.as_millis() + 1;
+    let mut failed = outcome(retrying, 1, OccurrenceStatus::Retrying, fired);
+    failed.next_attempt_at = Some(Timestamp::from_millis(T0 + 60_000));
+    store.record_outcomes(&[failed]).await.unwrap();
+}
+
 pub async fn overtaken_runs_are_skipped_only_while_waiting_for_a_first_attempt(
     store: Arc<dyn OccurrenceStore>,
 ) {
@@ -306,16 +323,9 @@ pub async fn overtaken_runs_are_skipped_only_while_waiting_for_a_first_attempt(
         .backfill(&[backfilled], OverlapPolicy::AllowAll)
         .await
         .unwrap();
-    // Running (claimed), and retrying (claimed, then failed once).
     let running = key(31, T0 + 1_000);
     let retrying = key(31, T0 + 2_000);
-    store
-        .claim(&[running, retrying], claim_at(T0, 30_000))
-        .await
-        .unwrap();
-    let mut failed = outcome(retrying, 1, OccurrenceStatus::Retrying, T0 + 2_001);
-    failed.next_attempt_at = Some(Timestamp::from_millis(T0 + 60_000));
-    store.record_outcomes(&[failed]).await.unwrap();
+    one_running_one_retrying(store.as_ref(), running, retrying).await;
     let run = |k: TaskKey, version: i64, due: i64| EarlySkip {
         key: k,
         timer_version: version,
@@ -390,13 +400,7 @@ pub async fn a_stopped_timers_runs_are_skipped_up_to_its_version(store: Arc<dyn 
         .await
         .unwrap();
     let (running, retrying) = (key(41, T0 + 5_000), key(41, T0 + 6_000));
-    store
-        .claim(&[running, retrying], claim_at(T0, 30_000))
-        .await
-        .unwrap();
-    let mut failed = outcome(retrying, 1, OccurrenceStatus::Retrying, T0 + 6_001);
-    failed.next_attempt_at = Some(Timestamp::from_millis(T0 + 60_000));
-    store.record_outcomes(&[failed]).await.unwrap();
+    one_running_one_retrying(store.as_ref(), running, retrying).await;
     let stopped = |k: TaskKey, version: i64, reason: &str| EarlySkip {
         key: k,
         timer_version: version,

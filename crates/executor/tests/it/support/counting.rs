@@ -30,6 +30,17 @@ pub struct Counting {
 }
 
 impl Counting {
+    /// Every key a claim statement was asked for, in order.
+    pub fn claimed_keys(&self) -> Vec<TaskKey> {
+        self.claimed
+            .lock()
+            .unwrap()
+            .iter()
+            .flatten()
+            .copied()
+            .collect()
+    }
+
     pub fn new(inner: Arc<dyn OccurrenceStore>) -> Arc<Self> {
         Arc::new(Self {
             inner,
