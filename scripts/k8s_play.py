@@ -335,7 +335,9 @@ def main():
         def play(name, docs):
             path = dump(name, configmaps + docs)
             cleanups.append(lambda: podman("kube", "down", path, check=False))
-            podman("kube", "play", "--network", network, path)
+            # --replace: a pod of the same name left by a run whose clean-up did not finish
+            # (seen once: "pod already exists") is removed first instead of failing the play.
+            podman("kube", "play", "--replace", "--network", network, path)
 
         play("migrate.yaml", [migrate])
         job = f"{migrate['metadata']['name']}-{migrate['spec']['containers'][0]['name']}"
