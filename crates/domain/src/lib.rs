@@ -12,6 +12,7 @@ mod duration;
 mod error;
 mod horizon;
 mod ids;
+pub mod misfire;
 mod network;
 mod notify;
 mod occurrence;

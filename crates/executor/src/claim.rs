@@ -5,15 +5,16 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+use chime_domain::misfire::early_skip;
 use chime_domain::{
-    Claim, ClaimedOccurrence, Clock, EarlySkip, EarlySkipKind, OccurrenceStatus, OnComplete,
-    Outcome, OverlapPolicy, TaskKey, Timer,
+    Claim, ClaimedOccurrence, Clock, EarlySkip, EarlySkipKind, OccurrenceStatus, Outcome,
+    OverlapPolicy, TaskKey, Timer,
 };
 use chime_storage::{Exclusive, StoreResult};
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
-use crate::outcome::{completes, misfired, natural_due, overtaken, skip_reason};
+use crate::outcome::{completes, skip_reason};
 use crate::{Backoff, CLAIM_MARGIN, Done, Inner, Job, hosts, settle, timers};
 
 /// Claims one lane's queued keys a batch at a time: whatever queued up while the previous
@@ -185,41 +186,9 @@ impl Inner {
     fn early_skips(&self, jobs: &[Job], timers: &Timers) -> Vec<EarlySkip> {
         let now = self.clock.now();
         jobs.iter()
+            // Read without deleted timers: one missing is gone for good.
             .filter_map(|job| {
-                let key = job.key;
-                let stopped = |timer_version: i64, reason: &str| EarlySkip {
-                    key,
-                    timer_version,
-                    kind: EarlySkipKind::Stopped,
-                    reason: reason.to_owned(),
-                };
-                // Read without deleted timers: one missing is gone for good.
-                let Some(t) = timers.get(&key.timer_id) else {
-                    return Some(stopped(i64::MAX, "timer deleted"));
-                };
-                if !t.enabled {
-                    // A last run skipped at the claim deletes a timer set to; left to it.
-                    let deletes =
-                        t.spec.on_complete == OnComplete::Delete && t.is_last_run(key.run_at);
-                    return (!deletes).then(|| stopped(t.version, "timer disabled"));
-                }
-                let due = natural_due(t, key.run_at);
-                // Not late at all (most keys are claimed just ahead of their due instant):
-                // no schedule to walk.
-                if now <= due {
-                    return None;
-                }
-                // A run past its catch_up_window is skipped at the claim, saying so.
-                if t.spec.catch_up_window.is_some_and(|w| w.exceeded(due, now)) {
-                    return None;
-                }
-                let next = overtaken(t, key.run_at, now)?;
-                Some(EarlySkip {
-                    key,
-                    timer_version: t.version,
-                    kind: EarlySkipKind::Overtaken { due },
-                    reason: misfired(next),
-                })
+                early_skip(timers.get(&job.key.timer_id).map(Arc::as_ref), job.key, now)
             })
             .collect()
     }

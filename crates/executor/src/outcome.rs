@@ -4,9 +4,10 @@
 use std::time::Duration;
 
 use chime_domain::{
-    ClaimedOccurrence, DeliveryMode, MisfirePolicy, OccurrenceStatus, OnComplete, Outcome,
-    OverlapPolicy, Timer, Timestamp,
+    ClaimedOccurrence, DeliveryMode, OccurrenceStatus, OnComplete, Outcome, Timer, Timestamp,
 };
+
+use chime_domain::misfire::{misfired, natural_due, overtaken};
 
 use crate::targets::Attempt;
 
@@ -121,31 +122,6 @@ pub(crate) fn skip_reason(
     })
 }
 
-/// When the scheduled run at `run_at` comes due if nothing moves it: its run time, or its
-/// place in the timer's flexible window.
-pub(crate) fn natural_due(t: &Timer, run_at: Timestamp) -> Timestamp {
-    t.due_of(run_at).unwrap_or(run_at)
-}
-
-/// When `t`'s next run came due, if it did by `now` and the policies let a first attempt of
-/// the run at `run_at`, at its natural due time, be skipped for it: not under `fire_all`,
-/// nor `buffer_one`, whose held-back run is late by design.
-pub(crate) fn overtaken(t: &Timer, run_at: Timestamp, now: Timestamp) -> Option<Timestamp> {
-    if t.spec.misfire == MisfirePolicy::FireAll || t.spec.overlap == OverlapPolicy::BufferOne {
-        return None;
-    }
-    t.overtaken_at(run_at).filter(|next| *next <= now)
-}
-
-/// The error recorded on a run skipped because its timer's next run, due at `next`, came
-/// due before this one could start.
-pub(crate) fn misfired(next: Timestamp) -> String {
-    format!(
-        "misfired: the next run, due {}, was due before this one could start",
-        next.to_rfc3339()
-    )
-}
-
 /// Whether an occurrence that just ended was the last of a timer that deletes itself when
 /// done (`on_complete: delete`).
 pub(crate) fn completes(timer: Option<&Timer>, outcome: &Outcome) -> bool {
@@ -159,6 +135,7 @@ pub(crate) fn completes(timer: Option<&Timer>, outcome: &Outcome) -> bool {
 mod tests {
     use super::*;
     use chime_domain::{Bucket, CallbackInput, RetryPolicyInput, TaskKey, TimerId};
+    use chime_domain::{MisfirePolicy, OverlapPolicy};
 
     fn timer(delivery: DeliveryMode) -> Timer {
         let now = Timestamp::from_millis(0);

@@ -26,6 +26,16 @@ pub const METRICS: &[MetricSpec] = &[
         "Hand-offs executors refused, by reason.",
     ),
     (
+        "chime_scheduler_skipped_total",
+        Counter,
+        "Runs of a lagging shard marked skipped before their hand-off: their timer stopped, or its next run was due already (those also in chime_scheduler_misfired_total).",
+    ),
+    (
+        "chime_scheduler_misfired_total",
+        Counter,
+        "Runs of a lagging shard skipped before their hand-off because their timer's next run was due already (the default misfire policy).",
+    ),
+    (
         "chime_scheduler_shard_fallbacks_total",
         Counter,
         "Shards read from the database because Redis did not have them.",

@@ -16,6 +16,7 @@ pub mod handoff;
 mod lag;
 mod ownership;
 mod shard;
+mod stale;
 mod sweeper;
 
 use std::collections::{HashMap, HashSet};
@@ -118,6 +119,8 @@ pub struct Scheduler {
     /// The shards held at the last tick, for the ownership view.
     held_now: Mutex<Vec<ShardKey>>,
     lag: lag::Lag,
+    /// Timers read to skip lagging shards' stale runs.
+    stale: stale::TimerCache,
 }
 
 /// A shard worker and how to stop it when its bucket goes to a peer.
@@ -246,6 +249,7 @@ impl Scheduler {
             roster: OnceLock::new(),
             held_now: Mutex::new(Vec::new()),
             lag: lag::Lag::default(),
+            stale: stale::TimerCache::default(),
         })
     }
 
@@ -372,6 +376,7 @@ impl Scheduler {
             s.read_limit,
         );
         let mut offers = dispatch::Offers::new(s.batch);
+        let mut stale = stale::Stale::default();
         tracing::debug!(%shard, "working shard");
         let finished = loop {
             if stop.is_cancelled() {
@@ -396,10 +401,16 @@ impl Scheduler {
             // Only what this round can hand off: read further ahead, each member would be
             // read again at every poll until its turn.
             let window = (s.poll + s.dispatch_ahead).min(s.lookahead);
-            let due = match reader.read(now.saturating_add(window)).await {
-                Ok(due) => {
+            let (due, read) = match reader.read(now.saturating_add(window)).await {
+                Ok(mut due) => {
                     self.lag.note(shard, due.first().map(|(_, at)| *at));
-                    due
+                    // A full read stays one though stale runs left it, unless some are
+                    // held for a look still under way: then the shard waits for a poll.
+                    let read = due.len();
+                    let held = self
+                        .hold_stale(shard, &mut due, &mut reader, &mut stale)
+                        .await;
+                    (due, if held > 0 { 0 } else { read })
                 }
                 Err(e) => {
                     tracing::warn!(%shard, error = %e, "cannot read shard");
@@ -407,11 +418,11 @@ impl Scheduler {
                     continue;
                 }
             };
-            if due.is_empty() && now >= shard.minute_end() {
+            if due.is_empty() && stale.idle() && now >= shard.minute_end() {
                 break true;
             }
             let poll_until = now.saturating_add(s.poll);
-            let full_read = due.len() >= s.read_limit;
+            let full_read = read >= s.read_limit;
             let round = self
                 .dispatch(shard, &due, poll_until, &mut reader, &mut offers, &stop)
                 .await;

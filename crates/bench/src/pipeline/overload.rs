@@ -90,6 +90,13 @@ pub(super) async fn overload(args: &Args) -> anyhow::Result<Outcome> {
         misfired += e.counter("chime_executor_misfired_total").await;
         skipped += e.counter("chime_executor_skipped_total").await;
     }
+    // Skipped where they lay in a lagging shard, without a hand-off.
+    let mut in_shards = 0.0;
+    for s in &d.cluster.schedulers {
+        misfired += s.counter("chime_scheduler_misfired_total").await;
+        in_shards += s.counter("chime_scheduler_skipped_total").await;
+    }
+    skipped += in_shards;
     // Every other skip is of a stopped timer's run (or a run of an older version).
     let stopped = skipped - misfired;
     let lag = lag.await?;
@@ -150,6 +157,11 @@ pub(super) async fn overload(args: &Args) -> anyhow::Result<Outcome> {
     o.row(
         "runs of stopped timers skipped",
         format!("{stopped:.0}"),
+        "",
+    );
+    o.row(
+        "of the skips, in lagging shards before a hand-off",
+        format!("{in_shards:.0}"),
         "",
     );
     let after_drop = pg0.zip(pg1).map(|(a, b)| {
@@ -231,6 +243,7 @@ pub(super) async fn overload(args: &Args) -> anyhow::Result<Outcome> {
         "kept_skipped_while_overloaded": missed_during,
         "misfired": misfired,
         "stopped_skipped": stopped,
+        "skipped_in_shards": in_shards,
         "postgres_from_the_drop_per_firing": after_drop,
         "disable_seconds": dropped_in.as_secs_f64(),
         "recovered_windows": per_window

@@ -10,4 +10,5 @@ mod clock;
 mod dst;
 mod handoff;
 mod scheduler;
+mod stale;
 mod tls;

@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 /// Records every key handed to it, with when, and when each call came; refuses the first
 /// `refuse` calls.
 #[derive(Default)]
-struct Recorder {
+pub(crate) struct Recorder {
     got: Mutex<Vec<(TaskKey, Timestamp)>>,
     calls: Mutex<Vec<Timestamp>>,
     refuse: AtomicUsize,
@@ -48,20 +48,20 @@ impl Handoff for Recorder {
 }
 
 impl Recorder {
-    fn got(&self) -> Vec<(TaskKey, Timestamp)> {
+    pub(crate) fn got(&self) -> Vec<(TaskKey, Timestamp)> {
         self.got.lock().unwrap().clone()
     }
 }
 
-struct Setup {
-    db: PgFixture,
-    redis: RedisFixture,
-    recorder: Arc<Recorder>,
+pub(crate) struct Setup {
+    pub(crate) db: PgFixture,
+    pub(crate) redis: RedisFixture,
+    pub(crate) recorder: Arc<Recorder>,
 }
 
 const BUCKETS: u32 = 4;
 
-async fn setup() -> Setup {
+pub(crate) async fn setup() -> Setup {
     Setup {
         db: testkit::pg().await,
         redis: testkit::redis().await,
@@ -84,7 +84,7 @@ fn settings() -> SchedulerSettings {
     s
 }
 
-fn scheduler(s: &Setup) -> Arc<Scheduler> {
+pub(crate) fn scheduler(s: &Setup) -> Arc<Scheduler> {
     scheduler_with(s, settings())
 }
 
@@ -100,7 +100,7 @@ fn scheduler_with(s: &Setup, settings: SchedulerSettings) -> Arc<Scheduler> {
     )
 }
 
-fn start(sched: Arc<Scheduler>) -> (CancellationToken, tokio::task::JoinHandle<()>) {
+pub(crate) fn start(sched: Arc<Scheduler>) -> (CancellationToken, tokio::task::JoinHandle<()>) {
     let stop = CancellationToken::new();
     let run = tokio::spawn(sched.run(stop.clone(), Duration::from_secs(5)));
     (stop, run)
@@ -467,7 +467,7 @@ fn timer_spec(
     }
 }
 
-async fn timer(
+pub(crate) async fn timer(
     s: &Setup,
     name: &str,
     schedule: ScheduleInput,
@@ -487,7 +487,12 @@ async fn timer(
         .timer
 }
 
-fn every_second() -> ScheduleInput {
+/// An every-second timer under `misfire`, delivered at least once.
+pub(crate) async fn every_second_timer(s: &Setup, name: &str, misfire: MisfirePolicy) -> Timer {
+    timer(s, name, every_second(), misfire, DeliveryMode::AtLeastOnce).await
+}
+
+pub(crate) fn every_second() -> ScheduleInput {
     ScheduleInput {
         every: Some("1s".into()),
         ..Default::default()
@@ -529,7 +534,7 @@ fn sweeper(s: &Setup) -> Arc<Scheduler> {
     )
 }
 
-async fn status(s: &Setup, k: TaskKey) -> OccurrenceStatus {
+pub(crate) async fn status(s: &Setup, k: TaskKey) -> OccurrenceStatus {
     s.db.store.get_occurrence(k).await.unwrap().unwrap().status
 }
 
@@ -600,30 +605,9 @@ async fn the_sweeper_hands_off_missed_and_abandoned_work() {
 #[tokio::test]
 async fn misfire_policies_decide_what_an_outage_fires() {
     let s = setup().await;
-    let once = timer(
-        &s,
-        "once",
-        every_second(),
-        MisfirePolicy::FireOnce,
-        DeliveryMode::AtLeastOnce,
-    )
-    .await;
-    let all = timer(
-        &s,
-        "all",
-        every_second(),
-        MisfirePolicy::FireAll,
-        DeliveryMode::AtLeastOnce,
-    )
-    .await;
-    let skip = timer(
-        &s,
-        "skip",
-        every_second(),
-        MisfirePolicy::Skip,
-        DeliveryMode::AtLeastOnce,
-    )
-    .await;
+    let once = every_second_timer(&s, "once", MisfirePolicy::FireOnce).await;
+    let all = every_second_timer(&s, "all", MisfirePolicy::FireAll).await;
+    let skip = every_second_timer(&s, "skip", MisfirePolicy::Skip).await;
     let at = Timestamp::from_millis(SystemClock.now().as_millis() + 3_600_000).to_rfc3339();
     let one_shot = timer(
         &s,
