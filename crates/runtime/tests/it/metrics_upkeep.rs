@@ -18,8 +18,11 @@ fn resident_bytes() -> u64 {
 #[test]
 fn histogram_samples_do_not_pile_up_between_scrapes() {
     let (recorder, _handle) = chime_runtime::prometheus_recorder(Duration::from_millis(10));
-    // 8 million samples: held until upkeep, they take 64 MB and more.
-    const SAMPLES: u64 = 8_000_000;
+    // 32 million samples: held until upkeep, they grew this process by ~500 MiB. The bound
+    // below is a quarter of that: on a loaded machine (the whole suite on two cores) the upkeep
+    // thread may not run for a few hundred milliseconds while this loop records millions
+    // (8 million samples with a 24-MiB bound grew 33 MiB once under `make test`).
+    const SAMPLES: u64 = 32_000_000;
     let record = |n: u64| {
         metrics::with_local_recorder(&recorder, || {
             let h = metrics::histogram!("chime_test_lateness_seconds");
@@ -42,7 +45,7 @@ fn histogram_samples_do_not_pile_up_between_scrapes() {
         started.elapsed()
     );
     assert!(
-        mib < 24.0,
+        mib < 128.0,
         "resident memory grew {mib:.1} MiB over {SAMPLES} histogram samples: upkeep is not draining them"
     );
 }
