@@ -3,6 +3,8 @@
 //! judges each key it is handed, and the scheduler, which skips a lagging shard's overtaken
 //! runs where they lie instead of handing each one off to be skipped.
 
+use std::collections::HashSet;
+
 use crate::{EarlySkip, EarlySkipKind, MisfirePolicy, OnComplete, OverlapPolicy, TaskKey};
 use crate::{Timer, Timestamp};
 
@@ -66,4 +68,12 @@ pub fn early_skip(timer: Option<&Timer>, key: TaskKey, now: Timestamp) -> Option
         kind: EarlySkipKind::Overtaken { due },
         reason: misfired(next),
     })
+}
+
+/// How many of `runs` the store `marked` were skipped as overtaken (the rest, stopped).
+pub fn overtaken_among(runs: &[EarlySkip], marked: &HashSet<TaskKey>) -> usize {
+    runs.iter()
+        .filter(|r| matches!(r.kind, EarlySkipKind::Overtaken { .. }))
+        .filter(|r| marked.contains(&r.key))
+        .count()
 }

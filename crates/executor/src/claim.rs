@@ -5,10 +5,10 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use chime_domain::misfire::early_skip;
+use chime_domain::misfire::{early_skip, overtaken_among};
 use chime_domain::{
-    Claim, ClaimedOccurrence, Clock, EarlySkip, EarlySkipKind, OccurrenceStatus, Outcome,
-    OverlapPolicy, TaskKey, Timer,
+    Claim, ClaimedOccurrence, Clock, EarlySkip, OccurrenceStatus, Outcome, OverlapPolicy, TaskKey,
+    Timer,
 };
 use chime_storage::{Exclusive, StoreResult};
 use tokio::sync::mpsc;
@@ -194,7 +194,7 @@ impl Inner {
     }
 
     /// Marks `runs` skipped where the store finds them still waiting for their first attempt
-    /// (see [`EarlySkipKind`]); the rest (retries, redrives, rows of another version) are
+    /// (see [`chime_domain::EarlySkipKind`]); the rest (retries, redrives, rows of another version) are
     /// left to the claim, which decides them as before. Returns the keys marked; none when
     /// the store fails, which only leaves every key to the claim.
     async fn skip_before_claim(&self, runs: &[EarlySkip]) -> HashSet<TaskKey> {
@@ -207,11 +207,7 @@ impl Inner {
         };
         let n = skipped.len() as u64;
         if n > 0 {
-            let misfired = runs
-                .iter()
-                .filter(|r| matches!(r.kind, EarlySkipKind::Overtaken { .. }))
-                .filter(|r| skipped.contains(&r.key))
-                .count() as u64;
+            let misfired = overtaken_among(runs, &skipped) as u64;
             tracing::debug!(skipped = n, misfired, "skipped runs before claiming them");
             metrics::counter!("chime_executor_skipped_total").increment(n);
             metrics::counter!("chime_executor_misfired_total").increment(misfired);

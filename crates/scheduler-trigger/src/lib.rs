@@ -401,16 +401,16 @@ impl Scheduler {
             // Only what this round can hand off: read further ahead, each member would be
             // read again at every poll until its turn.
             let window = (s.poll + s.dispatch_ahead).min(s.lookahead);
-            let (due, read) = match reader.read(now.saturating_add(window)).await {
+            let (due, full_read) = match reader.read(now.saturating_add(window)).await {
                 Ok(mut due) => {
                     self.lag.note(shard, due.first().map(|(_, at)| *at));
                     // A full read stays one though stale runs left it, unless some are
                     // held for a look still under way: then the shard waits for a poll.
-                    let read = due.len();
+                    let full = due.len() >= s.read_limit;
                     let held = self
                         .hold_stale(shard, &mut due, &mut reader, &mut stale)
                         .await;
-                    (due, if held > 0 { 0 } else { read })
+                    (due, full && held == 0)
                 }
                 Err(e) => {
                     tracing::warn!(%shard, error = %e, "cannot read shard");
@@ -422,7 +422,6 @@ impl Scheduler {
                 break true;
             }
             let poll_until = now.saturating_add(s.poll);
-            let full_read = read >= s.read_limit;
             let round = self
                 .dispatch(shard, &due, poll_until, &mut reader, &mut offers, &stop)
                 .await;

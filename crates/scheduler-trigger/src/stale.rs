@@ -15,8 +15,8 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use chime_domain::misfire::early_skip;
-use chime_domain::{EarlySkip, EarlySkipKind, ShardKey, TaskKey, Timer, TimerId, Timestamp};
+use chime_domain::misfire::{early_skip, overtaken_among};
+use chime_domain::{EarlySkip, ShardKey, TaskKey, Timer, TimerId, Timestamp};
 use tokio::task::JoinHandle;
 
 use crate::Scheduler;
@@ -48,7 +48,7 @@ pub(crate) struct TimerCache(Mutex<HashMap<TimerId, Read>>);
 pub(crate) struct Stale {
     left: HashSet<TaskKey>,
     judging: HashSet<TaskKey>,
-    look: Option<JoinHandle<Vec<TaskKey>>>,
+    look: Option<JoinHandle<HashSet<TaskKey>>>,
 }
 
 impl Stale {
@@ -75,7 +75,7 @@ impl Scheduler {
         if stale.look.as_ref().is_some_and(JoinHandle::is_finished)
             && let Some(look) = stale.look.take()
         {
-            let marked: HashSet<TaskKey> = look.await.unwrap_or_default().into_iter().collect();
+            let marked = look.await.unwrap_or_default();
             if !marked.is_empty() {
                 let keys: Vec<TaskKey> = marked.iter().copied().collect();
                 // Marked already: one left in the shard is handed off and finds nothing to
@@ -137,7 +137,7 @@ impl Scheduler {
 
     /// Marks `skipped` those of `keys` whose timer is stopped or whose next run is due
     /// already; returns the keys marked (none on any failure: the executors judge them).
-    async fn skip_stale(&self, shard: ShardKey, keys: &[TaskKey]) -> Vec<TaskKey> {
+    async fn skip_stale(&self, shard: ShardKey, keys: &[TaskKey]) -> HashSet<TaskKey> {
         let now = self.clock.now();
         let mut ids: Vec<TimerId> = keys.iter().map(|k| k.timer_id).collect();
         ids.sort_unstable();
@@ -146,7 +146,7 @@ impl Scheduler {
             Ok(timers) => timers,
             Err(e) => {
                 tracing::debug!(%shard, error = %e, "cannot read timers of a lagging shard");
-                return Vec::new();
+                return HashSet::new();
             }
         };
         let runs: Vec<EarlySkip> = keys
@@ -154,21 +154,17 @@ impl Scheduler {
             .filter_map(|k| early_skip(timers.get(&k.timer_id)?.as_deref(), *k, now))
             .collect();
         if runs.is_empty() {
-            return Vec::new();
+            return HashSet::new();
         }
         let marked = match self.occurrences.skip_before_claim(&runs).await {
             Ok(marked) => marked,
             Err(e) => {
                 tracing::warn!(%shard, error = %e, runs = runs.len(), "cannot skip a lagging shard's stale runs; handing them off");
-                return Vec::new();
+                return HashSet::new();
             }
         };
-        let set: HashSet<&TaskKey> = marked.iter().collect();
-        let misfired = runs
-            .iter()
-            .filter(|r| matches!(r.kind, EarlySkipKind::Overtaken { .. }))
-            .filter(|r| set.contains(&r.key))
-            .count();
+        let marked: HashSet<TaskKey> = marked.into_iter().collect();
+        let misfired = overtaken_among(&runs, &marked);
         metrics::counter!("chime_scheduler_skipped_total").increment(marked.len() as u64);
         metrics::counter!("chime_scheduler_misfired_total").increment(misfired as u64);
         marked

@@ -76,6 +76,25 @@ pub fn spec_every(app: &str, name: &str, every: &str, now: Timestamp) -> TimerSp
     spec_with(app, name, &schedule, now)
 }
 
+/// Claims `key` at `now` and records its first attempt failed (`HTTP 503`), its retry due
+/// at `now`: a row no skip before the claim may mark.
+pub async fn failed_once(store: &dyn OccurrenceStore, key: TaskKey, now: Timestamp) {
+    let claim = Claim {
+        now,
+        lease_until: now.add_millis(30_000),
+    };
+    assert_eq!(store.claim(&[key], claim).await.unwrap().len(), 1, "{key}");
+    let mut failed = Outcome::ended(
+        key,
+        1,
+        OccurrenceStatus::Retrying,
+        Some(now),
+        Some("HTTP 503".into()),
+    );
+    failed.next_attempt_at = Some(now);
+    store.record_outcomes(&[failed]).await.unwrap();
+}
+
 /// A valid timer spec for tests with `schedule` anchored at `now`, calling back a port
 /// nothing listens on, the other settings at their defaults.
 pub fn spec_with(app: &str, name: &str, schedule: &ScheduleInput, now: Timestamp) -> TimerSpec {

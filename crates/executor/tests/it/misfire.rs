@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use chime_domain::{Clock, OccurrenceStatus, Outcome, SystemClock, TaskKey};
-use chime_storage::{OccurrenceStore, TimerStore};
+use chime_domain::{Clock, OccurrenceStatus, SystemClock, TaskKey};
+use chime_storage::TimerStore;
 
 use crate::support::counting::Counting;
 use crate::support::pg::*;
@@ -36,27 +36,7 @@ async fn overtaken_runs_are_skipped_without_a_claim() {
     insert(&s, &t, &late).await;
     // The earliest failed once and waits for its retry, due now.
     let (retry, late) = (late[0], late[1..].to_vec());
-    let first =
-        s.db.store
-            .claim(
-                &[retry],
-                chime_domain::Claim {
-                    now,
-                    lease_until: now.add_millis(30_000),
-                },
-            )
-            .await
-            .unwrap();
-    assert_eq!(first.len(), 1);
-    let mut failed = Outcome::ended(
-        retry,
-        1,
-        OccurrenceStatus::Retrying,
-        Some(now),
-        Some("HTTP 503".into()),
-    );
-    failed.next_attempt_at = Some(now);
-    s.db.store.record_outcomes(&[failed]).await.unwrap();
+    chime_storage::contract::failed_once(s.db.store.as_ref(), retry, now).await;
     // Not a scheduled run (a trigger's): never overtaken.
     let triggered = due_now(&s, &t, 0).await;
     let counting = Counting::new(s.db.store());

@@ -134,7 +134,7 @@ async fn index(s: &Setup, keys: &[(TaskKey, Bucket)]) {
     s.redis.hot_index().touch(&shards).await.unwrap();
 }
 
-async fn wait_for_all(s: &Setup, n: usize) {
+pub(crate) async fn wait_for_all(s: &Setup, n: usize) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
     while s.recorder.got().len() < n {
         assert!(

@@ -2,15 +2,13 @@
 //! runs a whole interval late whose timer's next run is due already, and runs of a stopped
 //! timer (real Redis and PostgreSQL).
 
-use std::time::Duration;
-
 use chime_domain::{
-    Bucket, BucketCount, Claim, Clock, MisfirePolicy, NewOccurrence, OccurrenceStatus, Outcome,
-    ShardKey, SystemClock, TaskKey, Timer, Timestamp,
+    Bucket, BucketCount, Clock, MisfirePolicy, NewOccurrence, OccurrenceStatus, ShardKey,
+    SystemClock, TaskKey, Timer, Timestamp,
 };
 use chime_storage::{HotEntry, OccurrenceStore, TimerStore};
 
-use crate::scheduler::{Setup, every_second_timer, scheduler, setup, start, status};
+use crate::scheduler::{Setup, every_second_timer, scheduler, setup, start, status, wait_for_all};
 
 /// `t`'s scheduled runs from `from` to `to`, written and in the hot index, as the migrator
 /// leaves them (the tests' schedulers work 4 buckets).
@@ -73,42 +71,22 @@ async fn a_lagging_shards_stale_runs_are_skipped_without_a_hand_off() {
         .unwrap();
     // The earliest overtaken run failed once and waits for its retry: not the skip's.
     let (retry, overtaken) = (overtaken[0], overtaken[1..].to_vec());
-    let now = SystemClock.now();
-    let claim = Claim {
-        now,
-        lease_until: now.add_millis(30_000),
-    };
-    assert_eq!(s.db.store.claim(&[retry], claim).await.unwrap().len(), 1);
-    let mut failed = Outcome::ended(
-        retry,
-        1,
-        OccurrenceStatus::Retrying,
-        Some(now),
-        Some("HTTP 503".into()),
-    );
-    failed.next_attempt_at = Some(now);
-    s.db.store.record_outcomes(&[failed]).await.unwrap();
+    chime_storage::contract::failed_once(s.db.store.as_ref(), retry, SystemClock.now()).await;
 
     let (stop, run) = start(scheduler(&s));
     let mut expected: Vec<TaskKey> = every_one.clone();
     expected.push(retry);
     expected.extend(latest);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
-    loop {
-        let got: Vec<TaskKey> = s.recorder.got().iter().map(|(k, _)| *k).collect();
-        if expected.iter().all(|k| got.contains(k)) {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "handed off {got:?}, expected {expected:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    // Exactly these are handed off: one more would reach the count without all of them.
+    wait_for_all(&s, expected.len()).await;
     stop.cancel();
     run.await.unwrap();
 
     let got: Vec<TaskKey> = s.recorder.got().iter().map(|(k, _)| *k).collect();
+    assert!(
+        expected.iter().all(|k| got.contains(k)),
+        "handed off {got:?}, expected {expected:?}"
+    );
     for key in overtaken.iter().chain(&disabled) {
         assert!(!got.contains(key), "{key} handed off");
         let row = s.db.store.get_occurrence(*key).await.unwrap().unwrap();
