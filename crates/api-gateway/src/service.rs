@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use chime_domain::BrokerUrl;
 use chime_domain::{
     AppName, Clock, Horizon, Labels, NetworkPolicy, NewOccurrence, Occurrence, Page, PageSize,
-    PauseNote, Scope, TaskKey, TimerId, TimerState, ValidationError, plain_text,
+    PauseNote, Scope, StoppedTimer, TaskKey, TimerId, TimerState, ValidationError, plain_text,
 };
 use chime_storage::{
     Calendars, HotIndex, OccurrenceStore, PageRequest, TimerFilter, TimerStore, Written,
@@ -26,7 +26,7 @@ use crate::notifications::{AppNotifications, NotificationsInput};
 use crate::preview;
 use crate::quota::{QuotaSettings, Quotas};
 use crate::spec::apply_patch;
-use crate::unschedule::Unscheduler;
+use crate::unschedule::{Unscheduler, stopped};
 use crate::visibility::listed_app;
 
 /// How many fire times a timer response previews.
@@ -305,7 +305,13 @@ impl TimerApi for TimerService {
         ctx.require(Scope::Write)?;
         self.check_visible(ctx, id).await?;
         self.timers.delete_timer(id).await?;
-        self.unscheduler.stopped(id).await;
+        self.unscheduler
+            .stopped(StoppedTimer {
+                id,
+                version: i64::MAX,
+                skip_due: Some("timer deleted".into()),
+            })
+            .await;
         Ok(())
     }
 
@@ -322,7 +328,7 @@ impl TimerApi for TimerService {
             .set_timer_enabled(id, enabled, self.horizon)
             .await?;
         if !enabled {
-            self.unscheduler.stopped(id).await;
+            self.unscheduler.stopped(stopped(&written.timer)).await;
         }
         Ok(self.indexed(written).await)
     }
@@ -346,7 +352,7 @@ impl TimerApi for TimerService {
             },
         };
         let paused = self.timers.pause_timer(id, &note).await?;
-        self.unscheduler.stopped(id).await;
+        self.unscheduler.stopped(stopped(&paused)).await;
         Ok(self.view(paused))
     }
 

@@ -1,6 +1,7 @@
-//! Taking a stopped timer's runs still to come out of the database and the hot index
-//! (`OccurrenceStore::drop_pending`), after a disable, pause or delete committed: no
-//! executor then spends a claim on each only to skip it.
+//! Taking a stopped timer's runs still waiting out of the database and the hot index
+//! (`OccurrenceStore::drop_pending`), after a disable, pause or delete committed: those to
+//! come removed, those due already (a fleet running late) marked skipped, so no scheduler
+//! or executor spends work on each only to skip it.
 //!
 //! Concurrent requests share one statement: a single task takes every timer queued while
 //! the previous round ran. A statement per disable fell far behind the API on a loaded
@@ -11,7 +12,7 @@
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use chime_domain::{Clock, TimerId};
+use chime_domain::{Clock, OnComplete, StoppedTimer, Timer, Timestamp};
 use chime_storage::OccurrenceStore;
 use tokio::sync::{mpsc, oneshot};
 
@@ -23,10 +24,23 @@ const WAIT: Duration = Duration::from_millis(500);
 const QUEUE: usize = 16_384;
 /// Most timers one round takes.
 const ROUND: usize = 256;
+/// How far back a round marks runs due already; older ones are left to the sweeper.
+const DUE_SINCE: Duration = Duration::from_secs(60);
 
 struct Stopped {
-    id: TimerId,
+    timer: StoppedTimer,
     done: oneshot::Sender<()>,
+}
+
+/// What a round takes out for `timer`, just disabled or paused: a timer set to be deleted
+/// after its last run keeps the runs due already, since skipping the last one at the claim
+/// deletes it.
+pub fn stopped(timer: &Timer) -> StoppedTimer {
+    StoppedTimer {
+        id: timer.id,
+        version: timer.version,
+        skip_due: (timer.spec.on_complete != OnComplete::Delete).then(|| "timer disabled".into()),
+    }
 }
 
 pub struct Unscheduler {
@@ -51,8 +65,8 @@ impl Unscheduler {
         }
     }
 
-    /// Drops timer `id`'s runs still to come; never fails the request.
-    pub async fn stopped(&self, id: TimerId) {
+    /// Takes `timer`'s runs still waiting out; never fails the request.
+    pub async fn stopped(&self, timer: StoppedTimer) {
         let queue = self.queue.get_or_init(|| {
             let (tx, rx) = mpsc::channel(QUEUE);
             tokio::spawn(rounds(
@@ -64,7 +78,8 @@ impl Unscheduler {
             tx
         });
         let (done, finished) = oneshot::channel();
-        if queue.try_send(Stopped { id, done }).is_err() {
+        let id = timer.id;
+        if queue.try_send(Stopped { timer, done }).is_err() {
             tracing::debug!(timer = %id, "unscheduling queue full; the runs are skipped when due");
             return;
         }
@@ -81,14 +96,16 @@ async fn rounds(
 ) {
     let mut round = Vec::with_capacity(ROUND);
     while rx.recv_many(&mut round, ROUND).await > 0 {
-        let ids: Vec<TimerId> = round.iter().map(|s| s.id).collect();
+        let timers: Vec<StoppedTimer> = round.iter().map(|s| s.timer.clone()).collect();
         let began = std::time::Instant::now();
-        match occurrences.drop_pending(&ids, clock.now()).await {
+        let now = clock.now();
+        let since = Timestamp::from_millis(now.as_millis() - DUE_SINCE.as_millis() as i64);
+        match occurrences.drop_pending(&timers, since, now).await {
             Ok(dropped) => {
                 let stored = began.elapsed();
                 index.remove(&dropped).await;
                 tracing::debug!(
-                    timers = ids.len(),
+                    timers = timers.len(),
                     runs = dropped.len(),
                     database_ms = stored.as_millis() as u64,
                     index_ms = (began.elapsed() - stored).as_millis() as u64,
@@ -96,7 +113,7 @@ async fn rounds(
                 );
             }
             Err(e) => tracing::warn!(
-                timers = ids.len(),
+                timers = timers.len(),
                 error = %e,
                 "cannot drop stopped timers' pending runs; they are skipped when due"
             ),

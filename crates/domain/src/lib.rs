@@ -46,7 +46,7 @@ pub use notify::{
 };
 pub use occurrence::{
     Claim, ClaimedOccurrence, EarlySkip, EarlySkipKind, NewOccurrence, Occurrence,
-    OccurrenceStatus, Outcome, Shard, ShardStatus,
+    OccurrenceStatus, Outcome, Shard, ShardStatus, StoppedTimer,
 };
 pub use ownership::Ownership;
 pub use page::{Page, PageSize, PageToken};

@@ -3,7 +3,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{Bucket, OverlapPolicy, TaskKey, Timestamp, ValidationError};
+use crate::{Bucket, OverlapPolicy, TaskKey, TimerId, Timestamp, ValidationError};
 
 /// Where an occurrence is in its life.
 ///
@@ -239,6 +239,19 @@ impl EarlySkipKind {
             Self::Stopped => None,
         }
     }
+}
+
+/// A timer just stopped (disabled, paused or deleted) whose runs still waiting are taken
+/// out at once, instead of one by one as each comes due.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoppedTimer {
+    pub id: TimerId,
+    /// Its version once stopped (`i64::MAX` when deleted): rows of a later version were
+    /// written after it started again, and are left alone.
+    pub version: i64,
+    /// Recorded on its first attempts due already, marked `skipped`; `None` leaves them
+    /// to the claim (a last run whose skip deletes the timer).
+    pub skip_due: Option<String>,
 }
 
 /// An occurrence this claimer won.

@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use chime_domain::{
     AppName, Bucket, CallbackInput, Claim, EarlySkip, EarlySkipKind, Horizon, NewOccurrence,
-    NewTimer, OccurrenceStatus, Outcome, OverlapPolicy, PageSize, ScheduleInput, ShardKey, TaskKey,
-    Timer, TimerId, TimerName, TimerSpec, Timestamp,
+    NewTimer, OccurrenceStatus, Outcome, OverlapPolicy, PageSize, ScheduleInput, ShardKey,
+    StoppedTimer, TaskKey, Timer, TimerId, TimerName, TimerSpec, Timestamp,
 };
 
 use crate::{
@@ -227,7 +227,7 @@ macro_rules! storage_contract {
             skipping_touches_claimable_occurrences_only,
             overtaken_runs_are_skipped_only_while_waiting_for_a_first_attempt,
             a_stopped_timers_runs_are_skipped_up_to_its_version,
-            dropping_pending_leaves_what_is_due_or_under_way,
+            dropping_pending_removes_what_is_to_come_and_skips_what_is_due,
             dead_letters_are_listed_and_redriven,
         ]);
     };

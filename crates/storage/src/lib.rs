@@ -54,8 +54,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chime_domain::{
     AppName, Bucket, BucketCount, Claim, ClaimedOccurrence, EarlySkip, Horizon, NewOccurrence,
-    NewTimer, Occurrence, Outcome, OverlapPolicy, Page, PageSize, PauseNote, ShardKey, TaskKey,
-    Timer, TimerId, TimerSpec, Timestamp,
+    NewTimer, Occurrence, Outcome, OverlapPolicy, Page, PageSize, PauseNote, ShardKey,
+    StoppedTimer, TaskKey, Timer, TimerId, TimerSpec, Timestamp,
 };
 
 pub use activity::Activity;
@@ -343,15 +343,18 @@ pub trait OccurrenceStore: Send + Sync + 'static {
     /// Rows another claimer holds are passed over. Returns the keys marked.
     async fn skip_before_claim(&self, runs: &[EarlySkip]) -> StoreResult<Vec<TaskKey>>;
 
-    /// Removes the pending occurrences of `timers` due after `after`: they were disabled or
-    /// deleted, so none of them may fire, and enabling one again writes them anew. Returns
-    /// them as hot-index entries, for the index to drop them too. Retrying and running ones,
-    /// and pending ones due already, are left to the executors and the sweeper, which skip
-    /// them by the timer's version.
+    /// Takes out the runs still waiting of timers just stopped, each up to its version:
+    /// removes the pending ones due after `now` (enabling a timer again writes them anew)
+    /// and marks `skipped`, with the timer's `skip_due`, the first attempts pending and due
+    /// in `(since, now]`, passing over rows a claimer holds. Returns both as hot-index
+    /// entries, for the index to drop them too. Retrying and running ones, and pending ones
+    /// due by `since`, are left to the executors and the sweeper, which skip them by the
+    /// timer's version.
     async fn drop_pending(
         &self,
-        timers: &[TimerId],
-        after: Timestamp,
+        timers: &[StoppedTimer],
+        since: Timestamp,
+        now: Timestamp,
     ) -> StoreResult<Vec<HotEntry>>;
 
     /// Dead occurrences, by timer id then run time.

@@ -78,11 +78,15 @@ pub(super) async fn overload(args: &Args) -> anyhow::Result<Outcome> {
     let rest = d.cluster.rest.clone();
     let ids: Vec<i64> = dropped.timers.iter().map(|t| t.id).collect();
     let dropping = Instant::now();
-    each_over_rest(ids.len(), move |http, i| {
+    let mut disable_ms: Vec<i64> = timed_over_rest(ids.len(), move |http, i| {
         http.post(format!("{rest}/v1/timers/{}/disable", ids[i]))
     })
-    .await?;
+    .await?
+    .iter()
+    .map(|(_, took)| took.as_millis() as i64)
+    .collect();
     let dropped_in = dropping.elapsed();
+    disable_ms.sort_unstable();
     until(end).await;
     let pg1 = PgCounters::take(pg_pool.as_ref()).await;
     let (mut misfired, mut skipped) = (0.0, 0.0);
@@ -122,6 +126,8 @@ pub(super) async fn overload(args: &Args) -> anyhow::Result<Outcome> {
     let after = of(&kept_ids, recovered_from, end);
     let missed_after = kept.missing(&after, recovered_from, end);
     let per_window = windows(&after, recovered_from, 10_000);
+    // The whole way back, from the drop on: where recovery begins.
+    let from_drop = windows(&of(&kept_ids, drop_at, end), drop_at, 10_000);
     let worst_after = per_window.iter().map(|(_, l)| l.p99_ms).max().unwrap_or(0);
     let shots = of(&shot_ids, began, i64::MAX);
     let (shots_delivered, shots_repeated) = distinct_and_duplicates(&shots);
@@ -182,6 +188,15 @@ pub(super) async fn overload(args: &Args) -> anyhow::Result<Outcome> {
             args.overload_dropped,
             dropped_in.as_secs_f64()
         ),
+        "",
+    );
+    let disable_p = |q: f64| {
+        let i = ((disable_ms.len() as f64 * q).ceil() as usize).saturating_sub(1);
+        disable_ms.get(i).copied().unwrap_or(0)
+    };
+    o.row(
+        "one disable over REST",
+        format!("p50 {} / p99 {} ms", disable_p(0.5), disable_p(0.99)),
         "",
     );
     for (from_s, l) in &per_window {
@@ -246,6 +261,11 @@ pub(super) async fn overload(args: &Args) -> anyhow::Result<Outcome> {
         "skipped_in_shards": in_shards,
         "postgres_from_the_drop_per_firing": after_drop,
         "disable_seconds": dropped_in.as_secs_f64(),
+        "disable_ms": {"p50": disable_p(0.5), "p99": disable_p(0.99)},
+        "windows_from_drop": from_drop
+            .iter()
+            .map(|(from_s, l)| json!({"from_second_after_drop": from_s, "lateness": l}))
+            .collect::<Vec<_>>(),
         "recovered_windows": per_window
             .iter()
             .map(|(from_s, l)| json!({"from_second_after_drop": from_s + 30, "lateness": l}))

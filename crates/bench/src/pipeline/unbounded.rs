@@ -122,6 +122,18 @@ pub(super) async fn each_over_rest(
     count: usize,
     call: impl Fn(&reqwest::Client, usize) -> reqwest::RequestBuilder + Send + Sync + 'static,
 ) -> anyhow::Result<Vec<Value>> {
+    Ok(timed_over_rest(count, call)
+        .await?
+        .into_iter()
+        .map(|(body, _)| body)
+        .collect())
+}
+
+/// [`each_over_rest`], each answer with how long its call took.
+pub(super) async fn timed_over_rest(
+    count: usize,
+    call: impl Fn(&reqwest::Client, usize) -> reqwest::RequestBuilder + Send + Sync + 'static,
+) -> anyhow::Result<Vec<(Value, Duration)>> {
     let http = chime_test_support::deploy::api_client()
         .pool_max_idle_per_host(CLIENTS)
         .build()?;
@@ -136,11 +148,12 @@ pub(super) async fn each_over_rest(
                 if i >= count {
                     return anyhow::Ok(answers);
                 }
+                let sent = Instant::now();
                 let resp = call(&http, i).send().await?;
                 let status = resp.status();
                 let body: Value = resp.json().await.unwrap_or(Value::Null);
                 ensure!(status.is_success(), "call {i} answered {status}: {body}");
-                answers.push(body);
+                answers.push((body, sent.elapsed()));
             }
         }));
     }

@@ -457,78 +457,121 @@ pub async fn a_stopped_timers_runs_are_skipped_up_to_its_version(store: Arc<dyn 
     }
 }
 
-pub async fn dropping_pending_leaves_what_is_due_or_under_way(store: Arc<dyn OccurrenceStore>) {
-    // Due before the cut, pending after it (one due later by its window), running after
-    // it, a second timer's, and one of a timer not named.
+pub async fn dropping_pending_removes_what_is_to_come_and_skips_what_is_due(
+    store: Arc<dyn OccurrenceStore>,
+) {
+    let since = T0 - 60_000;
+    // Timer 22, stopped at version 2: pending before `since`, due already (pending, and
+    // one running), after the cut (one due later by its window, one running).
     let mut windowed = occ(22, T0 + 3_000, 1, 2);
     windowed.due = Some(Timestamp::from_millis(T0 + 3_500));
+    // Timer 24 keeps its runs due already; timer 25 started again at version 3; timer 23
+    // is not named.
     store
         .insert_occurrences(&[
+            occ(22, since - 1_000, 1, 2),
+            occ(22, T0 - 2_000, 1, 2),
             occ(22, T0 - 1_000, 1, 2),
             occ(22, T0 + 1_000, 1, 2),
             occ(22, T0 + 2_000, 1, 2),
             windowed,
+            occ(23, T0 - 1_000, 1, 5),
             occ(23, T0 + 1_000, 1, 5),
+            occ(24, T0 - 1_000, 1, 7),
             occ(24, T0 + 1_500, 1, 7),
+            occ(25, T0 - 1_000, 3, 1),
+            occ(25, T0 + 1_000, 3, 1),
         ])
         .await
         .unwrap();
-    let running = key(22, T0 + 2_000);
-    store.claim(&[running], claim_at(T0, 30_000)).await.unwrap();
-    let timers = [TimerId::new(22).unwrap(), TimerId::new(24).unwrap()];
-    let mut dropped = store
-        .drop_pending(&timers, Timestamp::from_millis(T0))
+    let (running_due, running) = (key(22, T0 - 2_000), key(22, T0 + 2_000));
+    store
+        .claim(&[running_due, running], claim_at(T0, 30_000))
         .await
         .unwrap();
+    let stopped = |id: i64, version: i64, skip_due: Option<&str>| StoppedTimer {
+        id: TimerId::new(id).unwrap(),
+        version,
+        skip_due: skip_due.map(str::to_owned),
+    };
+    let timers = [
+        stopped(22, 2, Some("timer disabled")),
+        stopped(24, 1, None),
+        stopped(25, 2, Some("timer disabled")),
+    ];
+    let (since, now) = (Timestamp::from_millis(since), Timestamp::from_millis(T0));
+    let mut dropped = store.drop_pending(&timers, since, now).await.unwrap();
     assert!(
         store
-            .drop_pending(&[], Timestamp::from_millis(T0))
+            .drop_pending(&[], since, now)
             .await
             .unwrap()
             .is_empty()
     );
     dropped.sort_by_key(|e| e.key);
-    let bucket = Bucket::from_stored(2);
+    let entry = |timer: i64, at: i64, due: i64, bucket: u32| {
+        HotEntry::new(
+            key(timer, at),
+            Timestamp::from_millis(due),
+            Bucket::from_stored(bucket),
+        )
+    };
     assert_eq!(
         dropped,
         vec![
-            HotEntry::new(
-                key(22, T0 + 1_000),
-                Timestamp::from_millis(T0 + 1_000),
-                bucket
-            ),
-            HotEntry::new(
-                key(22, T0 + 3_000),
-                Timestamp::from_millis(T0 + 3_500),
-                bucket
-            ),
-            HotEntry::new(
-                key(24, T0 + 1_500),
-                Timestamp::from_millis(T0 + 1_500),
-                Bucket::from_stored(7)
-            ),
+            entry(22, T0 - 1_000, T0 - 1_000, 2),
+            entry(22, T0 + 1_000, T0 + 1_000, 2),
+            entry(22, T0 + 3_000, T0 + 3_500, 2),
+            entry(24, T0 + 1_500, T0 + 1_500, 7),
         ]
     );
-    for gone in [key(22, T0 + 1_000), key(22, T0 + 3_000)] {
-        assert_eq!(store.get_occurrence(gone).await.unwrap(), None);
+    for gone in [
+        key(22, T0 + 1_000),
+        key(22, T0 + 3_000),
+        key(24, T0 + 1_500),
+    ] {
+        assert_eq!(store.get_occurrence(gone).await.unwrap(), None, "{gone}");
     }
-    assert_eq!(
-        status_of(store.as_ref(), key(22, T0 - 1_000)).await,
-        OccurrenceStatus::Pending,
-        "due already: the executors and the sweeper skip it"
-    );
-    assert_eq!(
-        status_of(store.as_ref(), running).await,
-        OccurrenceStatus::Running
-    );
-    assert_eq!(
-        status_of(store.as_ref(), key(23, T0 + 1_000)).await,
-        OccurrenceStatus::Pending
-    );
+    let skipped = store
+        .get_occurrence(key(22, T0 - 1_000))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(skipped.status, OccurrenceStatus::Skipped);
+    assert_eq!(skipped.attempt, 0);
+    assert_eq!(skipped.error.as_deref(), Some("timer disabled"));
+    for (k, status, why) in [
+        (
+            key(22, since.as_millis() - 1_000),
+            OccurrenceStatus::Pending,
+            "due before since",
+        ),
+        (running_due, OccurrenceStatus::Running, "under way"),
+        (running, OccurrenceStatus::Running, "under way"),
+        (key(23, T0 - 1_000), OccurrenceStatus::Pending, "not named"),
+        (key(23, T0 + 1_000), OccurrenceStatus::Pending, "not named"),
+        (
+            key(24, T0 - 1_000),
+            OccurrenceStatus::Pending,
+            "kept for the claim",
+        ),
+        (
+            key(25, T0 - 1_000),
+            OccurrenceStatus::Pending,
+            "a later version",
+        ),
+        (
+            key(25, T0 + 1_000),
+            OccurrenceStatus::Pending,
+            "a later version",
+        ),
+    ] {
+        assert_eq!(status_of(store.as_ref(), k).await, status, "{k}: {why}");
+    }
     // Written again when the timer is enabled again.
     assert_eq!(
         store
-            .insert_occurrences(&[occ(22, T0 + 1_000, 2, 2)])
+            .insert_occurrences(&[occ(22, T0 + 1_000, 3, 2)])
             .await
             .unwrap(),
         1

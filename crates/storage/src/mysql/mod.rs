@@ -60,10 +60,11 @@ macro_rules! early_skips_table {
     };
 }
 
-/// A JSON array of timer ids bound to one `?`, as a table `t (id)`.
-macro_rules! timers_table {
+/// `JSON_TABLE` over `crate::sql::stopped_timers_json`, as `t`.
+macro_rules! stopped_table {
     () => {
-        "JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT PATH '$')) t"
+        "JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT PATH '$[0]', version BIGINT PATH '$[1]', \
+         reason TEXT PATH '$[2]')) t"
     };
 }
 

@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use async_trait::async_trait;
 use chime_domain::{
     Bucket, Claim, ClaimedOccurrence, EarlySkip, NewOccurrence, Occurrence, Outcome, OverlapPolicy,
-    Page, TaskKey, Timestamp,
+    Page, StoppedTimer, TaskKey, Timestamp,
 };
 use serde_json::json;
 use sqlx::MySqlConnection;
@@ -381,54 +381,81 @@ impl OccurrenceStore for MySqlStore {
             .filter(|r| keys.contains(&r.key))
             .cloned()
             .collect();
-        sqlx::query(concat!(
-            "UPDATE ",
-            early_skips_table!(),
-            occurrences_by_key!("k"),
-            " SET o.status = 'skipped', o.error = k.reason, o.lease_until = NULL"
-        ))
-        .bind(crate::sql::early_skips_json(&marked))
-        .execute(&mut *tx)
-        .await?;
+        mark_skipped(&mut tx, &marked).await?;
         tx.commit().await?;
         Ok(keys.into_iter().collect())
     }
 
     async fn drop_pending(
         &self,
-        timers: &[chime_domain::TimerId],
-        after: Timestamp,
+        timers: &[StoppedTimer],
+        since: Timestamp,
+        now: Timestamp,
     ) -> StoreResult<Vec<HotEntry>> {
         if timers.is_empty() {
             return Ok(Vec::new());
         }
-        let ids = serde_json::to_string(&timers.iter().map(|t| t.get()).collect::<Vec<i64>>())
-            .map_err(crate::StoreError::corrupt)?;
+        let json = crate::sql::stopped_timers_json(timers);
         // No DELETE … RETURNING in MySQL: the rows are read locked, then removed.
         let mut tx = self.pool.begin().await?;
-        let rows: Vec<(i64, i64, i64, i32)> = sqlx::query_as(concat!(
+        let mut entries: Vec<(i64, i64, i64, i32)> = sqlx::query_as(concat!(
             "SELECT o.timer_id, o.run_at, COALESCE(o.next_attempt_at, o.run_at), o.bucket \
              FROM ",
-            timers_table!(),
+            stopped_table!(),
             " STRAIGHT_JOIN occurrences o FORCE INDEX (PRIMARY) ON o.timer_id = t.id \
-             WHERE o.status = 'pending' AND o.run_at > ? FOR UPDATE"
+             WHERE o.status = 'pending' AND o.run_at > ? AND o.timer_version <= t.version \
+             FOR UPDATE"
         ))
-        .bind(&ids)
-        .bind(after.as_millis())
+        .bind(&json)
+        .bind(now.as_millis())
         .fetch_all(&mut *tx)
         .await?;
         sqlx::query(concat!(
             "DELETE o FROM ",
-            timers_table!(),
+            stopped_table!(),
             " STRAIGHT_JOIN occurrences o FORCE INDEX (PRIMARY) ON o.timer_id = t.id \
-             WHERE o.status = 'pending' AND o.run_at > ?"
+             WHERE o.status = 'pending' AND o.run_at > ? AND o.timer_version <= t.version"
         ))
-        .bind(&ids)
-        .bind(after.as_millis())
+        .bind(&json)
+        .bind(now.as_millis())
         .execute(&mut *tx)
         .await?;
+        if since < now {
+            // Locked as the claim locks them (passing over those a claimer holds), then
+            // marked.
+            let due: Vec<(i64, i64, i64, i32, i64, String)> = sqlx::query_as(concat!(
+                "SELECT o.timer_id, o.run_at, COALESCE(o.next_attempt_at, o.run_at), o.bucket, \
+                   t.version, t.reason FROM ",
+                stopped_table!(),
+                " STRAIGHT_JOIN occurrences o FORCE INDEX (PRIMARY) ON o.timer_id = t.id \
+                 WHERE t.reason IS NOT NULL AND o.run_at > ? AND o.run_at <= ? \
+                   AND o.status = 'pending' AND o.attempt = 0 AND o.timer_version <= t.version \
+                 FOR UPDATE SKIP LOCKED"
+            ))
+            .bind(&json)
+            .bind(since.as_millis())
+            .bind(now.as_millis())
+            .fetch_all(&mut *tx)
+            .await?;
+            let marked = due
+                .iter()
+                .map(|(id, run_at, _, _, version, reason)| {
+                    Ok(EarlySkip {
+                        key: TaskKey::new(rows::timer_id(*id)?, Timestamp::from_millis(*run_at)),
+                        timer_version: *version,
+                        kind: chime_domain::EarlySkipKind::Stopped,
+                        reason: reason.clone(),
+                    })
+                })
+                .collect::<StoreResult<Vec<_>>>()?;
+            mark_skipped(&mut tx, &marked).await?;
+            entries.extend(
+                due.into_iter()
+                    .map(|(id, run_at, due, bucket, _, _)| (id, run_at, due, bucket)),
+            );
+        }
         tx.commit().await?;
-        rows::hot_entries(&rows)
+        rows::hot_entries(&entries)
     }
 
     async fn list_dead(
@@ -452,4 +479,21 @@ impl OccurrenceStore for MySqlStore {
     ) -> StoreResult<Vec<(TaskKey, Timestamp)>> {
         crate::sql::due_in_bucket!(&self.pool, bucket, from, to, limit, MySql)
     }
+}
+
+/// Marks `runs`, locked already, `skipped` with their reasons.
+async fn mark_skipped(tx: &mut MySqlConnection, runs: &[EarlySkip]) -> StoreResult<()> {
+    if runs.is_empty() {
+        return Ok(());
+    }
+    sqlx::query(concat!(
+        "UPDATE ",
+        early_skips_table!(),
+        occurrences_by_key!("k"),
+        " SET o.status = 'skipped', o.error = k.reason, o.lease_until = NULL"
+    ))
+    .bind(crate::sql::early_skips_json(runs))
+    .execute(&mut *tx)
+    .await?;
+    Ok(())
 }

@@ -120,6 +120,7 @@ pub(crate) use credentials::credentials_impl;
 pub(crate) use notifications::notifications_impl;
 pub(crate) use occurrences::{
     claim_exclusive, due_in_bucket, early_skips_json, find_overdue, list_dead, list_runs, redrive,
+    stopped_timers_json,
 };
 pub(crate) use shards::shards_impl;
 pub(crate) use timers::{claim_idempotency_key, create_timers, list_timers, pause_timer};

@@ -141,10 +141,11 @@ impl OccurrenceStore for Counting {
     }
     async fn drop_pending(
         &self,
-        timers: &[chime_domain::TimerId],
-        after: Timestamp,
+        timers: &[chime_domain::StoppedTimer],
+        since: Timestamp,
+        now: Timestamp,
     ) -> StoreResult<Vec<chime_storage::HotEntry>> {
-        self.inner.drop_pending(timers, after).await
+        self.inner.drop_pending(timers, since, now).await
     }
     async fn list_dead(
         &self,
