@@ -305,13 +305,11 @@ impl TimerApi for TimerService {
         ctx.require(Scope::Write)?;
         self.check_visible(ctx, id).await?;
         self.timers.delete_timer(id).await?;
-        self.unscheduler
-            .stopped(StoppedTimer {
-                id,
-                version: i64::MAX,
-                skip_due: Some("timer deleted".into()),
-            })
-            .await;
+        self.unscheduler.stopped(StoppedTimer {
+            id,
+            version: i64::MAX,
+            skip_due: Some("timer deleted".into()),
+        });
         Ok(())
     }
 
@@ -328,7 +326,7 @@ impl TimerApi for TimerService {
             .set_timer_enabled(id, enabled, self.horizon)
             .await?;
         if !enabled {
-            self.unscheduler.stopped(stopped(&written.timer)).await;
+            self.unscheduler.stopped(stopped(&written.timer));
         }
         Ok(self.indexed(written).await)
     }
@@ -352,7 +350,7 @@ impl TimerApi for TimerService {
             },
         };
         let paused = self.timers.pause_timer(id, &note).await?;
-        self.unscheduler.stopped(stopped(&paused)).await;
+        self.unscheduler.stopped(stopped(&paused));
         Ok(self.view(paused))
     }
 

@@ -3,34 +3,29 @@
 //! come removed, those due already (a fleet running late) marked skipped, so no scheduler
 //! or executor spends work on each only to skip it.
 //!
-//! Concurrent requests share one statement: a single task takes every timer queued while
-//! the previous round ran. A statement per disable fell far behind the API on a loaded
-//! database (bench `overload`: thousands of timers disabled at once); in rounds they keep
-//! its pace. A request waits for its round at most [`WAIT`]: the timer is stopped already,
-//! and whatever stays is skipped by the timer's version when it comes due.
+//! Concurrent requests share one round: a single task takes every timer queued while the
+//! previous round ran. A statement per disable fell far behind the API on a loaded database
+//! (bench `overload`: thousands of timers disabled at once); in rounds they keep its pace.
+//! A request does not wait for its round: the timer is stopped once its change committed,
+//! and whatever a round has not taken out yet is skipped by the timer's version when it
+//! comes due. Waiting made each request as slow as a round on a loaded database, and each
+//! round as small as the number of callers.
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use chime_domain::{Clock, OnComplete, StoppedTimer, Timer, Timestamp};
 use chime_storage::OccurrenceStore;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
 use crate::index::IndexWriter;
 
-/// Longest a request waits for its round.
-const WAIT: Duration = Duration::from_millis(500);
 /// Timers queued for the task at most; past it a request leaves its runs to be skipped.
 const QUEUE: usize = 16_384;
 /// Most timers one round takes.
 const ROUND: usize = 256;
 /// How far back a round marks runs due already; older ones are left to the sweeper.
 const DUE_SINCE: Duration = Duration::from_secs(60);
-
-struct Stopped {
-    timer: StoppedTimer,
-    done: oneshot::Sender<()>,
-}
 
 /// What a round takes out for `timer`, just disabled or paused: a timer set to be deleted
 /// after its last run keeps the runs due already, since skipping the last one at the claim
@@ -48,7 +43,7 @@ pub struct Unscheduler {
     index: Arc<IndexWriter>,
     clock: Arc<dyn Clock>,
     /// Started on first use, inside the runtime the requests run on.
-    queue: OnceLock<mpsc::Sender<Stopped>>,
+    queue: OnceLock<mpsc::Sender<StoppedTimer>>,
 }
 
 impl Unscheduler {
@@ -65,8 +60,9 @@ impl Unscheduler {
         }
     }
 
-    /// Takes `timer`'s runs still waiting out; never fails the request.
-    pub async fn stopped(&self, timer: StoppedTimer) {
+    /// Queues `timer`'s runs still waiting to be taken out; never fails or holds up the
+    /// request.
+    pub fn stopped(&self, timer: StoppedTimer) {
         let queue = self.queue.get_or_init(|| {
             let (tx, rx) = mpsc::channel(QUEUE);
             tokio::spawn(rounds(
@@ -77,13 +73,10 @@ impl Unscheduler {
             ));
             tx
         });
-        let (done, finished) = oneshot::channel();
         let id = timer.id;
-        if queue.try_send(Stopped { timer, done }).is_err() {
+        if queue.try_send(timer).is_err() {
             tracing::debug!(timer = %id, "unscheduling queue full; the runs are skipped when due");
-            return;
         }
-        let _ = tokio::time::timeout(WAIT, finished).await;
     }
 }
 
@@ -92,11 +85,10 @@ async fn rounds(
     occurrences: Arc<dyn OccurrenceStore>,
     index: Arc<IndexWriter>,
     clock: Arc<dyn Clock>,
-    mut rx: mpsc::Receiver<Stopped>,
+    mut rx: mpsc::Receiver<StoppedTimer>,
 ) {
-    let mut round = Vec::with_capacity(ROUND);
-    while rx.recv_many(&mut round, ROUND).await > 0 {
-        let timers: Vec<StoppedTimer> = round.iter().map(|s| s.timer.clone()).collect();
+    let mut timers = Vec::with_capacity(ROUND);
+    while rx.recv_many(&mut timers, ROUND).await > 0 {
         let began = std::time::Instant::now();
         let now = clock.now();
         let since = Timestamp::from_millis(now.as_millis() - DUE_SINCE.as_millis() as i64);
@@ -118,8 +110,6 @@ async fn rounds(
                 "cannot drop stopped timers' pending runs; they are skipped when due"
             ),
         }
-        for stopped in round.drain(..) {
-            let _ = stopped.done.send(());
-        }
+        timers.clear();
     }
 }

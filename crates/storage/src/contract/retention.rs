@@ -134,7 +134,7 @@ where
 
 pub async fn old_idempotency_keys_and_deleted_timers_go<S>(store: Arc<S>)
 where
-    S: TimerStore + OccurrenceStore + Retention,
+    S: TimerStore + OccurrenceStore + Retention + crate::Notifications,
 {
     let req = || CreateTimer {
         timer: new_timer("billing", "keyed"),
@@ -167,7 +167,10 @@ where
         "a purged key is free again"
     );
 
-    // A deleted timer goes with its rows once deleted long enough; a live one stays whole.
+    // A deleted timer goes with its rows once deleted long enough, the failure streak it
+    // was deleted in too; a live one stays whole.
+    let (gone, live) = (first[0].timer.id, kept.timer.id);
+    store.count_failures(&[gone, live]).await.unwrap();
     let deleted = PurgeBefore {
         deleted_timers: far,
         ..KEEP_ALL
@@ -182,6 +185,11 @@ where
         assert!(store.get_occurrence(o.key).await.unwrap().is_some());
     }
     assert_eq!(store.get_timer(kept.timer.id).await.unwrap(), kept.timer);
+    assert_eq!(
+        store.end_streaks(&[gone, live]).await.unwrap(),
+        vec![(live, 1)],
+        "the deleted timer's streak went with it"
+    );
 }
 
 const DAY: i64 = 86_400_000;

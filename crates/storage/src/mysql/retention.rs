@@ -66,7 +66,8 @@ impl Retention for MySqlStore {
         .execute(&self.pool)
         .await?
         .rows_affected();
-        // A deleted timer goes with whatever rows it has left, in one transaction.
+        // A deleted timer goes with whatever rows it has left (its runs, a failure streak
+        // it was deleted in), in one transaction.
         let mut tx = self.pool.begin().await?;
         let ids: Vec<i64> = sqlx::query_scalar(
             "SELECT id FROM timers WHERE deleted_at < ? ORDER BY deleted_at LIMIT ? FOR UPDATE",
@@ -84,6 +85,13 @@ impl Retention for MySqlStore {
         .execute(&mut *tx)
         .await?
         .rows_affected();
+        sqlx::query(
+            "DELETE f FROM JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT PATH '$')) k \
+             STRAIGHT_JOIN failure_streaks f ON f.timer_id = k.id",
+        )
+        .bind(&ids)
+        .execute(&mut *tx)
+        .await?;
         let timers = sqlx::query(
             "DELETE t FROM JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT PATH '$')) k \
              STRAIGHT_JOIN timers t ON t.id = k.id",

@@ -59,10 +59,12 @@ impl Retention for PgStore {
         .execute(&self.pool)
         .await?
         .rows_affected();
-        // A deleted timer goes with whatever rows it has left, in one statement.
+        // A deleted timer goes with whatever rows it has left (its runs, a failure streak
+        // it was deleted in), in one statement.
         let (timers, their_rows): (i64, i64) = sqlx::query_as(
             "WITH t AS (SELECT id FROM timers WHERE deleted_at < $1 ORDER BY deleted_at LIMIT $2), \
              o AS (DELETE FROM occurrences WHERE timer_id IN (SELECT id FROM t) RETURNING 1), \
+             f AS (DELETE FROM failure_streaks WHERE timer_id IN (SELECT id FROM t)), \
              d AS (DELETE FROM timers WHERE id IN (SELECT id FROM t) RETURNING 1) \
              SELECT (SELECT count(*) FROM d), (SELECT count(*) FROM o)",
         )

@@ -63,6 +63,12 @@ impl Retention for SqliteStore {
         .execute(&mut *tx)
         .await?
         .rows_affected();
+        sqlx::query(
+            "DELETE FROM failure_streaks WHERE timer_id IN (SELECT value FROM json_each(?1))",
+        )
+        .bind(&ids)
+        .execute(&mut *tx)
+        .await?;
         let timers =
             sqlx::query("DELETE FROM timers WHERE id IN (SELECT value FROM json_each(?1))")
                 .bind(&ids)

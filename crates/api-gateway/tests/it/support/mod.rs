@@ -304,3 +304,20 @@ pub fn assert_problem(resp: &(u16, String, Value), status: u16, code: &str, fiel
         assert_eq!(body["field"], f, "{body}");
     }
 }
+
+/// Polls `check` until it holds, failing after five seconds: for what the gateway finishes
+/// after it answered (a stopped timer's runs taken out of the store and the index).
+pub async fn eventually<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !check().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what}: not within 5 s"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
