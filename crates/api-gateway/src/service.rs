@@ -26,7 +26,7 @@ use crate::notifications::{AppNotifications, NotificationsInput};
 use crate::preview;
 use crate::quota::{QuotaSettings, Quotas};
 use crate::spec::apply_patch;
-use crate::unschedule::{Unscheduler, stopped};
+use crate::unschedule::Unscheduler;
 use crate::visibility::listed_app;
 
 /// How many fire times a timer response previews.
@@ -308,7 +308,6 @@ impl TimerApi for TimerService {
         self.unscheduler.stopped(StoppedTimer {
             id,
             version: i64::MAX,
-            skip_due: Some("timer deleted".into()),
         });
         Ok(())
     }
@@ -326,7 +325,10 @@ impl TimerApi for TimerService {
             .set_timer_enabled(id, enabled, self.horizon)
             .await?;
         if !enabled {
-            self.unscheduler.stopped(stopped(&written.timer));
+            self.unscheduler.stopped(StoppedTimer {
+                id,
+                version: written.timer.version,
+            });
         }
         Ok(self.indexed(written).await)
     }
@@ -350,7 +352,10 @@ impl TimerApi for TimerService {
             },
         };
         let paused = self.timers.pause_timer(id, &note).await?;
-        self.unscheduler.stopped(stopped(&paused));
+        self.unscheduler.stopped(StoppedTimer {
+            id,
+            version: paused.version,
+        });
         Ok(self.view(paused))
     }
 

@@ -1,7 +1,6 @@
-//! Taking a stopped timer's runs still waiting out of the database and the hot index
-//! (`OccurrenceStore::drop_pending`), after a disable, pause or delete committed: those to
-//! come removed, those due already (a fleet running late) marked skipped, so no scheduler
-//! or executor spends work on each only to skip it.
+//! Taking a stopped timer's runs still to come out of the database and the hot index
+//! (`OccurrenceStore::drop_pending`), after a disable, pause or delete committed: no
+//! scheduler hands each off and no executor spends a claim on it only to skip it.
 //!
 //! Concurrent requests share one round: a single task takes every timer queued while the
 //! previous round ran. A statement per disable fell far behind the API on a loaded database
@@ -12,9 +11,8 @@
 //! round as small as the number of callers.
 
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
 
-use chime_domain::{Clock, OnComplete, StoppedTimer, Timer, Timestamp};
+use chime_domain::{Clock, StoppedTimer};
 use chime_storage::OccurrenceStore;
 use tokio::sync::mpsc;
 
@@ -24,19 +22,6 @@ use crate::index::IndexWriter;
 const QUEUE: usize = 16_384;
 /// Most timers one round takes.
 const ROUND: usize = 256;
-/// How far back a round marks runs due already; older ones are left to the sweeper.
-const DUE_SINCE: Duration = Duration::from_secs(60);
-
-/// What a round takes out for `timer`, just disabled or paused: a timer set to be deleted
-/// after its last run keeps the runs due already, since skipping the last one at the claim
-/// deletes it.
-pub fn stopped(timer: &Timer) -> StoppedTimer {
-    StoppedTimer {
-        id: timer.id,
-        version: timer.version,
-        skip_due: (timer.spec.on_complete != OnComplete::Delete).then(|| "timer disabled".into()),
-    }
-}
 
 pub struct Unscheduler {
     occurrences: Arc<dyn OccurrenceStore>,
@@ -90,9 +75,7 @@ async fn rounds(
     let mut timers = Vec::with_capacity(ROUND);
     while rx.recv_many(&mut timers, ROUND).await > 0 {
         let began = std::time::Instant::now();
-        let now = clock.now();
-        let since = Timestamp::from_millis(now.as_millis() - DUE_SINCE.as_millis() as i64);
-        match occurrences.drop_pending(&timers, since, now).await {
+        match occurrences.drop_pending(&timers, clock.now()).await {
             Ok(dropped) => {
                 let stored = began.elapsed();
                 index.remove(&dropped).await;

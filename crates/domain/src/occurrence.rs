@@ -241,17 +241,14 @@ impl EarlySkipKind {
     }
 }
 
-/// A timer just stopped (disabled, paused or deleted) whose runs still waiting are taken
+/// A timer just stopped (disabled, paused or deleted) whose runs still to come are taken
 /// out at once, instead of one by one as each comes due.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StoppedTimer {
     pub id: TimerId,
     /// Its version once stopped (`i64::MAX` when deleted): rows of a later version were
     /// written after it started again, and are left alone.
     pub version: i64,
-    /// Recorded on its first attempts due already, marked `skipped`; `None` leaves them
-    /// to the claim (a last run whose skip deletes the timer).
-    pub skip_due: Option<String>,
 }
 
 /// An occurrence this claimer won.

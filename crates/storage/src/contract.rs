@@ -227,7 +227,7 @@ macro_rules! storage_contract {
             skipping_touches_claimable_occurrences_only,
             overtaken_runs_are_skipped_only_while_waiting_for_a_first_attempt,
             a_stopped_timers_runs_are_skipped_up_to_its_version,
-            dropping_pending_removes_what_is_to_come_and_skips_what_is_due,
+            dropping_pending_leaves_what_is_due_under_way_or_newer,
             dead_letters_are_listed_and_redriven,
         ]);
     };

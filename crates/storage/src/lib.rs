@@ -343,18 +343,16 @@ pub trait OccurrenceStore: Send + Sync + 'static {
     /// Rows another claimer holds are passed over. Returns the keys marked.
     async fn skip_before_claim(&self, runs: &[EarlySkip]) -> StoreResult<Vec<TaskKey>>;
 
-    /// Takes out the runs still waiting of timers just stopped, each up to its version:
-    /// removes the pending ones due after `now` (enabling a timer again writes them anew)
-    /// and marks `skipped`, with the timer's `skip_due`, the first attempts pending and due
-    /// in `(since, now]`, passing over rows a claimer holds. Returns both as hot-index
+    /// Removes the pending occurrences due after `after` of timers just stopped (disabled
+    /// or deleted), each only up to its version: none of them may fire, and enabling one
+    /// again writes them anew, at a later version that stays. Returns them as hot-index
     /// entries, for the index to drop them too. Retrying and running ones, and pending ones
-    /// due by `since`, are left to the executors and the sweeper, which skip them by the
+    /// due already, are left to the executors and the sweeper, which skip them by the
     /// timer's version.
     async fn drop_pending(
         &self,
         timers: &[StoppedTimer],
-        since: Timestamp,
-        now: Timestamp,
+        after: Timestamp,
     ) -> StoreResult<Vec<HotEntry>>;
 
     /// Dead occurrences, by timer id then run time.

@@ -99,62 +99,6 @@ async fn changes_write_their_first_occurrences_and_index_them() {
 }
 
 #[tokio::test]
-async fn a_disable_skips_the_runs_due_already_and_unindexes_them() {
-    use chime_storage::{HotEntry, OccurrenceStore, TimerStore};
-    let gw = support::start().await;
-    let t = gw.create("billing", "late").await;
-    let id = t["id"].as_i64().unwrap();
-    let timer = gw
-        .db
-        .store
-        .get_timer(chime_domain::TimerId::new(id).unwrap())
-        .await
-        .unwrap();
-    // A run due ten seconds ago still waits for its first attempt, as in a fleet running
-    // behind.
-    let now = chime_domain::Clock::now(&chime_domain::SystemClock).as_millis();
-    let late =
-        chime_domain::TaskKey::new(timer.id, chime_domain::Timestamp::from_millis(now - 10_000));
-    gw.db
-        .store
-        .insert_occurrences(&[chime_domain::NewOccurrence {
-            key: late,
-            timer_version: timer.version,
-            bucket: timer.bucket,
-            due: None,
-        }])
-        .await
-        .unwrap();
-    if let Some(redis) = &gw.redis {
-        redis
-            .hot_index()
-            .add(&[HotEntry::new(late, late.run_at, timer.bucket)])
-            .await
-            .unwrap();
-    }
-    let (status, _, body) = gw
-        .send(Method::POST, &format!("/v1/timers/{id}/disable"), None)
-        .await;
-    assert_eq!(status, 200, "{body}");
-    // Marked where it lies, with the reason an executor would give, and out of the index:
-    // no scheduler hands it off, no executor claims it.
-    let shard = chime_domain::ShardKey::new(late.run_at, timer.bucket);
-    support::eventually("the late run marked and unindexed", || async {
-        let run = gw.db.store.get_occurrence(late).await.unwrap().unwrap();
-        let indexed = match &gw.redis {
-            Some(redis) => redis.hot_index().due(shard, late.run_at, 10).await.unwrap(),
-            None => Vec::new(),
-        };
-        run.status != chime_domain::OccurrenceStatus::Pending && indexed.is_empty()
-    })
-    .await;
-    let run = gw.db.store.get_occurrence(late).await.unwrap().unwrap();
-    assert_eq!(run.status, chime_domain::OccurrenceStatus::Skipped);
-    assert_eq!(run.attempt, 0);
-    assert_eq!(run.error.as_deref(), Some("timer disabled"));
-}
-
-#[tokio::test]
 async fn a_batch_create_writes_and_indexes_every_timers_first_occurrences() {
     let gw = support::start().await;
     let item = |name: &str| {

@@ -63,8 +63,7 @@ macro_rules! early_skips_table {
 /// `JSON_TABLE` over `crate::sql::stopped_timers_json`, as `t`.
 macro_rules! stopped_table {
     () => {
-        "JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT PATH '$[0]', version BIGINT PATH '$[1]', \
-         reason TEXT PATH '$[2]')) t"
+        "JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT PATH '$[0]', version BIGINT PATH '$[1]')) t"
     };
 }
 

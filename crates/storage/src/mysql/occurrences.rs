@@ -389,8 +389,7 @@ impl OccurrenceStore for MySqlStore {
     async fn drop_pending(
         &self,
         timers: &[StoppedTimer],
-        since: Timestamp,
-        now: Timestamp,
+        after: Timestamp,
     ) -> StoreResult<Vec<HotEntry>> {
         if timers.is_empty() {
             return Ok(Vec::new());
@@ -398,7 +397,7 @@ impl OccurrenceStore for MySqlStore {
         let json = crate::sql::stopped_timers_json(timers);
         // No DELETE … RETURNING in MySQL: the rows are read locked, then removed.
         let mut tx = self.pool.begin().await?;
-        let mut entries: Vec<(i64, i64, i64, i32)> = sqlx::query_as(concat!(
+        let rows: Vec<(i64, i64, i64, i32)> = sqlx::query_as(concat!(
             "SELECT o.timer_id, o.run_at, COALESCE(o.next_attempt_at, o.run_at), o.bucket \
              FROM ",
             stopped_table!(),
@@ -407,7 +406,7 @@ impl OccurrenceStore for MySqlStore {
              FOR UPDATE"
         ))
         .bind(&json)
-        .bind(now.as_millis())
+        .bind(after.as_millis())
         .fetch_all(&mut *tx)
         .await?;
         sqlx::query(concat!(
@@ -417,45 +416,11 @@ impl OccurrenceStore for MySqlStore {
              WHERE o.status = 'pending' AND o.run_at > ? AND o.timer_version <= t.version"
         ))
         .bind(&json)
-        .bind(now.as_millis())
+        .bind(after.as_millis())
         .execute(&mut *tx)
         .await?;
-        if since < now {
-            // Locked as the claim locks them (passing over those a claimer holds), then
-            // marked.
-            let due: Vec<(i64, i64, i64, i32, i64, String)> = sqlx::query_as(concat!(
-                "SELECT o.timer_id, o.run_at, COALESCE(o.next_attempt_at, o.run_at), o.bucket, \
-                   t.version, t.reason FROM ",
-                stopped_table!(),
-                " STRAIGHT_JOIN occurrences o FORCE INDEX (PRIMARY) ON o.timer_id = t.id \
-                 WHERE t.reason IS NOT NULL AND o.run_at > ? AND o.run_at <= ? \
-                   AND o.status = 'pending' AND o.attempt = 0 AND o.timer_version <= t.version \
-                 FOR UPDATE SKIP LOCKED"
-            ))
-            .bind(&json)
-            .bind(since.as_millis())
-            .bind(now.as_millis())
-            .fetch_all(&mut *tx)
-            .await?;
-            let marked = due
-                .iter()
-                .map(|(id, run_at, _, _, version, reason)| {
-                    Ok(EarlySkip {
-                        key: TaskKey::new(rows::timer_id(*id)?, Timestamp::from_millis(*run_at)),
-                        timer_version: *version,
-                        kind: chime_domain::EarlySkipKind::Stopped,
-                        reason: reason.clone(),
-                    })
-                })
-                .collect::<StoreResult<Vec<_>>>()?;
-            mark_skipped(&mut tx, &marked).await?;
-            entries.extend(
-                due.into_iter()
-                    .map(|(id, run_at, due, bucket, _, _)| (id, run_at, due, bucket)),
-            );
-        }
         tx.commit().await?;
-        rows::hot_entries(&entries)
+        rows::hot_entries(&rows)
     }
 
     async fn list_dead(

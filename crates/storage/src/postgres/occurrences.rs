@@ -13,8 +13,8 @@ use crate::{
     DeadFilter, Exclusive, HotEntry, OccurrenceStore, PageRequest, Redrive, RunFilter, StoreResult,
 };
 
-/// `OccurrenceStore::drop_pending`'s removal for the timers `$1` at versions `$2`, after
-/// `$3` on PostgreSQL. `run_at` bounds the day partitions read. Rows are found by primary
+/// `OccurrenceStore::drop_pending` for the timers `$1` at versions `$2`, after `$3` on
+/// PostgreSQL. `run_at` bounds the day partitions read. Rows are found by primary
 /// key, one timer at a time, and deleted by tuple id, as the claim does; the status is
 /// checked only then. Asked for `status = 'pending'` in the same scan, the planner also read
 /// the partial index of claimable rows whole (every pending row of the day) to intersect
@@ -28,24 +28,6 @@ const DROP_PENDING: &str = "WITH doomed AS ( \
      WHERE o.run_at > $3 AND o.ctid = ANY(ARRAY(SELECT tid FROM doomed)) \
        AND o.tableoid = d.toid AND o.ctid = d.tid AND o.status = 'pending' \
        AND o.timer_version <= d.version \
-     RETURNING o.timer_id, o.run_at, COALESCE(o.next_attempt_at, o.run_at), o.bucket";
-
-/// `OccurrenceStore::drop_pending`'s skips: the first attempts of the timers `$1` at versions
-/// `$2` due in `($4, $5]`, marked with reasons `$3`. Found and locked as the claim does
-/// (rows a claimer holds are passed over), then updated by tuple id.
-const SKIP_STOPPED_DUE: &str = "WITH t AS ( \
-       SELECT * FROM UNNEST($1::bigint[], $2::bigint[], $3::text[]) AS t(id, version, reason)), \
-     cand AS ( \
-       SELECT x.toid, x.tid, t.reason FROM t CROSS JOIN LATERAL ( \
-         SELECT o.tableoid AS toid, o.ctid AS tid FROM occurrences o \
-         WHERE o.timer_id = t.id AND o.run_at > $4 AND o.run_at <= $5 \
-           AND o.status = 'pending' AND o.attempt = 0 AND o.timer_version <= t.version \
-         FOR UPDATE SKIP LOCKED) x) \
-     UPDATE occurrences o SET status = 'skipped', error = c.reason, lease_until = NULL \
-     FROM cand c \
-     WHERE o.run_at > $4 AND o.run_at <= $5 AND o.ctid = ANY(ARRAY(SELECT tid FROM cand)) \
-       AND o.tableoid = c.toid AND o.ctid = c.tid \
-       AND o.status = 'pending' AND o.attempt = 0 \
      RETURNING o.timer_id, o.run_at, COALESCE(o.next_attempt_at, o.run_at), o.bucket";
 
 #[async_trait]
@@ -343,38 +325,17 @@ impl OccurrenceStore for PgStore {
     async fn drop_pending(
         &self,
         timers: &[StoppedTimer],
-        since: Timestamp,
-        now: Timestamp,
+        after: Timestamp,
     ) -> StoreResult<Vec<HotEntry>> {
         if timers.is_empty() {
             return Ok(Vec::new());
         }
-        let ids: Vec<i64> = timers.iter().map(|t| t.id.get()).collect();
-        let versions: Vec<i64> = timers.iter().map(|t| t.version).collect();
-        let mut rows: Vec<(i64, i64, i64, i32)> = sqlx::query_as(DROP_PENDING)
-            .bind(&ids)
-            .bind(&versions)
-            .bind(now.as_millis())
+        let rows: Vec<(i64, i64, i64, i32)> = sqlx::query_as(DROP_PENDING)
+            .bind(timers.iter().map(|t| t.id.get()).collect::<Vec<i64>>())
+            .bind(timers.iter().map(|t| t.version).collect::<Vec<i64>>())
+            .bind(after.as_millis())
             .fetch_all(&self.pool)
             .await?;
-        let skipping: Vec<&StoppedTimer> = timers.iter().filter(|t| t.skip_due.is_some()).collect();
-        if !skipping.is_empty() && since < now {
-            rows.extend(
-                sqlx::query_as::<_, (i64, i64, i64, i32)>(SKIP_STOPPED_DUE)
-                    .bind(skipping.iter().map(|t| t.id.get()).collect::<Vec<i64>>())
-                    .bind(skipping.iter().map(|t| t.version).collect::<Vec<i64>>())
-                    .bind(
-                        skipping
-                            .iter()
-                            .map(|t| t.skip_due.clone())
-                            .collect::<Vec<Option<String>>>(),
-                    )
-                    .bind(since.as_millis())
-                    .bind(now.as_millis())
-                    .fetch_all(&self.pool)
-                    .await?,
-            );
-        }
         rows::hot_entries(&rows)
     }
 

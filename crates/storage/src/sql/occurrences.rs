@@ -222,13 +222,13 @@ pub(crate) use {claim_exclusive, due_in_bucket, find_overdue, list_dead, list_ru
 /// `[[timer_id, run_at, version, due, reason], …]` (`due` null for a stopped timer's run):
 /// the runs of
 /// `OccurrenceStore::skip_before_claim` as one JSON parameter (`json_each`, `JSON_TABLE`).
-/// `[[timer_id, version, skip_due], …]` for `OccurrenceStore::drop_pending` on the stores
-/// that take JSON.
+/// `[[timer_id, version], …]` for `OccurrenceStore::drop_pending` on the stores that take
+/// JSON.
 pub(crate) fn stopped_timers_json(timers: &[chime_domain::StoppedTimer]) -> String {
     serde_json::Value::Array(
         timers
             .iter()
-            .map(|t| serde_json::json!([t.id.get(), t.version, t.skip_due]))
+            .map(|t| serde_json::json!([t.id.get(), t.version]))
             .collect(),
     )
     .to_string()

@@ -14,27 +14,14 @@ use crate::{
     DeadFilter, Exclusive, HotEntry, OccurrenceStore, PageRequest, Redrive, RunFilter, StoreResult,
 };
 
-/// `OccurrenceStore::drop_pending`'s removal for the timers in `$1`
-/// ([`sql::stopped_timers_json`]), after `$2`.
+/// `OccurrenceStore::drop_pending` for the timers in `$1` ([`sql::stopped_timers_json`]),
+/// after `$2`.
 const DROP_PENDING: &str = "DELETE FROM occurrences \
      WHERE timer_id IN (SELECT value ->> 0 FROM json_each($1)) AND status = 'pending' \
        AND run_at > $2 \
        AND timer_version <= (SELECT value ->> 1 FROM json_each($1) \
                              WHERE value ->> 0 = occurrences.timer_id) \
      RETURNING timer_id, run_at, COALESCE(next_attempt_at, run_at), bucket";
-
-/// `OccurrenceStore::drop_pending`'s skips: the first attempts of the timers in `$1` due in
-/// `($2, $3]`, those whose `skip_due` is set.
-const SKIP_STOPPED_DUE: &str = "UPDATE occurrences SET status = 'skipped', error = t.reason, \
-       lease_until = NULL \
-     FROM (SELECT value ->> 0 AS id, value ->> 1 AS version, value ->> 2 AS reason \
-           FROM json_each($1)) AS t \
-     WHERE occurrences.timer_id = t.id AND t.reason IS NOT NULL \
-       AND occurrences.run_at > $2 AND occurrences.run_at <= $3 \
-       AND occurrences.status = 'pending' AND occurrences.attempt = 0 \
-       AND occurrences.timer_version <= t.version \
-     RETURNING occurrences.timer_id, occurrences.run_at, \
-       COALESCE(occurrences.next_attempt_at, occurrences.run_at), occurrences.bucket";
 
 #[async_trait]
 impl OccurrenceStore for SqliteStore {
@@ -246,31 +233,16 @@ impl OccurrenceStore for SqliteStore {
     async fn drop_pending(
         &self,
         timers: &[StoppedTimer],
-        since: Timestamp,
-        now: Timestamp,
+        after: Timestamp,
     ) -> StoreResult<Vec<HotEntry>> {
         if timers.is_empty() {
             return Ok(Vec::new());
         }
-        let json = sql::stopped_timers_json(timers);
-        // One writer: no claimer holds a row while this runs.
-        let mut tx = self.writer.begin().await?;
-        let mut rows: Vec<(i64, i64, i64, i32)> = sqlx::query_as(DROP_PENDING)
-            .bind(&json)
-            .bind(now.as_millis())
-            .fetch_all(&mut *tx)
+        let rows: Vec<(i64, i64, i64, i32)> = sqlx::query_as(DROP_PENDING)
+            .bind(sql::stopped_timers_json(timers))
+            .bind(after.as_millis())
+            .fetch_all(&self.writer)
             .await?;
-        if since < now {
-            rows.extend(
-                sqlx::query_as::<_, (i64, i64, i64, i32)>(SKIP_STOPPED_DUE)
-                    .bind(&json)
-                    .bind(since.as_millis())
-                    .bind(now.as_millis())
-                    .fetch_all(&mut *tx)
-                    .await?,
-            );
-        }
-        tx.commit().await?;
         rows::hot_entries(&rows)
     }
 

@@ -142,10 +142,9 @@ impl OccurrenceStore for Counting {
     async fn drop_pending(
         &self,
         timers: &[chime_domain::StoppedTimer],
-        since: Timestamp,
-        now: Timestamp,
+        after: Timestamp,
     ) -> StoreResult<Vec<chime_storage::HotEntry>> {
-        self.inner.drop_pending(timers, since, now).await
+        self.inner.drop_pending(timers, after).await
     }
     async fn list_dead(
         &self,
