@@ -113,7 +113,18 @@ async fn every_worker_takes_each_firing_as_a_shard_and_a_killed_ones_shard_moves
         vec![0, 1, 2],
         "each shard done once: {failed_run:?}"
     );
-    let run = get_json(format!("{}/v1/runs/{failed_key}", cluster.rest)).await;
+    // The worker's receipt comes before the executor records the retried shard's outcome.
+    let url = format!("{}/v1/runs/{failed_key}", cluster.rest);
+    until(
+        "the retried shard recorded",
+        Duration::from_secs(30),
+        || {
+            let url = url.clone();
+            async move { get_json(url).await["status"] == "succeeded" }
+        },
+    )
+    .await;
+    let run = get_json(url).await;
     let listed = run["shards"].as_array().cloned().unwrap_or_default();
     let attempts: Vec<i64> = listed
         .iter()
