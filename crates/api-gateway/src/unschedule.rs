@@ -45,7 +45,7 @@ impl Unscheduler {
         }
     }
 
-    /// Queues `timer`'s runs still waiting to be taken out; never fails or holds up the
+    /// Queues `timer`'s runs still to come to be dropped; never fails or holds up the
     /// request.
     pub fn stopped(&self, timer: StoppedTimer) {
         let queue = self.queue.get_or_init(|| {

@@ -33,11 +33,7 @@ pub struct ApiReport {
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let rank = (p * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1].as_secs_f64() * 1000.0
+    chime_bench::measure::nearest_rank(sorted, p).as_secs_f64() * 1000.0
 }
 
 /// One create call of `size` timers named from `first`.

@@ -64,22 +64,24 @@ impl Lateness {
             .map(Delivery::lateness_ms)
             .collect();
         late.sort_unstable();
-        let pick = |p: f64| -> i64 {
-            if late.is_empty() {
-                return 0;
-            }
-            // Nearest rank: the smallest value with at least p of the sample at or below it.
-            let rank = (p * late.len() as f64).ceil() as usize;
-            late[rank.clamp(1, late.len()) - 1]
-        };
         Self {
             count: late.len(),
-            p50_ms: pick(0.50),
-            p90_ms: pick(0.90),
-            p99_ms: pick(0.99),
+            p50_ms: nearest_rank(&late, 0.50),
+            p90_ms: nearest_rank(&late, 0.90),
+            p99_ms: nearest_rank(&late, 0.99),
             max_ms: late.last().copied().unwrap_or(0),
         }
     }
+}
+
+/// The `p` quantile of `sorted` by nearest rank: the smallest value with at least `p` of the
+/// sample at or below it; the default when the sample is empty.
+pub fn nearest_rank<T: Copy + Default>(sorted: &[T], p: f64) -> T {
+    if sorted.is_empty() {
+        return T::default();
+    }
+    let rank = (p * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
 /// A burst's drain rate: `delivered` over the time from `due_ms` to the last arrival.

@@ -194,9 +194,9 @@ impl Inner {
     }
 
     /// Marks `runs` skipped where the store finds them still waiting for their first attempt
-    /// (see [`chime_domain::EarlySkipKind`]); the rest (retries, redrives, rows of another version) are
-    /// left to the claim, which decides them as before. Returns the keys marked; none when
-    /// the store fails, which only leaves every key to the claim.
+    /// (see [`chime_domain::EarlySkipKind`]); the rest (retries, redrives, rows of another
+    /// version) are left to the claim, which decides them as before. Returns the keys
+    /// marked; none when the store fails, which only leaves every key to the claim.
     async fn skip_before_claim(&self, runs: &[EarlySkip]) -> HashSet<TaskKey> {
         let skipped: HashSet<TaskKey> = match self.occurrences.skip_before_claim(runs).await {
             Ok(keys) => keys.into_iter().collect(),

@@ -190,10 +190,7 @@ pub(super) async fn overload(args: &Args) -> anyhow::Result<Outcome> {
         ),
         "",
     );
-    let disable_p = |q: f64| {
-        let i = ((disable_ms.len() as f64 * q).ceil() as usize).saturating_sub(1);
-        disable_ms.get(i).copied().unwrap_or(0)
-    };
+    let disable_p = |q: f64| nearest_rank(&disable_ms, q);
     o.row(
         "one disable over REST",
         format!("p50 {} / p99 {} ms", disable_p(0.5), disable_p(0.99)),

@@ -381,7 +381,15 @@ impl OccurrenceStore for MySqlStore {
             .filter(|r| keys.contains(&r.key))
             .cloned()
             .collect();
-        mark_skipped(&mut tx, &marked).await?;
+        sqlx::query(concat!(
+            "UPDATE ",
+            early_skips_table!(),
+            occurrences_by_key!("k"),
+            " SET o.status = 'skipped', o.error = k.reason, o.lease_until = NULL"
+        ))
+        .bind(crate::sql::early_skips_json(&marked))
+        .execute(&mut *tx)
+        .await?;
         tx.commit().await?;
         Ok(keys.into_iter().collect())
     }
@@ -444,21 +452,4 @@ impl OccurrenceStore for MySqlStore {
     ) -> StoreResult<Vec<(TaskKey, Timestamp)>> {
         crate::sql::due_in_bucket!(&self.pool, bucket, from, to, limit, MySql)
     }
-}
-
-/// Marks `runs`, locked already, `skipped` with their reasons.
-async fn mark_skipped(tx: &mut MySqlConnection, runs: &[EarlySkip]) -> StoreResult<()> {
-    if runs.is_empty() {
-        return Ok(());
-    }
-    sqlx::query(concat!(
-        "UPDATE ",
-        early_skips_table!(),
-        occurrences_by_key!("k"),
-        " SET o.status = 'skipped', o.error = k.reason, o.lease_until = NULL"
-    ))
-    .bind(crate::sql::early_skips_json(runs))
-    .execute(&mut *tx)
-    .await?;
-    Ok(())
 }
