@@ -40,7 +40,7 @@ E2E_CMD := $(LINTED) $(CARGO) nextest run --workspace --all-targets -E 'package(
 UPGRADE_CMD := $(LINTED) $(CARGO) nextest run --workspace --all-targets --run-ignored only -E 'package(chime-e2e) & test(=$(UPGRADE_TEST))'
 endif
 
-.PHONY: help build run test lint fmt api-release upgrade-check bench bench-smoke bench-peers peers-packages bench-storage api-fuzz e2e e2e-thrice console-test quickstart-check k8s-check k8s-play
+.PHONY: help build run test lint fmt api-release upgrade-check bench bench-compare bench-smoke bench-peers peers-packages bench-storage api-fuzz e2e e2e-thrice console-test quickstart-check k8s-check k8s-play
 
 help: ## List the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  %-10s %s\n", $$1, $$2}'
@@ -55,6 +55,7 @@ run: ## Start `chime dev`: every service in one process, REST :8080, gRPC :50051
 test: ## Run every test, against real PostgreSQL and Redis (started here if none is reachable)
 	$(BUILD)
 	$(TEST_SERVICES) $(TEST_CMD)
+	python3 -m unittest discover -s scripts/bench-compare -p 'test_*.py'
 	@# The browser tests wait for what a page shows, not for the clock, and use ports of their
 	@# own: they run beside the end-to-end tests, their output after them.
 	@mkdir -p target; scripts/console-test.sh > target/console-test.log 2>&1 & console=$$!; \
@@ -78,6 +79,10 @@ fmt: ## Format the code
 bench: ## Pipeline benchmark on release binaries: burst, callbacks alone (callback-floor), every-second beside a burst, steady (10 min), every-second, overload, sparse, materialize, api, purge, workers, population (10M timers) (BENCH_ARGS); writes target/bench/pipeline.json
 	$(CARGO) build --release --workspace --bins
 	$(TEST_SERVICES) target/release/chime-bench pipeline $(BENCH_ARGS)
+
+bench-compare: peers-packages ## The pipeline benchmark alternated with another build the same day, medians side by side (COMPARE_ARGS="--base REV --runs 3 --variant NAME:CHIME_X=v", BENCH_ARGS for chime-bench); writes target/bench/compare/compare.json
+	$(CARGO) build --release --workspace --bins
+	scripts/bench-compare/run.sh $(COMPARE_ARGS) -- $(BENCH_ARGS)
 
 # Small sizes on the debug binaries `make test` built: checks that every scenario completes
 # and delivers everything, not the targets.
