@@ -57,6 +57,11 @@ def figures(report):
     return out
 
 
+def number(v):
+    """Whole above a thousand, four significant digits below."""
+    return f"{v:.0f}" if abs(v) >= 1000 else f"{v:.4g}"
+
+
 def main(argv):
     show_all = "--all" in argv
     args = [a for a in argv if a != "--all"]
@@ -84,20 +89,18 @@ def main(argv):
     with open(out_path, "w") as f:
         json.dump({"sides": order, "runs": {s: [r["report"] for r in sides[s]] for s in order},
                    "figures": table}, f, indent=2)
-    width = max((len(n) for n in names), default=10)
-    print(f"{'figure (median of runs)':<{width}}  " + "  ".join(f"{s:>24}" for s in order))
-    for n in names:
-        if not show_all and not HEADLINE.search(n):
-            continue
-        cells = []
+    shown = [n for n in names if show_all or HEADLINE.search(n)]
+    cells = {}
+    for n in shown:
         for side in order:
             cell = table[n].get(side)
-            if cell is None:
-                cells.append(f"{'-':>24}")
-            else:
-                runs = ", ".join(f"{v:g}" for v in cell["runs"])
-                cells.append(f"{cell['median']:>10g} [{runs}]"[:24].rjust(24))
-        print(f"{n:<{width}}  " + "  ".join(cells))
+            cells[n, side] = "-" if cell is None else (
+                f"{number(cell['median'])} [" + ", ".join(number(v) for v in cell["runs"]) + "]")
+    width = max((len(n) for n in shown), default=10)
+    col = {s: max([len(s)] + [len(cells[n, s]) for n in shown]) for s in order}
+    print(f"{'figure: median [runs]':<{width}}  " + "  ".join(f"{s:<{col[s]}}" for s in order))
+    for n in shown:
+        print(f"{n:<{width}}  " + "  ".join(f"{cells[n, s]:<{col[s]}}" for s in order))
     print(f"every figure, with each run: {out_path}")
 
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# What a firing costs PostgreSQL under four designs of the occurrence row, one client,
+# What a firing costs PostgreSQL under five designs of the occurrence row, one client,
 # commits without waiting for the disk (synchronous_commit off: CPU, not fsync), each on a
 # schema of its own (the migrations, a day partition) that it drops at the end:
 #   today   the run written ahead (ahead.sql, the migrator's insert), then a claim that marks
@@ -10,7 +10,10 @@
 #           (create.sql): two row writes;
 #   nolock  as today, but the claim finds its rows without locking them first (no
 #           FOR UPDATE SKIP LOCKED) and updates them by tuple id, re-checking the status
-#           (nolock.sql): what the separate lock costs.
+#           (nolock.sql): what the separate lock costs;
+#   lease   as today, but the claim kept off the row (its lease elsewhere, Redis say): the
+#           claim only reads the claimable rows, the outcome records the attempt on the row
+#           still pending (lease.sql): two row writes, one of them ahead.
 # Prints microseconds per firing for each; the claim and outcome rounds carry K keys.
 #   scripts/pg-claim-cycle/designs.sh [K]      (default 50, a steady 5,000/s batch; PGHOST etc. apply)
 set -euo pipefail
@@ -61,10 +64,13 @@ schema none plain
 create=$(per_key create "$k")
 schema ahead plain
 nolock=$(per_key nolock "$k")
-awk -v a="$ahead" -v t="$today" -v h="$hot" -v c="$create" -v n="$nolock" -v k="$k" 'BEGIN {
+schema ahead plain
+lease=$(per_key lease "$k")
+awk -v a="$ahead" -v t="$today" -v h="$hot" -v c="$create" -v n="$nolock" -v l="$lease" -v k="$k" 'BEGIN {
   printf "rounds of %d keys, microseconds of PostgreSQL per firing:\n", k
   printf "  today   %6.1f  (written ahead %.1f + claim and outcome %.1f)\n", a + t, a, t
   printf "  hot     %6.1f  (written ahead %.1f + HOT claim and outcome %.1f)\n", a + h, a, h
   printf "  create  %6.1f  (claim inserts, outcome updates)\n", c
   printf "  nolock  %6.1f  (written ahead %.1f + unlocked claim and outcome %.1f)\n", a + n, a, n
+  printf "  lease   %6.1f  (written ahead %.1f + claim read only, outcome %.1f)\n", a + l, a, l
 }'

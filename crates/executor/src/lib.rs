@@ -77,17 +77,14 @@ pub struct ExecutorSettings {
 /// the callback's start.
 pub const CLAIM_MARGIN: Duration = Duration::from_millis(40);
 
+/// Keys claimed, and outcomes written, per statement at most.
+const BATCH: usize = 512;
+
+/// The config's defaults: one place states them, so `chime dev`, the tests and the services
+/// cannot drift apart.
 impl Default for ExecutorSettings {
     fn default() -> Self {
-        Self {
-            max_in_flight: 1024,
-            batch: 512,
-            lease_margin: Duration::from_secs(5),
-            max_per_host: 256,
-            claim_linger: Duration::from_millis(20),
-            outcome_linger: Duration::from_millis(50),
-            timer_cache: 16_384,
-        }
+        Self::from_config(&chime_runtime::Config::default())
     }
 }
 
@@ -96,12 +93,12 @@ impl ExecutorSettings {
     pub fn from_config(config: &chime_runtime::Config) -> Self {
         Self {
             max_in_flight: config.executor.max_in_flight,
+            batch: BATCH,
             lease_margin: config.executor.claim_lease_margin.get(),
             max_per_host: config.executor.max_per_host,
             claim_linger: config.executor.claim_linger.get(),
             outcome_linger: config.executor.outcome_linger.get(),
             timer_cache: config.executor.timer_cache,
-            ..Self::default()
         }
     }
 }
