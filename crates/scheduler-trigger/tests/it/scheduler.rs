@@ -260,11 +260,13 @@ async fn keys_due_close_together_share_a_hand_off() {
     run.await.unwrap();
     assert_once_on_time(&s.recorder.got(), &keys);
     // ~480 ms / 25 ms, the four shards' keys of each tick in one call (they hand off on a
-    // shared grid and the calls merge), plus a few for the poll rounds.
+    // shared grid and the calls merge), plus the poll rounds and the ticks a loaded machine
+    // lets slip past a merge (30 seen under `make test`). Unmerged, each shard would make a
+    // call a tick (~76); off the grid, one per due instant (~240).
     let calls = s.recorder.calls.lock().unwrap().len();
     println!("{calls} hand-off calls for {} keys", keys.len());
     assert!(
-        calls <= 480 / 25 + 10,
+        calls <= 2 * (480 / 25),
         "{calls} hand-offs for {} keys",
         keys.len()
     );
