@@ -166,7 +166,9 @@ impl PrivateRabbit {
             .spawn()
             .expect("rabbitmq-server (apt-get install rabbitmq-server)");
         self.child = Some(child);
-        wait_for_port(self.port, "rabbitmq-server", Duration::from_secs(60));
+        // The Erlang VM boots in seconds on an idle machine; beside the other end-to-end
+        // tests on a slow one, a restart took over a minute (2026-12-02, in .ci/run).
+        wait_for_port(self.port, "rabbitmq-server", Duration::from_secs(180));
     }
 
     /// Kills the node at once (the Erlang VM; its port helpers exit with it).
