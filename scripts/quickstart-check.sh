@@ -41,9 +41,15 @@ check() {
   done
   grep -q 'echo: callback received' "$log" || { echo "no echo callback within 5 s"; exit 1; }
   echo "echo callback received"
-  runs=$(target/debug/chime timers runs 1)
+  # The run's outcome is written just after its callback (outcomes are batched): asked at
+  # once, the run may still be running, so ask until it shows, for a few seconds.
+  for _ in $(seq 1 50); do
+    runs=$(target/debug/chime timers runs 1)
+    grep -q succeeded <<<"$runs" && break
+    sleep 0.1
+  done
   echo "$runs"
-  grep -q succeeded <<<"$runs" || { echo "chime timers runs shows no succeeded run"; exit 1; }
+  grep -q succeeded <<<"$runs" || { echo "chime timers runs shows no succeeded run within 5 s"; exit 1; }
 
   pkill -INT -f 'target/debug/chime dev'
   wait "$make_pid"
