@@ -24,4 +24,4 @@ if [ ! -f "$installed" ] || [ "$lock" -nt "$installed" ]; then
 fi
 make -s build   # the build `make test` shares
 cd tests/console
-CHROMIUM="$(command -v chromium)" node --test --test-concurrency=1 --test-timeout=120000 console.test.mjs
+CHROMIUM="$(command -v chromium)" node --test --test-concurrency=1 --test-timeout=900000 console.test.mjs

@@ -2,7 +2,7 @@
 // Chromium driven by playwright-core, callbacks received by a loopback sink in this process.
 // Run by scripts/console-test.sh (part of `make test`); screenshots go to
 // target/console-screenshots/.
-import { test, before, after } from 'node:test';
+import { test as nodeTest, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { createServer } from 'node:http';
@@ -165,6 +165,10 @@ after(async () => {
 });
 
 let page;
+
+// Each test gets its own two minutes; the runner's --test-timeout bounds the whole file, which
+// on a slow machine takes longer than any one test (CI once cancelled the last test at 120 s).
+const test = (name, fn) => nodeTest(name, { timeout: 120_000 }, fn);
 
 test('the console is served with security headers and no third-party assets', async () => {
   const resp = await fetch(`${base}/console`);
