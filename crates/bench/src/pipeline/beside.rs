@@ -13,15 +13,13 @@ pub(super) async fn beside_burst(args: &Args) -> anyhow::Result<Outcome> {
     let burst_path = "/beside-burst";
     // Time to create them all, with room: about 2,500 creates/s on this machine.
     let lead_ms = 3_000 + ((rate + n) as i64) * 1_000 / 2_500;
-    let (mut specs, start) = every_second(rate, seconds, &d.sink.url(every_path), lead_ms);
-    if args.smoke {
-        // The smoke run judges loss, not speed: under the default misfire policy a firing
-        // held past its next one (debug builds on a loaded CI machine) is skipped by design,
-        // and the receiver could not tell that from a lost one. Late but delivered it can.
-        for s in &mut specs {
-            s.misfire = pb::MisfirePolicy::FireAll as i32;
-        }
-    }
+    let (mut specs, start) = every_second(
+        rate,
+        seconds,
+        &d.sink.url(every_path),
+        lead_ms,
+        Counted::of(args),
+    );
     // A third of the way in: the every-second timers are on time before it, and there are
     // seconds left after it drains.
     let burst_at = start + seconds as i64 * 1_000 / 3;

@@ -10,6 +10,7 @@ pub(super) fn every_second(
     seconds: u64,
     url: &str,
     lead_ms: i64,
+    misfire: Counted,
 ) -> (Vec<pb::TimerSpec>, i64) {
     let start = now_ms() + lead_ms;
     let end = start + seconds as i64 * 1000 - 1;
@@ -19,6 +20,7 @@ pub(super) fn every_second(
             pb::TimerSpec {
                 start_at: Some(pb_time(start + phase)),
                 end_at: Some(pb_time(end)),
+                misfire: misfire.pb(),
                 ..spec(
                     format!("every-{i}"),
                     url,
@@ -105,7 +107,7 @@ pub(super) async fn periodic(
         );
     }
     let url = d.sink.url(&format!("/{name}"));
-    let firing = Firing::begin(&d, extra.shape, rate, seconds, &url).await?;
+    let firing = Firing::begin(&d, extra.shape, rate, seconds, &url, Counted::of(args)).await?;
     let (start, end) = (firing.start, firing.start + seconds as i64 * 1000);
     let gather = Gather::start(d.sink.clone(), start, end);
     // CPU is measured from the last create on: creating timers is the api scenario's.
@@ -244,11 +246,12 @@ impl Firing {
         rate: usize,
         seconds: u64,
         url: &str,
+        misfire: Counted,
     ) -> anyhow::Result<Self> {
         match shape {
             Shape::Bounded => {
                 let lead_ms = 3_000 + (rate as i64) * 1_000 / 2_500;
-                let (specs, start) = every_second(rate, seconds, url, lead_ms);
+                let (specs, start) = every_second(rate, seconds, url, lead_ms, misfire);
                 let took = create_all(d, specs).await?;
                 ensure!(
                     now_ms() < start - 500,
@@ -268,10 +271,9 @@ impl Firing {
                 // An every-1s timer created now fires first a second from now.
                 let start = now_ms() + 1000;
                 let (rest, url) = (d.cluster.rest.clone(), url.to_owned());
-                let creating =
-                    tokio::spawn(
-                        async move { create_every(&rest, rate, "1s", &url, "every").await },
-                    );
+                let creating = tokio::spawn(async move {
+                    create_every(&rest, rate, "1s", &url, "every", misfire).await
+                });
                 Ok(Self {
                     start,
                     making: Making::Unbounded(creating),

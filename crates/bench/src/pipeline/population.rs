@@ -165,7 +165,15 @@ pub(super) async fn population(args: &Args) -> anyhow::Result<Outcome> {
         d.sink.url("/minute"),
         d.sink.url("/daily"),
     );
-    create_every(&d.cluster.rest, n_seconds, "1s", &second_url, "second").await?;
+    create_every(
+        &d.cluster.rest,
+        n_seconds,
+        "1s",
+        &second_url,
+        "second",
+        Counted::of(args),
+    )
+    .await?;
     create_streamed(
         &d,
         n_minutes,

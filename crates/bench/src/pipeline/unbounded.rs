@@ -84,6 +84,7 @@ pub(super) async fn create_every(
     every: &str,
     url: &str,
     tag: &str,
+    misfire: Counted,
 ) -> anyhow::Result<Created> {
     let every_ms = chime_domain::parse_duration(every)
         .map_err(|e| anyhow::anyhow!("{every}: {e}"))?
@@ -96,12 +97,15 @@ pub(super) async fn create_every(
         every.to_owned(),
     );
     let timers = each_over_rest(count, move |http, i| {
-        let body = json!({
+        let mut body = json!({
             "app": "bench",
             "name": format!("{tag}-{i}"),
             "schedule": {"every": every},
             "callback": {"url": url},
         });
+        if let Some(m) = misfire.rest() {
+            body["misfire"] = m.into();
+        }
         http.post(&endpoint).json(&body)
     })
     .await?
