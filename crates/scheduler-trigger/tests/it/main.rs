@@ -11,4 +11,5 @@ mod dst;
 mod handoff;
 mod scheduler;
 mod stale;
+mod sweeper;
 mod tls;

@@ -8,7 +8,8 @@ use chime_domain::{
 };
 use chime_storage::{HotEntry, OccurrenceStore, TimerStore};
 
-use crate::scheduler::{Setup, every_second_timer, scheduler, setup, start, status, wait_for_all};
+use crate::scheduler::{Setup, scheduler, setup, start, wait_for_all};
+use crate::sweeper::{every_second_timer, status};
 
 /// `t`'s scheduled runs from `from` to `to`, written and in the hot index, as the migrator
 /// leaves them (the tests' schedulers work 4 buckets).

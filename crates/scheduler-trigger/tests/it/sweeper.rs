@@ -1,0 +1,322 @@
+//! The sweeper against real Redis and PostgreSQL: missed and abandoned runs handed off
+//! again, misfire policies after an outage, stopped timers' runs skipped where they lie.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chime_domain::{
+    Claim, Clock, DeliveryMode, MisfirePolicy, NewOccurrence, NewTimer, OccurrenceStatus,
+    ScheduleInput, ShardKey, SystemClock, TaskKey, Timer, TimerId, TimerSpec, Timestamp,
+};
+use chime_scheduler::{Scheduler, Swept};
+use chime_storage::{OccurrenceStore, TimerStore};
+use tokio_util::sync::CancellationToken;
+
+use crate::scheduler::{Setup, index, keys, settings, setup, wait_for_all};
+
+fn timer_spec(
+    name: &str,
+    schedule: ScheduleInput,
+    misfire: MisfirePolicy,
+    delivery: DeliveryMode,
+) -> TimerSpec {
+    let now = SystemClock.now();
+    TimerSpec {
+        misfire,
+        delivery,
+        ..chime_storage::contract::spec_with("ops", name, &schedule, now.add_millis(-3_600_000))
+    }
+}
+
+pub(crate) async fn timer(
+    s: &Setup,
+    name: &str,
+    schedule: ScheduleInput,
+    misfire: MisfirePolicy,
+    delivery: DeliveryMode,
+) -> Timer {
+    s.db.store
+        .create_timer(
+            NewTimer {
+                spec: timer_spec(name, schedule, misfire, delivery),
+                enabled: true,
+            },
+            chime_domain::Horizon::DEFAULT,
+        )
+        .await
+        .unwrap()
+        .timer
+}
+
+/// An every-second timer under `misfire`, delivered at least once.
+pub(crate) async fn every_second_timer(s: &Setup, name: &str, misfire: MisfirePolicy) -> Timer {
+    timer(s, name, every_second(), misfire, DeliveryMode::AtLeastOnce).await
+}
+
+pub(crate) fn every_second() -> ScheduleInput {
+    ScheduleInput {
+        every: Some("1s".into()),
+        ..Default::default()
+    }
+}
+
+/// Occurrences of `t` due `ago_ms` before now.
+async fn overdue(s: &Setup, t: &Timer, ago_ms: &[i64]) -> Vec<TaskKey> {
+    let now = SystemClock.now();
+    let keys: Vec<TaskKey> = ago_ms
+        .iter()
+        .map(|a| TaskKey::new(t.id, now.add_millis(-a)))
+        .collect();
+    let rows: Vec<NewOccurrence> = keys
+        .iter()
+        .map(|k| NewOccurrence {
+            key: *k,
+            timer_version: t.version,
+            bucket: t.bucket,
+            due: None,
+        })
+        .collect();
+    s.db.store.insert_occurrences(&rows).await.unwrap();
+    keys
+}
+
+fn sweeper(s: &Setup) -> Arc<Scheduler> {
+    let mut settings = settings();
+    settings.sweep_after = Duration::from_secs(2);
+    settings.misfire_threshold = Duration::from_secs(10);
+    Scheduler::new(
+        s.db.store(),
+        s.redis.hot_index(),
+        s.redis.leases(),
+        s.db.store(),
+        s.recorder.clone(),
+        Arc::new(SystemClock),
+        settings,
+    )
+}
+
+pub(crate) async fn status(s: &Setup, k: TaskKey) -> OccurrenceStatus {
+    s.db.store.get_occurrence(k).await.unwrap().unwrap().status
+}
+
+#[tokio::test]
+async fn the_sweeper_hands_off_missed_and_abandoned_work() {
+    let s = setup().await;
+    let t = timer(
+        &s,
+        "t",
+        every_second(),
+        MisfirePolicy::FireOnce,
+        DeliveryMode::AtLeastOnce,
+    )
+    .await;
+    let amo = timer(
+        &s,
+        "amo",
+        every_second(),
+        MisfirePolicy::FireOnce,
+        DeliveryMode::AtMostOnce,
+    )
+    .await;
+    // Missed by the hot path (3 s overdue), not yet overdue enough (1 s), and claimed by an
+    // executor that died (its lease ended).
+    let missed = overdue(&s, &t, &[3_000]).await[0];
+    let recent = overdue(&s, &t, &[1_000]).await[0];
+    let abandoned = overdue(&s, &t, &[4_000]).await[0];
+    let abandoned_amo = overdue(&s, &amo, &[4_000]).await[0];
+    let now = SystemClock.now();
+    let lease = Claim {
+        now,
+        lease_until: now.add_millis(-1),
+    };
+    assert_eq!(
+        s.db.store
+            .claim(&[abandoned, abandoned_amo], lease)
+            .await
+            .unwrap()
+            .len(),
+        2
+    );
+
+    let swept = sweeper(&s).sweep().await.unwrap();
+    assert_eq!(
+        swept,
+        Swept {
+            handed_off: 2,
+            skipped: 0,
+            abandoned: 1
+        }
+    );
+    let mut got: Vec<TaskKey> = s.recorder.got().iter().map(|(k, _)| *k).collect();
+    got.sort();
+    let mut want = vec![missed, abandoned];
+    want.sort();
+    assert_eq!(got, want, "not the recent one, not the at_most_once one");
+    let lost =
+        s.db.store
+            .get_occurrence(abandoned_amo)
+            .await
+            .unwrap()
+            .unwrap();
+    assert_eq!(lost.status, OccurrenceStatus::Failed);
+    assert!(lost.error.unwrap().contains("at_most_once"));
+    assert_eq!(status(&s, recent).await, OccurrenceStatus::Pending);
+}
+
+#[tokio::test]
+async fn misfire_policies_decide_what_an_outage_fires() {
+    let s = setup().await;
+    let once = every_second_timer(&s, "once", MisfirePolicy::FireOnce).await;
+    let all = every_second_timer(&s, "all", MisfirePolicy::FireAll).await;
+    let skip = every_second_timer(&s, "skip", MisfirePolicy::Skip).await;
+    let at = Timestamp::from_millis(SystemClock.now().as_millis() + 3_600_000).to_rfc3339();
+    let one_shot = timer(
+        &s,
+        "one-shot",
+        ScheduleInput {
+            at: Some(at),
+            ..Default::default()
+        },
+        MisfirePolicy::FireOnce,
+        DeliveryMode::AtLeastOnce,
+    )
+    .await;
+    let gap = [60_000, 50_000, 40_000, 30_000, 20_000];
+    let once_keys = overdue(&s, &once, &gap).await;
+    let all_keys = overdue(&s, &all, &gap).await;
+    let skip_keys = overdue(&s, &skip, &gap).await;
+    let one_shot_key = overdue(&s, &one_shot, &[60_000]).await[0];
+    // Overdue, but within the threshold: fires as usual whatever the policy.
+    let skip_recent = overdue(&s, &skip, &[5_000]).await[0];
+
+    let swept = sweeper(&s).sweep().await.unwrap();
+    let got: std::collections::HashSet<TaskKey> =
+        s.recorder.got().iter().map(|(k, _)| *k).collect();
+    // fire_once: the latest of the gap only.
+    assert!(got.contains(&once_keys[4]));
+    for k in &once_keys[..4] {
+        assert!(!got.contains(k));
+        assert_eq!(status(&s, *k).await, OccurrenceStatus::Skipped);
+    }
+    // fire_all: every one.
+    assert!(all_keys.iter().all(|k| got.contains(k)));
+    // skip: none of the gap, yet the recent one.
+    assert!(skip_keys.iter().all(|k| !got.contains(k)));
+    assert!(got.contains(&skip_recent));
+    // one-shot under fire_once: fires.
+    assert!(got.contains(&one_shot_key));
+    assert_eq!(swept.handed_off, 1 + 5 + 1 + 1);
+    assert_eq!(swept.skipped, 4 + 5);
+    // No executor claimed them here, so a second sweep offers the same 8 again, and skips
+    // nothing more: the policy's choice is stable.
+    let again = sweeper(&s).sweep().await.unwrap();
+    assert_eq!((again.handed_off, again.skipped), (8, 0));
+}
+
+#[tokio::test]
+async fn the_sweeper_skips_runs_of_stopped_timers_itself() {
+    let s = setup().await;
+    let spec = |name| (name, every_second(), MisfirePolicy::FireOnce);
+    let mut made = Vec::new();
+    for (name, schedule, misfire) in [spec("paused"), spec("gone"), spec("changed")] {
+        made.push(timer(&s, name, schedule, misfire, DeliveryMode::AtLeastOnce).await);
+    }
+    let live = timer(
+        &s,
+        "live",
+        every_second(),
+        MisfirePolicy::FireOnce,
+        DeliveryMode::AtLeastOnce,
+    )
+    .await;
+    let rows: Vec<Vec<TaskKey>> = {
+        let mut rows = Vec::new();
+        for t in &made {
+            rows.push(overdue(&s, t, &[3_000, 4_000]).await);
+        }
+        rows
+    };
+    let live_key = overdue(&s, &live, &[3_000]).await[0];
+    let (paused, gone, changed) = (&made[0], &made[1], &made[2]);
+    s.db.store
+        .set_timer_enabled(paused.id, false, chime_domain::Horizon::DEFAULT)
+        .await
+        .unwrap();
+    s.db.store.delete_timer(gone.id).await.unwrap();
+    s.db.store
+        .update_timer(
+            changed.id,
+            None,
+            timer_spec(
+                "changed",
+                ScheduleInput {
+                    every: Some("2s".into()),
+                    ..Default::default()
+                },
+                MisfirePolicy::FireOnce,
+                DeliveryMode::AtLeastOnce,
+            ),
+            chime_domain::Horizon::DEFAULT,
+        )
+        .await
+        .unwrap();
+
+    let swept = sweeper(&s).sweep().await.unwrap();
+    // Only the live timer's run goes to an executor; the six others are skipped here.
+    let got: Vec<TaskKey> = s.recorder.got().iter().map(|(k, _)| *k).collect();
+    assert_eq!(got, vec![live_key]);
+    assert_eq!((swept.handed_off, swept.skipped), (1, 6));
+    for (keys, why) in rows
+        .iter()
+        .zip(["timer disabled", "timer deleted", "timer changed"])
+    {
+        for k in keys {
+            let o = s.db.store.get_occurrence(*k).await.unwrap().unwrap();
+            assert_eq!(o.status, OccurrenceStatus::Skipped);
+            assert!(
+                o.error.as_deref().unwrap().starts_with(why),
+                "{:?}",
+                o.error
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn shard_workers_leave_misfired_members_to_the_sweeper() {
+    let s = setup().await;
+    // Due 20 s ago (the shard was not worked: an outage) and due shortly.
+    let mut stale = keys(1, -20_000);
+    let fresh = keys(1, 300);
+    stale[0].0 = TaskKey::new(TimerId::new(77).unwrap(), stale[0].0.run_at);
+    index(&s, &stale).await;
+    index(&s, &fresh).await;
+    let sched = sweeper(&s);
+    let stop = CancellationToken::new();
+    let run = tokio::spawn(sched.run(stop.clone(), Duration::from_secs(5)));
+    wait_for_all(&s, 1).await;
+    // The stale member leaves the index without a hand-off (its row, if any, is the
+    // sweeper's to judge by the timer's misfire policy).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    let (k, b) = stale[0];
+    loop {
+        let left = s
+            .redis
+            .hot_index()
+            .due(ShardKey::new(k.run_at, b), SystemClock.now(), 10)
+            .await
+            .unwrap();
+        if left.is_empty() {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "misfired member never removed"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    stop.cancel();
+    run.await.unwrap();
+    let got: Vec<TaskKey> = s.recorder.got().iter().map(|(k, _)| *k).collect();
+    assert_eq!(got, vec![fresh[0].0]);
+}
