@@ -26,7 +26,7 @@ const MAX_FORWARD_WAIT: Duration = Duration::from_secs(310);
 
 /// Chime executor: accepts due occurrences over gRPC (CHIME_EXECUTOR_ADDR, default :50061),
 /// claims each in CHIME_DATABASE_URL, performs its HTTP callback and records the outcome. At
-/// most CHIME_EXECUTOR__MAX_IN_FLIGHT (default 1024) at once; beyond that it answers "full"
+/// most CHIME_EXECUTOR__MAX_IN_FLIGHT (default 2048) at once; beyond that it answers "full"
 /// and schedulers try another replica. On SIGTERM it stops taking work and finishes what it
 /// accepted within CHIME_SHUTDOWN_GRACE.
 #[derive(Parser)]

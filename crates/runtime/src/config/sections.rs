@@ -341,7 +341,7 @@ impl Default for ExecutorConfig {
     fn default() -> Self {
         Self {
             addr: SocketAddr::from(([0, 0, 0, 0], 50061)),
-            max_in_flight: 1024,
+            max_in_flight: 2048,
             claim_lease_margin: Seconds::secs(5),
             max_per_host: 256,
             claim_linger: Seconds(Duration::from_millis(20)),

@@ -32,7 +32,7 @@ fn loading_nothing_gives_the_built_in_defaults() {
     assert_eq!(c.migrator.addr, None);
     assert_eq!(c.redis.prefix, "chime");
     assert_eq!(c.buckets.get(), 16);
-    assert_eq!(c.executor.max_in_flight, 1024);
+    assert_eq!(c.executor.max_in_flight, 2048);
     assert_eq!(c.executor.claim_linger.get(), Duration::from_millis(20));
     assert_eq!(c.migrator.lead.get(), Duration::from_secs(60));
     assert_eq!(c.migrator.max_ahead, 100);
