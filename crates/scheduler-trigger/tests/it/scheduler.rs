@@ -86,7 +86,7 @@ pub(crate) fn scheduler(s: &Setup) -> Arc<Scheduler> {
     scheduler_with(s, settings())
 }
 
-fn scheduler_with(s: &Setup, settings: SchedulerSettings) -> Arc<Scheduler> {
+pub(crate) fn scheduler_with(s: &Setup, settings: SchedulerSettings) -> Arc<Scheduler> {
     Scheduler::new(
         s.db.store(),
         s.redis.hot_index(),

@@ -3,13 +3,13 @@
 //! timer (real Redis and PostgreSQL).
 
 use chime_domain::{
-    Bucket, BucketCount, Clock, MisfirePolicy, NewOccurrence, OccurrenceStatus, ShardKey,
-    SystemClock, TaskKey, Timer, Timestamp,
+    Bucket, BucketCount, Clock, MisfirePolicy, OccurrenceStatus, ShardKey, SystemClock, TaskKey,
+    Timer, Timestamp,
 };
 use chime_storage::{HotEntry, OccurrenceStore, TimerStore};
 
 use crate::scheduler::{Setup, scheduler, setup, start, wait_for_all};
-use crate::sweeper::{every_second_timer, status};
+use crate::sweeper::{every_second_timer, status, write_runs};
 
 /// `t`'s scheduled runs from `from` to `to`, written and in the hot index, as the migrator
 /// leaves them (the tests' schedulers work 4 buckets).
@@ -20,16 +20,7 @@ async fn late_runs(s: &Setup, t: &Timer, from: Timestamp, to: Timestamp) -> Vec<
         .occurrences_between(from, to)
         .map(|at| TaskKey::new(t.id, at))
         .collect();
-    let rows: Vec<NewOccurrence> = keys
-        .iter()
-        .map(|k| NewOccurrence {
-            key: *k,
-            timer_version: t.version,
-            bucket: t.bucket,
-            due: None,
-        })
-        .collect();
-    s.db.store.insert_occurrences(&rows).await.unwrap();
+    write_runs(s, t, &keys).await;
     let bucket = Bucket::of(t.id, BucketCount::new(4).unwrap());
     let entries: Vec<HotEntry> = keys
         .iter()

@@ -12,7 +12,7 @@ use chime_scheduler::{Scheduler, Swept};
 use chime_storage::{OccurrenceStore, TimerStore};
 use tokio_util::sync::CancellationToken;
 
-use crate::scheduler::{Setup, index, keys, settings, setup, wait_for_all};
+use crate::scheduler::{Setup, index, keys, scheduler_with, settings, setup, wait_for_all};
 
 fn timer_spec(
     name: &str,
@@ -67,6 +67,12 @@ async fn overdue(s: &Setup, t: &Timer, ago_ms: &[i64]) -> Vec<TaskKey> {
         .iter()
         .map(|a| TaskKey::new(t.id, now.add_millis(-a)))
         .collect();
+    write_runs(s, t, &keys).await;
+    keys
+}
+
+/// Writes `keys` as pending runs of `t` at its version.
+pub(crate) async fn write_runs(s: &Setup, t: &Timer, keys: &[TaskKey]) {
     let rows: Vec<NewOccurrence> = keys
         .iter()
         .map(|k| NewOccurrence {
@@ -77,22 +83,13 @@ async fn overdue(s: &Setup, t: &Timer, ago_ms: &[i64]) -> Vec<TaskKey> {
         })
         .collect();
     s.db.store.insert_occurrences(&rows).await.unwrap();
-    keys
 }
 
 fn sweeper(s: &Setup) -> Arc<Scheduler> {
     let mut settings = settings();
     settings.sweep_after = Duration::from_secs(2);
     settings.misfire_threshold = Duration::from_secs(10);
-    Scheduler::new(
-        s.db.store(),
-        s.redis.hot_index(),
-        s.redis.leases(),
-        s.db.store(),
-        s.recorder.clone(),
-        Arc::new(SystemClock),
-        settings,
-    )
+    scheduler_with(s, settings)
 }
 
 pub(crate) async fn status(s: &Setup, k: TaskKey) -> OccurrenceStatus {
