@@ -4,11 +4,13 @@
 # the same day, runs alternated (docs/performance.md, "Reading the figures"): this does that.
 #
 #   scripts/bench-compare/run.sh [--base REV] [--runs N] [--variant NAME:CHIME_X=v[,CHIME_Y=w]]…
-#                                [--out-dir DIR] -- <chime-bench pipeline arguments>
+#                                [--out-dir DIR] [--plan] -- <chime-bench pipeline arguments>
 #
-# Sides, in this order within each round: `base` (REV's services, default HEAD~1; `--base
-# none` leaves it out), `new` (this tree's target/release), and each variant (this tree's
-# services with more settings, e.g. `--variant linger50:CHIME_EXECUTOR__CLAIM_LINGER=50ms`).
+# Sides: `base` (REV's services, default HEAD~1; `--base none` leaves it out), `new` (this
+# tree's target/release), and each variant (this tree's services with more settings, e.g.
+# `--variant linger50:CHIME_EXECUTOR__CLAIM_LINGER=50ms`). Round r starts one side further
+# along than round r-1 (base new v1, then new v1 base, …), so no side always runs first or
+# last on a machine that warms or tires over a round; `--plan` prints that order and stops.
 # Every side runs the same chime-bench, this tree's, so only the services differ. REV is
 # built once, in release, into a cache outside the work tree (CHIME_BENCH_CACHE, default
 # ~/.cache/chime/bench). Each run's report goes to DIR/<side>-<round>.json (default
@@ -20,12 +22,14 @@ base=HEAD~1
 runs=3
 out_dir=target/bench/compare
 variants=()
+plan=0
 while [ $# -gt 0 ]; do
   case $1 in
     --base) base=$2; shift 2 ;;
     --runs) runs=$2; shift 2 ;;
     --variant) variants+=("$2"); shift 2 ;;
     --out-dir) out_dir=$2; shift 2 ;;
+    --plan) plan=1; shift ;;
     --) shift; break ;;
     *) echo "bench-compare: unknown argument $1 (arguments for chime-bench go after --)" >&2; exit 2 ;;
   esac
@@ -35,6 +39,25 @@ for v in "${variants[@]}"; do
   [[ $v =~ ^[A-Za-z0-9_-]+:CHIME_[A-Z0-9_]+=.*$ ]] || {
     echo "bench-compare: --variant takes NAME:CHIME_X=value[,CHIME_Y=value], not $v" >&2; exit 2; }
 done
+sides=()
+[ "$base" = none ] || sides+=(base)
+sides+=(new)
+for v in "${variants[@]}"; do
+  name=${v%%:*}
+  for s in "${sides[@]}"; do
+    [ "$s" != "$name" ] || { echo "bench-compare: a second side named $name (base and new are taken)" >&2; exit 2; }
+  done
+  sides+=("$name")
+done
+# The sides of round $1 (from 1), each round rotated one further than the one before.
+round_sides() {
+  local n=${#sides[@]} i
+  for ((i = 0; i < n; i++)); do echo "${sides[$(((i + $1 - 1) % n))]}"; done
+}
+if [ "$plan" = 1 ]; then
+  for round in $(seq 1 "$runs"); do echo "$round" $(round_sides "$round"); done
+  exit 0
+fi
 bench_bins=(chime-bench chime-bench-callbacks)
 services=(chime-gateway chime-migrator chime-scheduler chime-executor chime)
 for b in "${bench_bins[@]}" "${services[@]}"; do
@@ -51,7 +74,6 @@ side_dir() {
   for b in "${bench_bins[@]}"; do cp -f "target/release/$b" "$dir/"; done
 }
 
-sides=()
 declare -A dirs extra
 if [ "$base" != none ]; then
   sha=$(git rev-parse --verify "$base^{commit}")
@@ -70,13 +92,13 @@ if [ "$base" != none ]; then
     rm -rf "$src"
   fi
   side_dir "$out_dir/bin/base" "$bins"
-  sides+=(base); dirs[base]=$out_dir/bin/base; extra[base]=""
+  dirs[base]=$out_dir/bin/base; extra[base]=""
 fi
 side_dir "$out_dir/bin/new" target/release
-sides+=(new); dirs[new]=$out_dir/bin/new; extra[new]=""
+dirs[new]=$out_dir/bin/new; extra[new]=""
 for v in "${variants[@]}"; do
   name=${v%%:*}
-  sides+=("$name"); dirs[$name]=$out_dir/bin/new
+  dirs[$name]=$out_dir/bin/new
   envs=()
   IFS=',' read -ra pairs <<< "${v#*:}"
   for p in "${pairs[@]}"; do envs+=(--env "$p"); done
@@ -91,7 +113,7 @@ export CHIME_TEST_DATABASE_URL=${CHIME_TEST_DATABASE_URL:-postgres://postgres@12
 
 reports=()
 for round in $(seq 1 "$runs"); do
-  for side in "${sides[@]}"; do
+  for side in $(round_sides "$round"); do
     dir=${dirs[$side]}
     report=$out_dir/$side-$round.json
     echo "bench-compare: round $round of $runs, $side ($("$dir/chime-gateway" --version 2>/dev/null | head -1))" >&2
