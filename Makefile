@@ -87,7 +87,7 @@ bench-compare: peers-packages ## The pipeline benchmark alternated with another 
 # Small sizes on the debug binaries `make test` built: checks that every scenario completes
 # and delivers everything, not the targets.
 SMOKE_SIZES := --burst 2000 --beside-rate 100 --beside-duration 6 --workers-rate 50 --workers-duration 4 --rate 300 --duration 10 --sparse-rate 50 --sparse-duration 5 \
-	--fast-rate 200 --fast-duration 5 --materialize 50000 --api-requests 500 --api-concurrency 8 \
+	--fast-rate 200 --fast-duration 5 --floor-duration 3 --materialize 50000 --api-requests 500 --api-concurrency 8 \
 	--purge-rows 20000 --purge-rate 50 --purge-duration 5 --population 20000 --population-window 10 \
 	--overload-kept 100 --overload-dropped 300 --overload-duration 5 --overload-recovery 5
 bench-smoke: peers-packages ## The pipeline benchmark at small sizes (CI), peers included: everything delivered, no targets

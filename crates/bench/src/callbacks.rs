@@ -1,6 +1,7 @@
-//! One client of the bench's callback-floor scenario (`chime-bench-callbacks`): an
-//! executor's share of a burst of callbacks, sent with the executor's own client and
-//! request (`HttpTarget::deliver`) and nothing around them (no claim, outcome or database).
+//! One client of the bench's callback-floor and paced-floor scenarios
+//! (`chime-bench-callbacks`): an executor's share of a burst of callbacks, or of a steady
+//! rate of them each sent at its own due instant, with the executor's own client and request
+//! (`HttpTarget::deliver`) and nothing around them (no claim, outcome or database).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,7 +33,16 @@ pub struct ClientArgs {
     /// This client's number: its keys differ from the others'.
     #[arg(long)]
     pub client: i64,
+    /// Callbacks per second, each due at its own instant from `--start-ms` on and sent then,
+    /// as an executor wakes for a claimed key at its due time; without it every callback is
+    /// due at `--start-ms` (a burst).
+    #[arg(long)]
+    pub rate: Option<f64>,
 }
+
+/// How far ahead of its due instant a paced callback's task starts, as a scheduler hands a
+/// key off ahead (`scheduler.dispatch_ahead`) and the executor then waits for the due time.
+const PACED_AHEAD: Duration = Duration::from_millis(100);
 
 /// Sends the callbacks, prints `done {failed}`, then waits for stdin to close, so the
 /// scenario reads this process's CPU time before it exits.
@@ -46,22 +56,38 @@ pub async fn run(a: ClientArgs) -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(wait as u64)).await;
     }
     let start = Timestamp::from_millis(a.start_ms);
+    let rate = a.rate.filter(|r| *r > 0.0);
+    let due = |i: usize| match rate {
+        Some(r) => start.saturating_add(Duration::from_secs_f64(i as f64 / r)),
+        None => start,
+    };
     // A task per callback, as an executor runs them, spread over the runtime's workers.
     let failed = futures::stream::iter(0..a.count)
+        .then(|i| async move {
+            // Paced: the task starts a little ahead of its due instant, as a claimed key does.
+            if rate.is_some() {
+                wait_until(due(i), PACED_AHEAD).await;
+            }
+            i
+        })
         .map(|i| {
             let id = a.client * 1_000_000_000 + i as i64 + 1;
+            let at = due(i);
             let occurrence = ClaimedOccurrence {
-                key: TaskKey::new(TimerId::new(id).unwrap_or(timer.id), start),
+                key: TaskKey::new(TimerId::new(id).unwrap_or(timer.id), at),
                 timer_version: timer.version,
                 bucket: timer.bucket,
                 attempt: 1,
-                due: start,
+                due: at,
                 backfill: false,
                 parent: None,
                 timer_now: Some(timer.version),
             };
             let (target, timer) = (target.clone(), timer.clone());
             tokio::spawn(async move {
+                if rate.is_some() {
+                    wait_until(at, Duration::ZERO).await;
+                }
                 let attempt = target.deliver(&timer, occurrence, &SystemClock).await;
                 attempt.outcome.status == OccurrenceStatus::Succeeded
             })
@@ -76,6 +102,14 @@ pub async fn run(a: ClientArgs) -> anyhow::Result<()> {
         .read_line(&mut rest)
         .await;
     Ok(())
+}
+
+/// Sleeps until `ahead` before `at` by the system clock.
+async fn wait_until(at: Timestamp, ahead: Duration) {
+    let wait = at.as_millis() - ahead.as_millis() as i64 - SystemClock.now().as_millis();
+    if wait > 0 {
+        tokio::time::sleep(Duration::from_millis(wait as u64)).await;
+    }
 }
 
 /// A timer calling back `url` as the pipeline scenarios' timers do (POST, no body).

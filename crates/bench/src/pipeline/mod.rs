@@ -78,6 +78,10 @@ pub enum Scenario {
     /// The executors' HTTP callbacks alone, without Chime around them: the machine's ceiling.
     #[value(name = "callback-floor")]
     CallbackFloor,
+    /// The same callbacks alone, paced at steady's and every-second's rates: the floor of
+    /// their cost and lateness.
+    #[value(name = "paced-floor")]
+    PacedFloor,
     /// steady with timers created by batch before the first firing, their phases spread by
     /// `start_at` and their runs ended by `end_at`: not how users make them.
     #[value(name = "steady-bounded")]
@@ -97,7 +101,7 @@ pub struct Args {
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "burst,callback-floor,beside-burst,steady,every-second,overload,sparse,materialize,api,purge,workers,population"
+        default_value = "burst,callback-floor,paced-floor,beside-burst,steady,every-second,overload,sparse,materialize,api,purge,workers,population"
     )]
     pub scenarios: Vec<Scenario>,
     /// burst (and workers, once to workers and once over HTTP): one-shot timers due at the
@@ -117,6 +121,9 @@ pub struct Args {
     /// every-second: seconds of firing.
     #[arg(long, default_value_t = 120)]
     pub fast_duration: u64,
+    /// paced-floor: seconds of callbacks alone at each of steady's and every-second's rates.
+    #[arg(long, default_value_t = 30)]
+    pub floor_duration: u64,
     /// beside-burst: every-second timers firing while a burst of `--burst` drains.
     #[arg(long, default_value_t = 1_000)]
     pub beside_rate: usize,
@@ -341,7 +348,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 s,
                 Scenario::Materialize | Scenario::Purge | Scenario::Population
             );
-            if *s == Scenario::CallbackFloor && setup != Setup::PostgresRedis {
+            if matches!(s, Scenario::CallbackFloor | Scenario::PacedFloor)
+                && setup != Setup::PostgresRedis
+            {
                 eprintln!(
                     "scenario {s:?} on {}: skipped (no database: run once)",
                     setup.name()
@@ -371,6 +380,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 Scenario::Population => population(&args).await,
                 Scenario::BesideBurst => beside_burst(&args).await,
                 Scenario::CallbackFloor => callback_floor(&args).await,
+                Scenario::PacedFloor => paced_floor(&args).await,
                 Scenario::Overload => overload(&args).await,
             }
             .with_context(|| format!("scenario {s:?} on {}", setup.name()))?;
@@ -444,6 +454,18 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             share * 100.0
         );
     }
+    let paced = beside_paced_floor(&outcomes, args.rate, args.fast_rate);
+    for (scenario, f) in paced.iter().filter_map(|v| v.as_object()).flatten() {
+        println!(
+            "{scenario} beside the paced floor at {}/s: CPU {} × the callbacks alone, worst window p99 {} ms against {} ms",
+            f["rate_per_second"],
+            f["cpu_over_floor"]
+                .as_f64()
+                .map_or("-".into(), |r| format!("{r:.1}")),
+            f["worst_window_p99_ms"],
+            f["floor_worst_window_p99_ms"]
+        );
+    }
     let failed: Vec<String> = outcomes
         .iter()
         .flat_map(|o| {
@@ -485,6 +507,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         },
         "comparison": comparison,
         "burst_share_of_callback_floor": floor_share,
+        "beside_paced_floor": paced,
         "targets_met": missed.is_empty(),
     });
     if let Some(dir) = args.out.parent() {
