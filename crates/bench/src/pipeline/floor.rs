@@ -199,8 +199,9 @@ impl Clients {
             .collect();
         Ok(Self {
             children,
-            cpu0: CpuSample::take(&pids),
             pids,
+            // Set by `mark`, once the clients are up.
+            cpu0: CpuSample::default(),
         })
     }
 
