@@ -18,7 +18,7 @@ import sys
 HEADLINE = re.compile(
     r"(drain|p99|p50|worst|cpu_total_per_1000|cpu_seconds_per_1000\.(postgres|executors)"
     r"|rows_per_firing|share|chime_advantage|delivered|missing|duplicates|disable_seconds"
-    r"|kept_while_overloaded|one_shots|misfired|callbacks_per_second)",
+    r"|kept_while_overloaded|one_shots|misfired|callbacks_per_second|over_floor)",
     re.I,
 )
 
@@ -54,6 +54,8 @@ def figures(report):
     share = report.get("burst_share_of_callback_floor")
     if isinstance(share, (int, float)):
         out["burst_share_of_callback_floor"] = float(share)
+    # Steady's and every-second's CPU and worst window beside the callbacks alone.
+    out.update(leaves(report.get("beside_paced_floor") or {}, "beside_paced_floor"))
     return out
 
 
