@@ -139,14 +139,19 @@ async fn every_worker_takes_each_firing_as_a_shard_and_a_killed_ones_shard_moves
     // worker-c holds its next shard and is killed: another worker finishes it.
     std::fs::write(format!("{}.hold-worker-c", file.display()), "").unwrap();
     let held_file = format!("{}.held", file.display());
+    // The shell creates the file before it writes the line: wait for the whole line.
+    let held_line = || {
+        let held = std::fs::read_to_string(&held_file).unwrap_or_default();
+        let (key, index) = held.strip_suffix('\n')?.split_once(' ')?;
+        Some((key.to_owned(), index.parse::<u32>().ok()?))
+    };
     until("worker-c holds a shard", Duration::from_secs(30), || {
-        let held = std::path::Path::new(&held_file).exists();
+        let held = held_line().is_some();
         async move { held }
     })
     .await;
-    let held = std::fs::read_to_string(&held_file).unwrap();
-    let (key, index) = held.trim().split_once(' ').unwrap();
-    let index: u32 = index.parse().unwrap();
+    let (key, index) = held_line().unwrap();
+    let key = key.as_str();
     workers[2].kill9();
     until(
         "the held shard finished elsewhere",
