@@ -18,7 +18,7 @@ import sys
 HEADLINE = re.compile(
     r"(drain|p99|p50|worst|cpu_total_per_1000|cpu_seconds_per_1000\.(postgres|executors)"
     r"|rows_per_firing|share|chime_advantage|delivered|missing|duplicates|disable_seconds"
-    r"|kept_while_overloaded|one_shots|misfired|callbacks_per_second|over_floor)",
+    r"|kept_while_overloaded|one_shots|misfired|callbacks_per_second|over_floor|wal_syncs)",
     re.I,
 )
 

@@ -76,6 +76,7 @@ impl TimerService {
             timer: NewTimer {
                 spec,
                 enabled: req.timer.enabled.unwrap_or(true),
+                runs_unwritten: self.runs_unwritten,
             },
             idempotency,
         })

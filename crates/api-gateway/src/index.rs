@@ -82,6 +82,13 @@ impl IndexWriter {
         }
     }
 
+    /// Whether the index keeps the run leases unwritten runs are taken under.
+    pub fn keeps_run_leases(&self) -> bool {
+        self.index
+            .as_ref()
+            .is_some_and(|i| i.reads().run_leases().is_some())
+    }
+
     /// Indexes `written`; never fails the request.
     pub async fn add(&self, written: &[NewOccurrence]) {
         let Some(index) = &self.index else { return };

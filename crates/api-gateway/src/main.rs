@@ -63,7 +63,8 @@ async fn main() -> anyhow::Result<()> {
         .with_activity(stores.database.activity.clone())
         .with_notifications(stores.database.notifications.clone())
         .with_chains(stores.database.chains.clone())
-        .with_shards(stores.database.shards.clone()),
+        .with_shards(stores.database.shards.clone())
+        .with_unwritten_runs(config.migrator.unwritten_runs),
     );
     let gateway = Gateway::new(
         api,

@@ -53,6 +53,8 @@ pub struct TimerService {
     pub(crate) chains: Option<Arc<dyn chime_storage::Chains>>,
     /// Broadcast runs' shards, shown with their runs.
     pub(crate) shards: Option<Arc<dyn chime_storage::Shards>>,
+    /// New timers may leave their runs unwritten ([`chime_domain::UnwrittenRun`]).
+    pub(crate) runs_unwritten: bool,
 }
 
 impl TimerService {
@@ -81,7 +83,16 @@ impl TimerService {
             notifications: None,
             chains: None,
             shards: None,
+            runs_unwritten: false,
         }
+    }
+
+    /// Lets fast recurring timers created from now on leave their runs unwritten
+    /// (`migrator.unwritten_runs`), when the hot index keeps the run leases they are taken
+    /// under.
+    pub fn with_unwritten_runs(mut self, on: bool) -> Self {
+        self.runs_unwritten = on && self.index.keeps_run_leases();
+        self
     }
 
     /// Keeps the apps' failure-notification settings in `store`.

@@ -82,6 +82,7 @@ pub async fn run(a: ClientArgs) -> anyhow::Result<()> {
                 backfill: false,
                 parent: None,
                 timer_now: Some(timer.version),
+                unwritten: None,
             };
             let (target, timer) = (target.clone(), timer.clone());
             tokio::spawn(async move {

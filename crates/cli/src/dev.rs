@@ -203,7 +203,8 @@ fn timer_api(
         .with_activity(db.activity.clone())
         .with_notifications(db.notifications.clone())
         .with_chains(db.chains.clone())
-        .with_shards(db.shards.clone()),
+        .with_shards(db.shards.clone())
+        .with_unwritten_runs(config.migrator.unwritten_runs),
     ))
 }
 

@@ -22,6 +22,7 @@ mod policy;
 mod schedule;
 mod target;
 mod timer;
+mod unwritten;
 
 pub use access::{
     ApiToken, MAX_TOKEN_NAME_CHARS, Scope, Scopes, SigningSecret, TokenId, webhook_signature,
@@ -62,6 +63,7 @@ pub use target::{
 pub use timer::{
     Labels, NewTimer, OnComplete, OverlapPolicy, PauseNote, Timer, TimerSpec, TimerState,
 };
+pub use unwritten::{UNWRITTEN_MAX_INTERVAL, UnwrittenRun};
 
 /// Documented limits on user input. They bound memory and storage per timer.
 pub mod limits {

@@ -33,18 +33,32 @@ pub fn misfired(next: Timestamp) -> String {
     )
 }
 
-/// Whether the run `key` of `timer` (`None`: deleted) is to be skipped before its claim, and
-/// how: its timer is stopped, or, late at `now`, its next run is due already. The store
-/// marks only a row still waiting for its first attempt (see [`EarlySkipKind`]).
-pub fn early_skip(timer: Option<&Timer>, key: TaskKey, now: Timestamp) -> Option<EarlySkip> {
+/// Whether the run `key` of `timer` (`None`: deleted), handed off due at `due` (`None`: not
+/// said), is to be skipped before its claim, and how: its timer is stopped, or, late at
+/// `now`, its next run is due already. The store marks only a row still waiting for its
+/// first attempt (see [`EarlySkipKind`]), or writes an unwritten run's row skipped.
+pub fn early_skip(
+    timer: Option<&Timer>,
+    key: TaskKey,
+    due: Option<Timestamp>,
+    now: Timestamp,
+) -> Option<EarlySkip> {
+    let Some(t) = timer else {
+        return Some(EarlySkip {
+            key,
+            timer_version: i64::MAX,
+            kind: EarlySkipKind::Stopped,
+            reason: "timer deleted".to_owned(),
+            unwritten: None,
+        });
+    };
+    let unwritten = t.unwritten_run(key.run_at, due).then(|| t.unwritten());
     let stopped = |timer_version: i64, reason: &str| EarlySkip {
         key,
         timer_version,
         kind: EarlySkipKind::Stopped,
         reason: reason.to_owned(),
-    };
-    let Some(t) = timer else {
-        return Some(stopped(i64::MAX, "timer deleted"));
+        unwritten,
     };
     if !t.enabled {
         // A last run skipped at the claim deletes a timer set to; left to it.
@@ -67,6 +81,7 @@ pub fn early_skip(timer: Option<&Timer>, key: TaskKey, now: Timestamp) -> Option
         timer_version: t.version,
         kind: EarlySkipKind::Overtaken { due },
         reason: misfired(next),
+        unwritten,
     })
 }
 

@@ -3,7 +3,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{Bucket, OverlapPolicy, TaskKey, TimerId, Timestamp, ValidationError};
+use crate::{Bucket, OverlapPolicy, TaskKey, TimerId, Timestamp, UnwrittenRun, ValidationError};
 
 /// Where an occurrence is in its life.
 ///
@@ -216,6 +216,9 @@ pub struct EarlySkip {
     pub timer_version: i64,
     pub kind: EarlySkipKind,
     pub reason: String,
+    /// An unwritten run (no row yet): an overtaken one is written skipped, a stopped one is
+    /// only dropped.
+    pub unwritten: Option<UnwrittenRun>,
 }
 
 /// Why a run is skipped before its claim, and so which of its rows may be marked.
@@ -271,6 +274,9 @@ pub struct ClaimedOccurrence {
     /// to a timer bumps its version, so an executor holding the timer at this version needs
     /// not read it again.
     pub timer_now: Option<i64>,
+    /// An unwritten run taken under a run lease (no row was there): its row is inserted when
+    /// it ends.
+    pub unwritten: Option<UnwrittenRun>,
 }
 
 /// The result of one attempt. Recorded only if the occurrence is still `running` at that
@@ -286,6 +292,8 @@ pub struct Outcome {
     pub error: Option<String>,
     /// For `retrying`: when to try again.
     pub next_attempt_at: Option<Timestamp>,
+    /// An unwritten run: its row is inserted with this outcome rather than updated.
+    pub unwritten: Option<UnwrittenRun>,
 }
 
 impl Outcome {
@@ -307,6 +315,7 @@ impl Outcome {
             output: None,
             error,
             next_attempt_at: None,
+            unwritten: None,
         }
     }
 

@@ -313,6 +313,10 @@ impl FromStr for TimerState {
 pub struct NewTimer {
     pub spec: TimerSpec,
     pub enabled: bool,
+    /// Leave its runs unwritten until they end if its spec allows
+    /// ([`TimerSpec::may_leave_runs_unwritten`]): the deployment's choice
+    /// (`migrator.unwritten_runs`), not the user's.
+    pub runs_unwritten: bool,
 }
 
 /// A stored timer.
@@ -329,6 +333,10 @@ pub struct Timer {
     pub deleted_at: Option<Timestamp>,
     /// Set while it is disabled with a note.
     pub paused: Option<PauseNote>,
+    /// Its runs get occurrence rows ahead of time (`false`: written when they end, see
+    /// [`crate::UnwrittenRun`]). Decided when the timer is created; a change that makes the
+    /// timer need rows ahead sets it, and nothing clears it again.
+    pub written_ahead: bool,
 }
 
 impl Timer {

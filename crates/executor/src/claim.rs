@@ -103,6 +103,8 @@ impl Inner {
             self.claim_known(jobs, timers.clone())
         );
         // Dropping a skipped job frees its permit.
+        // A stopped timer's unwritten runs are not marked (nothing of them was written): the
+        // claim after finds no row for them, or the row of a retry, which it skips.
         held.retain(|j| !skipped.contains(&j.key));
         if let Err(e) = claimed {
             // Tried again with the held keys: the caller retries what is left in `jobs`.
@@ -128,8 +130,11 @@ impl Inner {
         let mut slots = self.admit_to_hosts(jobs, &timers);
         let mut claimed = self.claim_keys(jobs, &timers, claim).await?;
         let unreadable = self.refresh_changed(&mut timers, &claimed).await;
+        let dropped = self
+            .recheck_unwritten(&mut claimed, &timers, &unreadable)
+            .await;
         for job in jobs.drain(..) {
-            if unreadable.contains(&job.key.timer_id) {
+            if unreadable.contains(&job.key.timer_id) || dropped.contains(&job.key) {
                 continue;
             }
             // `remove`: a key offered twice (two hand-offs of it in one batch) fires once.
@@ -188,7 +193,12 @@ impl Inner {
         jobs.iter()
             // Read without deleted timers: one missing is gone for good.
             .filter_map(|job| {
-                early_skip(timers.get(&job.key.timer_id).map(Arc::as_ref), job.key, now)
+                early_skip(
+                    timers.get(&job.key.timer_id).map(Arc::as_ref),
+                    job.key,
+                    None,
+                    now,
+                )
             })
             .collect()
     }
@@ -267,8 +277,8 @@ impl Inner {
     }
 
     /// Claims the keys of `jobs`. Timers with an overlap policy (`skip`, `buffer_one`) are
-    /// claimed one at a time, each beside no other of its occurrences in flight; the rest in
-    /// one statement.
+    /// claimed one at a time, each beside no other of its occurrences in flight; unwritten
+    /// runs under their run leases ([`Self::take_unwritten`]); the rest in one statement.
     async fn claim_keys(
         &self,
         jobs: &[Job],
@@ -281,17 +291,31 @@ impl Inner {
                     .get(&k.timer_id)
                     .is_some_and(|t| !t.spec.overlap.is_allow_all())
             });
+        let (unwritten, keys): (Vec<TaskKey>, Vec<TaskKey>) = match &self.run_leases {
+            Some(_) => keys.into_iter().partition(|k| {
+                timers
+                    .get(&k.timer_id)
+                    .is_some_and(|t| t.enabled && t.unwritten_run(k.run_at, None))
+            }),
+            None => (Vec::new(), keys),
+        };
         let claiming = match jobs.first() {
             Some(j) => tracing::info_span!(parent: &j.span, "claim", keys = keys.len()),
             None => tracing::Span::none(),
         };
-        let claimed = self
-            .occurrences
-            .claim(&keys, claim)
-            .instrument(claiming)
-            .await?;
+        let (claimed, taken) = tokio::join!(
+            async {
+                if keys.is_empty() {
+                    return Ok(Vec::new());
+                }
+                self.occurrences.claim(&keys, claim).await
+            }
+            .instrument(claiming),
+            self.take_unwritten(&unwritten, timers, claim)
+        );
         let mut claimed: HashMap<TaskKey, ClaimedOccurrence> =
-            claimed.into_iter().map(|c| (c.key, c)).collect();
+            claimed?.into_iter().map(|c| (c.key, c)).collect();
+        claimed.extend(taken?);
         // The batch leaves backfilled occurrences under `skip` or `buffer_one` alone; one
         // statement tells which of the keys it did not claim are those. The rest were taken
         // or finished already: in a burst, the sweeper hands off keys still queued here, and
@@ -338,6 +362,118 @@ impl Inner {
         Ok(claimed)
     }
 
+    /// Takes unwritten runs ([`chime_domain::UnwrittenRun`]): each run's lease first, then
+    /// a look for its row, so a second taker either finds the lease held or finds the row.
+    /// A run with no row is this executor's first attempt of it; one with a row (a retry,
+    /// a run skipped meanwhile) is claimed as any row is, and its lease freed.
+    async fn take_unwritten(
+        &self,
+        runs: &[TaskKey],
+        timers: &Timers,
+        claim: Claim,
+    ) -> StoreResult<Vec<(TaskKey, ClaimedOccurrence)>> {
+        let Some(leases) = self.run_leases.as_ref().filter(|_| !runs.is_empty()) else {
+            return Ok(Vec::new());
+        };
+        let ttl = Duration::from_millis(
+            u64::try_from(claim.lease_until.as_millis() - claim.now.as_millis()).unwrap_or(0),
+        );
+        let flags = leases.take_runs(runs, ttl).await?;
+        let held: Vec<TaskKey> = runs
+            .iter()
+            .zip(&flags)
+            .filter(|(_, taken)| **taken)
+            .map(|(k, _)| *k)
+            .collect();
+        let busy = runs.len() - held.len();
+        if busy > 0 {
+            // Another executor has them (a key offered twice): nothing to do here.
+            metrics::counter!("chime_executor_not_claimed_total").increment(busy as u64);
+        }
+        if held.is_empty() {
+            return Ok(Vec::new());
+        }
+        let absent = match self.occurrences.absent(&held).await {
+            Ok(absent) => absent,
+            Err(e) => {
+                let _ = leases.free_runs(&held).await;
+                return Err(e);
+            }
+        };
+        let without_row: HashSet<TaskKey> = absent.iter().map(|a| a.key).collect();
+        let with_row: Vec<TaskKey> = held
+            .iter()
+            .filter(|k| !without_row.contains(k))
+            .copied()
+            .collect();
+        let mut taken: Vec<(TaskKey, ClaimedOccurrence)> = absent
+            .iter()
+            .filter_map(|a| {
+                let t = timers.get(&a.key.timer_id)?;
+                Some((
+                    a.key,
+                    ClaimedOccurrence {
+                        key: a.key,
+                        timer_version: t.version,
+                        bucket: t.bucket,
+                        attempt: 1,
+                        due: chime_domain::misfire::natural_due(t, a.key.run_at),
+                        backfill: false,
+                        parent: None,
+                        timer_now: a.timer_now,
+                        unwritten: Some(t.unwritten()),
+                    },
+                ))
+            })
+            .collect();
+        if !with_row.is_empty() {
+            let claimed = self.occurrences.claim(&with_row, claim).await;
+            let _ = leases.free_runs(&with_row).await;
+            taken.extend(claimed?.into_iter().map(|c| (c.key, c)));
+        }
+        Ok(taken)
+    }
+
+    /// Unwritten runs taken on a timer that changed since it was cached fire under the
+    /// timer as it is now if it still names them; the rest are dropped (nothing of them was
+    /// written) and their leases freed, as are those of timers that could not be read.
+    /// Returns the keys dropped.
+    async fn recheck_unwritten(
+        &self,
+        claimed: &mut HashMap<TaskKey, ClaimedOccurrence>,
+        timers: &Timers,
+        unreadable: &[chime_domain::TimerId],
+    ) -> HashSet<TaskKey> {
+        let mut dropped = HashSet::new();
+        for c in claimed.values_mut().filter(|c| c.unwritten.is_some()) {
+            let now = timers
+                .get(&c.key.timer_id)
+                .filter(|t| !unreadable.contains(&t.id));
+            match now {
+                Some(t) if t.enabled && t.unwritten_run(c.key.run_at, None) => {
+                    c.timer_version = t.version;
+                    c.unwritten = Some(t.unwritten());
+                    c.due = chime_domain::misfire::natural_due(t, c.key.run_at);
+                }
+                _ => {
+                    dropped.insert(c.key);
+                }
+            }
+        }
+        if dropped.is_empty() {
+            return dropped;
+        }
+        claimed.retain(|k, _| !dropped.contains(k));
+        metrics::counter!("chime_executor_not_claimed_total").increment(dropped.len() as u64);
+        if let Some(leases) = &self.run_leases {
+            let keys: Vec<TaskKey> = dropped.iter().copied().collect();
+            if let Err(e) = leases.free_runs(&keys).await {
+                tracing::warn!(error = %e, runs = keys.len(), "cannot free run leases; they lapse");
+            }
+        }
+        dropped
+    }
+
     /// Records a claimed occurrence as skipped, with why, without calling back.
     fn record_skip(
         &self,
@@ -351,13 +487,16 @@ impl Inner {
         if misfired {
             metrics::counter!("chime_executor_misfired_total").increment(1);
         }
-        let outcome = Outcome::ended(
-            job.key,
-            occurrence.attempt,
-            OccurrenceStatus::Skipped,
-            None,
-            Some(reason),
-        );
+        let outcome = Outcome {
+            unwritten: occurrence.unwritten,
+            ..Outcome::ended(
+                job.key,
+                occurrence.attempt,
+                OccurrenceStatus::Skipped,
+                None,
+                Some(reason),
+            )
+        };
         let _ = self.done.send(Done {
             completes: completes(timer, &outcome),
             timer: None,
@@ -416,6 +555,10 @@ impl Inner {
                         )
                     }
                 },
+            };
+            let outcome = Outcome {
+                unwritten: occurrence.unwritten,
+                ..outcome
             };
             drop(watch);
             // The host's next waiting key may go.

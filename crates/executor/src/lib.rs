@@ -36,7 +36,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use chime_domain::{Bucket, Clock, Outcome, TaskKey};
-use chime_storage::{Activity, HotIndex, HotWrites, OccurrenceStore, TimerStore};
+use chime_storage::{Activity, HotIndex, HotWrites, OccurrenceStore, RunLeases, TimerStore};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -146,6 +146,9 @@ struct Inner {
     occurrences: Arc<dyn OccurrenceStore>,
     /// Where retries are scheduled; without one, the sweeper finds them when due.
     index: Option<HotWrites>,
+    /// The leases unwritten runs are taken under, beside the hot index; without them such
+    /// runs are claimed as rows, which they do not have, and left to the sweeper.
+    run_leases: Option<Arc<dyn RunLeases>>,
     clock: Arc<dyn Clock>,
     targets: Targets,
     settings: ExecutorSettings,
@@ -227,6 +230,7 @@ impl Executor {
         let inner = Arc::new(Inner {
             timers,
             occurrences,
+            run_leases: index.as_ref().and_then(|i| i.reads().run_leases()),
             index,
             clock,
             targets,

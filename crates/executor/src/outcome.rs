@@ -168,6 +168,7 @@ mod tests {
                 output: None,
                 error: Some("callback answered HTTP 429".into()),
                 next_attempt_at: None,
+                unwritten: None,
             },
             retryable,
             retry_after,
@@ -250,6 +251,7 @@ mod tests {
                 backfill: false,
                 parent: None,
                 timer_now: Some(1),
+                unwritten: None,
             };
             skip_reason(Some(&t), &c, Timestamp::from_millis(now_ms))
         };
@@ -274,6 +276,7 @@ mod tests {
                     backfill: false,
                     parent: None,
                     timer_now: Some(1),
+                    unwritten: None,
                 },
                 Timestamp::from_millis(0)
             )
@@ -296,6 +299,7 @@ mod tests {
             backfill: false,
             parent: None,
             timer_now: Some(1),
+            unwritten: None,
         };
         let at = |c: &ClaimedOccurrence, t: &Timer, now_ms| {
             skip_reason(Some(t), c, Timestamp::from_millis(now_ms))

@@ -36,6 +36,23 @@ fn ended(outcomes: &[Outcome], timers: &[Option<Arc<chime_domain::Timer>>]) -> V
         .collect()
 }
 
+/// Frees the run leases of the unwritten runs among `outcomes`, now that their rows are
+/// written. One that cannot be freed lapses by itself; meanwhile a second offer of the run
+/// finds it held, and then finds its row.
+async fn free_written(inner: &Inner, outcomes: &[Outcome]) {
+    let Some(leases) = &inner.run_leases else {
+        return;
+    };
+    let runs: Vec<chime_domain::TaskKey> = outcomes
+        .iter()
+        .filter(|o| o.unwritten.is_some())
+        .map(|o| o.key)
+        .collect();
+    if let Err(e) = leases.free_runs(&runs).await {
+        tracing::warn!(error = %e, runs = runs.len(), "cannot free run leases; they lapse");
+    }
+}
+
 /// Writes outcomes a batch at a time; each key's permit is freed once its outcome is stored.
 pub(crate) async fn outcome_loop(
     inner: Arc<Inner>,
@@ -98,6 +115,7 @@ pub(crate) async fn outcome_loop(
             }
             // Told only of what is stored: a dropped outcome's run is fired again.
             Ok(_) => {
+                free_written(&inner, &outcomes).await;
                 if let Some(notifier) = inner.notifier.get() {
                     notifier.observe(ended(&outcomes, &timers));
                 }

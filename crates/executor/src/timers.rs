@@ -110,6 +110,7 @@ mod tests {
             updated_at: now,
             deleted_at: None,
             paused: None,
+            written_ahead: true,
         })
     }
 

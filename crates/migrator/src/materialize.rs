@@ -204,6 +204,9 @@ impl Materializer {
     ) -> StoreResult<Materialized> {
         let mut done = Materialized::default();
         let mut rows = Vec::new();
+        // Planned and indexed, not written: unwritten timers' runs get their rows when
+        // they end ([`chime_domain::UnwrittenRun`]).
+        let mut unwritten = Vec::new();
         let mut marks = Vec::new();
         for (timer, watermark) in items {
             done.timers += 1;
@@ -212,12 +215,17 @@ impl Materializer {
                 .spec
                 .schedule
                 .plan(from, now, self.horizon.of_timer(timer.id));
-            rows.extend(plan.runs.iter().map(|run_at| NewOccurrence {
+            let planned = plan.runs.iter().map(|run_at| NewOccurrence {
                 key: TaskKey::new(timer.id, *run_at),
                 timer_version: timer.version,
                 bucket: timer.bucket,
                 due: timer.due_of(*run_at),
-            }));
+            });
+            if timer.written_ahead {
+                rows.extend(planned);
+            } else {
+                unwritten.extend(planned);
+            }
             if plan.watermark > *watermark {
                 marks.push(Watermark {
                     id: timer.id,
@@ -229,6 +237,15 @@ impl Materializer {
         for chunk in rows.chunks(self.batch) {
             done.occurrences += chunk.len() as u64;
             done.written += self.occurrences.insert_occurrences(chunk).await?;
+            let entries: Vec<HotEntry> = chunk
+                .iter()
+                .map(|o| HotEntry::new(o.key, o.due_at(), o.bucket))
+                .collect();
+            done.indexed += entries.len() as u64;
+            self.index.extended(&entries).await?;
+        }
+        for chunk in unwritten.chunks(self.batch) {
+            done.occurrences += chunk.len() as u64;
             let entries: Vec<HotEntry> = chunk
                 .iter()
                 .map(|o| HotEntry::new(o.key, o.due_at(), o.bucket))

@@ -151,7 +151,7 @@ impl Scheduler {
         };
         let runs: Vec<EarlySkip> = keys
             .iter()
-            .filter_map(|k| early_skip(timers.get(&k.timer_id)?.as_deref(), *k, now))
+            .filter_map(|k| early_skip(timers.get(&k.timer_id)?.as_deref(), *k, None, now))
             .collect();
         if runs.is_empty() {
             return HashSet::new();

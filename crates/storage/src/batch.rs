@@ -2,7 +2,9 @@
 
 use std::collections::HashSet;
 
-use chime_domain::{NewOccurrence, Occurrence, Outcome, Timestamp};
+use chime_domain::{
+    EarlySkip, EarlySkipKind, NewOccurrence, Occurrence, OccurrenceStatus, Outcome, Timestamp,
+};
 
 use crate::{StoreError, StoreResult};
 
@@ -77,4 +79,20 @@ pub(crate) fn oldest_first(mut items: Vec<Occurrence>, limit: u32) -> Vec<Occurr
     });
     items.truncate(limit as usize);
     items
+}
+
+/// An overtaken unwritten run as the skipped row it is written as (a stopped timer's are
+/// only dropped: nothing of them was ever written). `None` for any other run.
+pub(crate) fn skipped_row(run: &EarlySkip) -> Option<Outcome> {
+    let unwritten = run.unwritten?;
+    matches!(run.kind, EarlySkipKind::Overtaken { .. }).then(|| Outcome {
+        unwritten: Some(unwritten),
+        ..Outcome::ended(
+            run.key,
+            0,
+            OccurrenceStatus::Skipped,
+            None,
+            Some(run.reason.clone()),
+        )
+    })
 }

@@ -56,6 +56,7 @@ pub mod occurrence_store;
 pub mod retention;
 pub mod shards;
 pub mod timer_store;
+pub mod unwritten;
 
 const T0: i64 = 1_893_456_000_000; // 2030-01-01T00:00:00Z: clear of any real clock in tests.
 
@@ -135,6 +136,7 @@ pub fn unstored_timer(id: i64, spec: TimerSpec, now: Timestamp) -> Timer {
         updated_at: now,
         deleted_at: None,
         paused: None,
+        written_ahead: true,
     }
 }
 
@@ -142,6 +144,7 @@ pub fn new_timer(app: &str, name: &str) -> NewTimer {
     NewTimer {
         spec: spec(app, name),
         enabled: true,
+        runs_unwritten: false,
     }
 }
 
@@ -186,6 +189,7 @@ fn outcome(k: TaskKey, attempt: u32, status: OccurrenceStatus, fired_at: i64) ->
         output: Some("ok".into()),
         error: None,
         next_attempt_at: None,
+        unwritten: None,
     }
 }
 
@@ -241,6 +245,43 @@ macro_rules! storage_contract {
             timers_behind_page_by_watermark_and_advance_forward_only,
             shrinking_the_bucket_count_moves_out_of_range_timers,
         ]);
+    };
+    (unwritten, $make:expr) => {
+        $crate::storage_contract!(@cases unwritten, $make, store, [
+            timers_that_leave_runs_unwritten_write_none_ahead,
+            a_change_may_write_runs_ahead_but_never_leave_them_unwritten_again,
+            an_unwritten_runs_row_is_written_when_it_ends,
+            a_skip_is_written_once_and_gives_way_to_a_real_attempt,
+        ]);
+    };
+    (run_leases, $make:expr) => {
+        mod run_leases {
+            #[allow(unused_imports)]
+            use super::*;
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_run_is_held_by_one_taker_until_freed() {
+                let fixture = $make.await;
+                $crate::contract::unwritten::a_run_is_held_by_one_taker_until_freed(
+                    fixture.hot_index(),
+                )
+                .await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn racing_takers_hold_each_run_once() {
+                let fixture = $make.await;
+                $crate::contract::unwritten::racing_takers_hold_each_run_once(fixture.hot_index())
+                    .await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_lapsed_run_lease_is_taken_over() {
+                let fixture = $make.await;
+                $crate::contract::unwritten::a_lapsed_run_lease_is_taken_over(
+                    fixture.hot_index(),
+                    fixture.time(),
+                )
+                .await;
+            }
+        }
     };
     (retention, $make:expr) => {
         $crate::storage_contract!(@cases retention, $make, store, [

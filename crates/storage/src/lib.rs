@@ -49,6 +49,7 @@ mod stores;
 pub mod testkit;
 mod windowed;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -59,7 +60,7 @@ use chime_domain::{
 };
 
 pub use activity::Activity;
-pub(crate) use batch::{OutcomeColumns, dedup_new_occurrences, oldest_first};
+pub(crate) use batch::{OutcomeColumns, dedup_new_occurrences, oldest_first, skipped_row};
 pub use calendars::Calendars;
 pub use chains::Chains;
 pub use credentials::Credentials;
@@ -74,6 +75,14 @@ pub use stores::{HotPath, HotStores, NoHotPath, StoreSettings, Stores};
 pub use windowed::{WINDOW_MARGIN, Windowed};
 
 pub type StoreResult<T> = Result<T, StoreError>;
+
+/// An unwritten run without a row ([`OccurrenceStore::absent`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Absent {
+    pub key: TaskKey,
+    /// Its timer's version now; `None` when the timer is deleted.
+    pub timer_now: Option<i64>,
+}
 
 /// What [`OccurrenceStore::claim_exclusive`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -236,6 +245,17 @@ pub trait TimerStore: Send + Sync + 'static {
         limit: u32,
     ) -> StoreResult<Vec<Behind>>;
 
+    /// Enabled live timers of `bucket` whose runs are unwritten
+    /// ([`chime_domain::UnwrittenRun`]), with their watermarks, by id after `after`, at
+    /// most `limit`: what the sweeper checks against the rows written, and what a rebuilt
+    /// shard computes those runs from.
+    async fn unwritten_timers(
+        &self,
+        bucket: Bucket,
+        after: Option<TimerId>,
+        limit: u32,
+    ) -> StoreResult<Vec<Behind>>;
+
     /// Moves watermarks forward. Returns how many moved.
     async fn advance_watermarks(&self, marks: &[Watermark]) -> StoreResult<u64>;
 
@@ -311,8 +331,14 @@ pub trait OccurrenceStore: Send + Sync + 'static {
     ) -> StoreResult<Vec<TaskKey>>;
 
     /// Records attempt results; an outcome whose attempt is no longer the running one is
-    /// ignored. Returns how many were recorded.
+    /// ignored. Returns how many were recorded. An unwritten run's outcome (`unwritten` set)
+    /// inserts its row; a row there already stays, unless it is a skip (attempt 0), which
+    /// the real attempt replaces.
     async fn record_outcomes(&self, outcomes: &[Outcome]) -> StoreResult<u64>;
+
+    /// Those of `keys`, unwritten runs ([`chime_domain::UnwrittenRun`]), that have no row,
+    /// each with its timer's version now.
+    async fn absent(&self, keys: &[TaskKey]) -> StoreResult<Vec<Absent>>;
 
     async fn get_occurrence(&self, key: TaskKey) -> StoreResult<Option<Occurrence>>;
 
@@ -340,7 +366,9 @@ pub trait OccurrenceStore: Send + Sync + 'static {
     /// claim, each with its reason: one write per run overtaken by its timer's next one
     /// (only at its natural due time and the timer's version) or of a stopped timer (any
     /// version up to the timer's), where claiming and then recording the skip were two.
-    /// Rows another claimer holds are passed over. Returns the keys marked.
+    /// Rows another claimer holds are passed over. An overtaken unwritten run (`unwritten`
+    /// set) gets its row written skipped, unless it has one; a stopped timer's is not
+    /// written at all (and not returned). Returns the keys marked.
     async fn skip_before_claim(&self, runs: &[EarlySkip]) -> StoreResult<Vec<TaskKey>>;
 
     /// Removes the pending occurrences due after `after` of timers just stopped (disabled
@@ -509,6 +537,27 @@ pub trait HotIndex: Send + Sync + 'static {
     /// Whether the shard was built (touched) and not lost since; it stays complete after
     /// its members are removed, until it expires. `false` means: read the database instead.
     async fn shard_complete(&self, shard: ShardKey) -> StoreResult<bool>;
+
+    /// The run leases kept beside this index, if its backend keeps them.
+    fn run_leases(&self) -> Option<Arc<dyn RunLeases>> {
+        None
+    }
+}
+
+/// Leases under which executors take unwritten runs ([`chime_domain::UnwrittenRun`]): at most
+/// one holder per run at a time, so at most one callback, until the run's row is written.
+/// A lease is taken before the run's row is looked for and freed only once the row is
+/// written, so a second taker either finds it held or finds the row.
+#[async_trait]
+pub trait RunLeases: Send + Sync + 'static {
+    /// Takes each run's lease for `ttl` unless another holds it; which were taken, in order.
+    async fn take_runs(&self, runs: &[TaskKey], ttl: Duration) -> StoreResult<Vec<bool>>;
+
+    /// Frees the leases of runs whose rows are written, or that turned out to have rows.
+    async fn free_runs(&self, runs: &[TaskKey]) -> StoreResult<()>;
+
+    /// Which of `runs` are held now, in order.
+    async fn runs_held(&self, runs: &[TaskKey]) -> StoreResult<Vec<bool>>;
 }
 
 /// An opaque holder token. Only the holder's token can renew or release a lease.

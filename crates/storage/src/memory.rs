@@ -9,7 +9,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chime_domain::{Clock, ShardKey, TaskKey, Timestamp};
 
-use crate::{HotEntry, HotIndex, LeaseToken, Leases, Membership, StoreError, StoreResult};
+use crate::{
+    HotEntry, HotIndex, LeaseToken, Leases, Membership, RunLeases, StoreError, StoreResult,
+};
 
 fn lock<T>(m: &Mutex<T>) -> StoreResult<MutexGuard<'_, T>> {
     m.lock()
@@ -31,15 +33,63 @@ pub struct MemoryHotIndex {
     clock: Arc<dyn Clock>,
     /// How long a shard outlives its minute.
     retention: Duration,
+    runs: Arc<MemoryRunLeases>,
 }
 
 impl MemoryHotIndex {
     pub fn new(clock: Arc<dyn Clock>, retention: Duration) -> Self {
         Self {
             shards: Mutex::new(HashMap::new()),
+            runs: Arc::new(MemoryRunLeases {
+                held: Mutex::new(HashMap::new()),
+                clock: clock.clone(),
+            }),
             clock,
             retention,
         }
+    }
+}
+
+/// Unwritten runs' leases beside the in-memory index, each with its expiry.
+#[derive(Debug)]
+pub struct MemoryRunLeases {
+    held: Mutex<HashMap<TaskKey, Timestamp>>,
+    clock: Arc<dyn Clock>,
+}
+
+#[async_trait]
+impl RunLeases for MemoryRunLeases {
+    async fn take_runs(&self, runs: &[TaskKey], ttl: Duration) -> StoreResult<Vec<bool>> {
+        let now = self.clock.now();
+        let mut held = lock(&self.held)?;
+        held.retain(|_, until| *until > now);
+        Ok(runs
+            .iter()
+            .map(|run| {
+                let free = !held.contains_key(run);
+                if free {
+                    held.insert(*run, now.saturating_add(ttl));
+                }
+                free
+            })
+            .collect())
+    }
+
+    async fn free_runs(&self, runs: &[TaskKey]) -> StoreResult<()> {
+        let mut held = lock(&self.held)?;
+        for run in runs {
+            held.remove(run);
+        }
+        Ok(())
+    }
+
+    async fn runs_held(&self, runs: &[TaskKey]) -> StoreResult<Vec<bool>> {
+        let now = self.clock.now();
+        let held = lock(&self.held)?;
+        Ok(runs
+            .iter()
+            .map(|run| held.get(run).is_some_and(|until| *until > now))
+            .collect())
     }
 }
 
@@ -127,6 +177,10 @@ impl HotIndex for MemoryHotIndex {
         Ok(lock(&self.shards)?
             .get(&shard)
             .is_some_and(|s| s.complete && s.expires_at > now))
+    }
+
+    fn run_leases(&self) -> Option<Arc<dyn RunLeases>> {
+        Some(self.runs.clone())
     }
 }
 

@@ -87,6 +87,11 @@ const POSTGRES: &[(i64, &str, &str)] = &[
         "run shards",
         include_str!("../../../migrations/postgres/0015_run_shards.sql"),
     ),
+    (
+        16,
+        "unwritten runs",
+        include_str!("../../../migrations/postgres/0016_unwritten_runs.sql"),
+    ),
 ];
 
 const SQLITE: &[(i64, &str, &str)] = &[
@@ -160,6 +165,11 @@ const SQLITE: &[(i64, &str, &str)] = &[
         "run shards",
         include_str!("../../../migrations/sqlite/0014_run_shards.sql"),
     ),
+    (
+        15,
+        "unwritten runs",
+        include_str!("../../../migrations/sqlite/0015_unwritten_runs.sql"),
+    ),
 ];
 
 const MYSQL: &[(i64, &str, &str)] = &[
@@ -182,6 +192,11 @@ const MYSQL: &[(i64, &str, &str)] = &[
         4,
         "run shards",
         include_str!("../../../migrations/mysql/0004_run_shards.sql"),
+    ),
+    (
+        5,
+        "unwritten runs",
+        include_str!("../../../migrations/mysql/0005_unwritten_runs.sql"),
     ),
 ];
 

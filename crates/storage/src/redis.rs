@@ -1,7 +1,8 @@
 //! Redis backend for [`HotIndex`] and [`Leases`] (fred).
 //!
 //! Keys: `{prefix}:shard:{yyyymmddHHMM}:{bucket}` (ZSET of task keys scored by due ms) and
-//! `{prefix}:lease:{name}` (string holding the holder's token). A shard built from the
+//! `{prefix}:lease:{name}` (string holding the holder's token), `{prefix}:run:{timer_id}:{run_at}`
+//! (an unwritten run's lease, see [`RunLeases`]). A shard built from the
 //! database also holds a marker member scored far in the future: it says the shard is
 //! complete, and stays when every member was dispatched. A shard without it (never built, or
 //! lost by Redis and re-created by a writer) sends readers to the database.
@@ -16,7 +17,9 @@ use fred::interfaces::{ClientLike, KeysInterface, LuaInterface, SortedSetsInterf
 use fred::types::config::{Config, ReconnectPolicy};
 use fred::types::{Builder, Expiration, SetOptions};
 
-use crate::{HotEntry, HotIndex, LeaseToken, Leases, Membership, StoreError, StoreResult};
+use crate::{
+    HotEntry, HotIndex, LeaseToken, Leases, Membership, RunLeases, StoreError, StoreResult,
+};
 
 /// Member that marks a shard complete. Not a valid task key, never due.
 const MARKER: &str = "~";
@@ -300,6 +303,65 @@ impl HotIndex for RedisHotIndex {
             .zscore(shard_key(&self.0.settings.prefix, shard), MARKER)
             .await?;
         Ok(score.is_some())
+    }
+
+    fn run_leases(&self) -> Option<std::sync::Arc<dyn RunLeases>> {
+        Some(std::sync::Arc::new(self.0.leases()))
+    }
+}
+
+/// The key of a run's lease: `{prefix}:run:{timer_id}:{run_at}`. One key per run, so each
+/// lease expires by itself, and Redis Cluster spreads them.
+fn run_key(prefix: &str, run: &TaskKey) -> String {
+    format!("{prefix}:run:{run}")
+}
+
+#[async_trait]
+impl RunLeases for RedisLeases {
+    async fn take_runs(&self, runs: &[TaskKey], ttl: Duration) -> StoreResult<Vec<bool>> {
+        if runs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let pipeline = self.0.pool.next().pipeline();
+        for run in runs {
+            let _: () = pipeline
+                .set(
+                    run_key(&self.0.settings.prefix, run),
+                    "1",
+                    Some(Expiration::PX(ttl_ms(ttl))),
+                    Some(SetOptions::NX),
+                    false,
+                )
+                .await?;
+        }
+        let replies: Vec<fred::types::Value> = pipeline.all().await?;
+        Ok(replies.iter().map(|r| !r.is_null()).collect())
+    }
+
+    async fn free_runs(&self, runs: &[TaskKey]) -> StoreResult<()> {
+        if runs.is_empty() {
+            return Ok(());
+        }
+        let pipeline = self.0.pool.next().pipeline();
+        for run in runs {
+            let _: () = pipeline.del(run_key(&self.0.settings.prefix, run)).await?;
+        }
+        let _: Vec<fred::types::Value> = pipeline.all().await?;
+        Ok(())
+    }
+
+    async fn runs_held(&self, runs: &[TaskKey]) -> StoreResult<Vec<bool>> {
+        if runs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let pipeline = self.0.pool.next().pipeline();
+        for run in runs {
+            let _: () = pipeline
+                .exists(run_key(&self.0.settings.prefix, run))
+                .await?;
+        }
+        let replies: Vec<i64> = pipeline.all().await?;
+        Ok(replies.into_iter().map(|n| n > 0).collect())
     }
 }
 

@@ -87,6 +87,7 @@ where
             }),
             _ => None,
         },
+        written_ahead: row.boolean("written_ahead")?,
     })
 }
 
@@ -167,7 +168,21 @@ where
         backfill: row.opt_text("backfill")?.is_some(),
         parent: parent(row)?,
         timer_now: row.opt_i64("timer_now")?,
+        unwritten: None,
     })
+}
+
+/// `(timer_id, run_at, timer_now)` rows of unwritten runs without a row.
+pub(crate) fn absent(found: Vec<(i64, i64, Option<i64>)>) -> StoreResult<Vec<crate::Absent>> {
+    found
+        .into_iter()
+        .map(|(id, run_at, timer_now)| {
+            Ok(crate::Absent {
+                key: TaskKey::new(timer_id(id)?, Timestamp::from_millis(run_at)),
+                timer_now,
+            })
+        })
+        .collect()
 }
 
 /// The column [`claimed`] reads as the timer's current version, for a claim statement whose
@@ -244,7 +259,15 @@ pub(crate) fn new_timer_row(
         updated_at: now,
         deleted_at: None,
         paused: None,
+        written_ahead: !(new.runs_unwritten && new.spec.may_leave_runs_unwritten(now)),
     }
+}
+
+/// Whether a timer changed to `spec` at `now` must have its runs written ahead from then
+/// on, whatever it had: a change never makes a written-ahead timer unwritten, whose rows
+/// ahead would then be left behind at the old version.
+pub(crate) fn needs_rows_ahead(spec: &TimerSpec, now: Timestamp) -> bool {
+    !spec.may_leave_runs_unwritten(now)
 }
 
 /// Serializes a spec for storage.

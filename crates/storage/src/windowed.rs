@@ -79,4 +79,8 @@ impl HotIndex for Windowed {
     async fn shard_complete(&self, shard: ShardKey) -> StoreResult<bool> {
         self.inner.shard_complete(shard).await
     }
+
+    fn run_leases(&self) -> Option<Arc<dyn crate::RunLeases>> {
+        self.inner.run_leases()
+    }
 }

@@ -40,6 +40,7 @@ async fn dead_run(gw: &support::TestGateway, id: i64, run_at: i64) -> chime_doma
             output: None,
             error: Some("callback answered HTTP 500".into()),
             next_attempt_at: None,
+            unwritten: None,
         }])
         .await
         .unwrap();

@@ -52,6 +52,7 @@ pub(super) async fn materialize(args: &Args) -> anyhow::Result<Outcome> {
                             then: Default::default(),
                         },
                         enabled: true,
+                        runs_unwritten: false,
                     },
                     idempotency: None,
                 })

@@ -1,6 +1,7 @@
 //! What PostgreSQL wrote for the firings of a run: WAL bytes, and the rows inserted, updated
 //! (how many of them HOT, without new index entries) and deleted in the scenario's own
-//! tables. Per firing, these say where the database's share of the CPU goes and what a
+//! tables, and the server's WAL flushes (the whole server's: nothing else runs during a
+//! bench). Per firing, these say where the database's share of the CPU goes and what a
 //! change to the statements saved, without a profiler or an extension on the server.
 
 use serde::Serialize;
@@ -13,6 +14,7 @@ pub(super) struct PgCounters {
     updated: i64,
     hot_updated: i64,
     deleted: i64,
+    wal_syncs: i64,
 }
 
 /// Between two samples, per firing.
@@ -24,6 +26,9 @@ pub(super) struct PgWork {
     pub rows_deleted_per_firing: f64,
     /// Updates that were HOT (no index touched), of all updates.
     pub hot_update_share: f64,
+    /// Times the server waited for its WAL to reach the disk, per 1,000 firings: each
+    /// durable commit that found its log not yet flushed waits for one.
+    pub wal_syncs_per_1000: f64,
 }
 
 impl PgCounters {
@@ -34,22 +39,24 @@ impl PgCounters {
         // A busy backend publishes its row counts once a second, an idle one up to 10 s
         // late (PostgreSQL 15): over a steady run the lag is the same at both samples and
         // cancels out; after a burst it does not (burst reports WAL only).
-        let (wal_bytes, inserted, updated, hot_updated, deleted): (f64, i64, i64, i64, i64) =
-            sqlx::query_as(
-                "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::float8, \
+        type Row = (f64, i64, i64, i64, i64, i64);
+        let (wal_bytes, inserted, updated, hot_updated, deleted, wal_syncs): Row = sqlx::query_as(
+            "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::float8, \
                    COALESCE(SUM(n_tup_ins), 0)::bigint, COALESCE(SUM(n_tup_upd), 0)::bigint, \
-                   COALESCE(SUM(n_tup_hot_upd), 0)::bigint, COALESCE(SUM(n_tup_del), 0)::bigint \
+                   COALESCE(SUM(n_tup_hot_upd), 0)::bigint, COALESCE(SUM(n_tup_del), 0)::bigint, \
+                   (SELECT wal_sync FROM pg_stat_wal)::bigint \
                  FROM pg_stat_user_tables WHERE schemaname = current_schema()",
-            )
-            .fetch_one(pool)
-            .await
-            .ok()?;
+        )
+        .fetch_one(pool)
+        .await
+        .ok()?;
         Some(Self {
             wal_bytes,
             inserted,
             updated,
             hot_updated,
             deleted,
+            wal_syncs,
         })
     }
 
@@ -67,6 +74,7 @@ impl PgCounters {
             } else {
                 0.0
             },
+            wal_syncs_per_1000: (later.wal_syncs - self.wal_syncs) as f64 * 1000.0 / n,
         }
     }
 }
@@ -75,8 +83,9 @@ impl PgWork {
     /// The report's row.
     pub fn describe(&self) -> String {
         format!(
-            "{:.0} B WAL; rows {:.2} inserted, {:.2} updated ({:.0} % HOT), {:.2} deleted",
+            "{:.0} B WAL, {:.1} WAL flushes per 1,000; rows {:.2} inserted, {:.2} updated ({:.0} % HOT), {:.2} deleted",
             self.wal_bytes_per_firing,
+            self.wal_syncs_per_1000,
             self.rows_inserted_per_firing,
             self.rows_updated_per_firing,
             self.hot_update_share * 100.0,
@@ -97,6 +106,7 @@ mod tests {
             updated: 100,
             hot_updated: 40,
             deleted: 0,
+            wal_syncs: 7,
         };
         let after = PgCounters {
             wal_bytes: 201_000.0,
@@ -104,6 +114,7 @@ mod tests {
             updated: 300,
             hot_updated: 90,
             deleted: 50,
+            wal_syncs: 37,
         };
         let w = before.per_firing(&after, 100);
         assert_eq!(w.wal_bytes_per_firing, 2_000.0);
@@ -111,9 +122,10 @@ mod tests {
         assert_eq!(w.rows_updated_per_firing, 2.0);
         assert_eq!(w.rows_deleted_per_firing, 0.5);
         assert_eq!(w.hot_update_share, 0.25);
+        assert_eq!(w.wal_syncs_per_1000, 300.0);
         assert_eq!(
             w.describe(),
-            "2000 B WAL; rows 1.00 inserted, 2.00 updated (25 % HOT), 0.50 deleted"
+            "2000 B WAL, 300.0 WAL flushes per 1,000; rows 1.00 inserted, 2.00 updated (25 % HOT), 0.50 deleted"
         );
     }
 

@@ -239,6 +239,7 @@ async fn bench_claim(pg: &DbBench, args: &Args) -> anyhow::Result<Vec<Duration>>
                             output: None,
                             error: None,
                             next_attempt_at: None,
+                            unwritten: None,
                         })
                         .collect();
                     let recorded = store.record_outcomes(&outcomes).await?;

@@ -330,6 +330,11 @@ impl Schedule {
         }
     }
 
+    /// Whether the schedule names the instant `at` (within its bounds, not excluded).
+    pub fn fires_at(&self, at: Timestamp) -> bool {
+        self.occurrences_between(at, at.add_millis(1)).next() == Some(at)
+    }
+
     /// The next `n` fire times at or after `from`.
     pub fn next_runs(&self, from: Timestamp, n: usize) -> Vec<Timestamp> {
         self.occurrences_between(from, Timestamp::from_millis(i64::MAX))

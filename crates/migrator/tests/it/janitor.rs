@@ -87,6 +87,7 @@ impl Fixture {
                 chime_domain::NewTimer {
                     spec,
                     enabled: true,
+                    runs_unwritten: false,
                 },
                 EXACT,
             )
@@ -109,6 +110,7 @@ impl Fixture {
             output: None,
             error: None,
             next_attempt_at: None,
+            unwritten: None,
         };
         self.store
             .record_outcomes(&[

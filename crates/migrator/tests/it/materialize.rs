@@ -71,6 +71,7 @@ async fn create(s: &Setup, name: &str, schedule: ScheduleInput, enabled: bool) -
             NewTimer {
                 spec: spec(name, schedule, s.clock.now()),
                 enabled,
+                runs_unwritten: false,
             },
             MINUTE,
         )

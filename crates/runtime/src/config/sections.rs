@@ -194,6 +194,11 @@ pub struct MigratorConfig {
     /// The lease on a bucket a replica works; a dead replica's buckets are taken over this
     /// long after.
     pub work_lease: Seconds,
+    /// Fast recurring timers created from now on leave their runs unwritten: no occurrence
+    /// row ahead, one row each when it ends (`chime_domain::UnwrittenRun`). `false`: every
+    /// new timer's runs are written ahead, as before. Timers keep what they were created
+    /// with.
+    pub unwritten_runs: bool,
 }
 
 impl Default for MigratorConfig {
@@ -204,6 +209,7 @@ impl Default for MigratorConfig {
             max_ahead: chime_domain::Horizon::DEFAULT.max_rows,
             interval: Seconds::secs(1),
             work_lease: Seconds::secs(3),
+            unwritten_runs: false,
         }
     }
 }

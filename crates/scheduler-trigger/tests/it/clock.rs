@@ -96,6 +96,7 @@ impl Setup {
         let new = NewTimer {
             spec,
             enabled: true,
+            runs_unwritten: false,
         };
         self.db
             .store

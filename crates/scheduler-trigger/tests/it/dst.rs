@@ -106,6 +106,7 @@ async fn walk(case: Case) {
                         NewTimer {
                             spec,
                             enabled: true,
+                            runs_unwritten: false,
                         },
                         horizon,
                     )

@@ -40,6 +40,7 @@ pub(crate) async fn timer(
             NewTimer {
                 spec: timer_spec(name, schedule, misfire, delivery),
                 enabled: true,
+                runs_unwritten: false,
             },
             chime_domain::Horizon::DEFAULT,
         )

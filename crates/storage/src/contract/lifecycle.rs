@@ -29,6 +29,7 @@ fn one_shot(app: &str, name: &str, at_ms: i64, on_complete: OnComplete) -> NewTi
     NewTimer {
         spec,
         enabled: true,
+        runs_unwritten: false,
     }
 }
 

@@ -27,7 +27,11 @@ fn every_second(app: &str, name: &str) -> TimerSpec {
 }
 
 fn new(spec: TimerSpec, enabled: bool) -> NewTimer {
-    NewTimer { spec, enabled }
+    NewTimer {
+        spec,
+        enabled,
+        runs_unwritten: false,
+    }
 }
 
 /// Every occurrence the write reported is stored, pending, at the timer's version.

@@ -47,18 +47,19 @@ pub(super) async fn insert_timers(
             i32::from(t.enabled),
             t.bucket.get(),
             t.created_at.as_millis(),
-            watermark.as_millis()
+            watermark.as_millis(),
+            i32::from(t.written_ahead)
         ]));
     }
     let ids = json_rows(group.iter().map(|(w, _)| json!(w.timer.id.get())));
     sqlx::query(
         "INSERT INTO timers (id, app, name, schedule_kind, spec, enabled, version, bucket, \
-           created_at, updated_at, materialized_until) \
-         SELECT id, app, name, kind, spec, enabled, 1, bucket, at, at, wm \
+           created_at, updated_at, materialized_until, written_ahead) \
+         SELECT id, app, name, kind, spec, enabled, 1, bucket, at, at, wm, ahead \
          FROM JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT PATH '$[0]', app VARCHAR(64) PATH '$[1]', \
            name VARCHAR(512) PATH '$[2]', kind VARCHAR(16) PATH '$[3]', \
            spec LONGTEXT PATH '$[4]', enabled BOOLEAN PATH '$[5]', bucket INT PATH '$[6]', \
-           at BIGINT PATH '$[7]', wm BIGINT PATH '$[8]')) n \
+           at BIGINT PATH '$[7]', wm BIGINT PATH '$[8]', ahead BOOLEAN PATH '$[9]')) n \
          ON DUPLICATE KEY UPDATE id = timers.id",
     )
     .bind(json_rows(timers))
@@ -75,7 +76,8 @@ pub(super) async fn insert_timers(
     .collect();
     let occurrences: Vec<_> = group
         .iter()
-        .filter(|(w, _)| inserted.contains(&w.timer.id.get()))
+        // An unwritten timer's runs are only indexed; each row comes when its run ends.
+        .filter(|(w, _)| w.timer.written_ahead && inserted.contains(&w.timer.id.get()))
         .flat_map(|(w, _)| w.occurrences.iter().copied())
         .collect();
     insert_fresh(&mut *conn, &occurrences, None).await?;

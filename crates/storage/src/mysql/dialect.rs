@@ -33,6 +33,12 @@ impl Dialect for MySql {
         timer_cols!(),
         " FROM timers WHERE id = ? AND deleted_at IS NULL"
     );
+    const UNWRITTEN_TIMERS: &'static str = concat!(
+        "SELECT ",
+        timer_cols!(),
+        ", materialized_until FROM timers WHERE bucket = ? AND NOT written_ahead AND enabled \
+         AND deleted_at IS NULL AND id > ? ORDER BY id LIMIT ?"
+    );
     const TIMER_BY_ID: &'static str =
         concat!("SELECT ", timer_cols!(), " FROM timers WHERE id = ?");
     // MySQL assigns left to right, so the version and time read `enabled` before it is

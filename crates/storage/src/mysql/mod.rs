@@ -23,7 +23,7 @@ use crate::{StoreError, StoreResult, rows};
 macro_rules! timer_cols {
     () => {
         "id, app, name, spec, enabled, version, bucket, created_at, updated_at, deleted_at, \
-         paused_reason, paused_at, paused_by"
+         paused_reason, paused_at, paused_by, written_ahead"
     };
 }
 
@@ -78,6 +78,7 @@ mod occurrences;
 mod retention;
 mod shards;
 mod timers;
+mod unwritten;
 
 #[derive(Clone)]
 pub struct MySqlStore {
@@ -181,8 +182,5 @@ fn json_rows(rows: impl IntoIterator<Item = serde_json::Value>) -> String {
 
 /// `[[timer_id, run_at], …]` for [`keys_table`].
 fn keys_json(keys: &[chime_domain::TaskKey]) -> String {
-    json_rows(
-        keys.iter()
-            .map(|k| serde_json::json!([k.timer_id.get(), k.run_at.as_millis()])),
-    )
+    crate::sql::keys_json(keys)
 }

@@ -14,7 +14,8 @@ use super::dialect::MySql;
 use super::{MySqlStore, json_rows, keys_json};
 use crate::rows;
 use crate::{
-    DeadFilter, Exclusive, HotEntry, OccurrenceStore, PageRequest, Redrive, RunFilter, StoreResult,
+    Absent, DeadFilter, Exclusive, HotEntry, OccurrenceStore, PageRequest, Redrive, RunFilter,
+    StoreResult,
 };
 
 /// `JSON_TABLE` over `[[timer_id, run_at, version, bucket, due], …]`, as `n`.
@@ -38,7 +39,10 @@ fn new_rows_json(batch: &[NewOccurrence]) -> String {
 }
 
 /// The keys of `batch` that have a row.
-async fn existing(conn: &mut MySqlConnection, keys: &[TaskKey]) -> StoreResult<HashSet<TaskKey>> {
+pub(super) async fn existing(
+    conn: &mut MySqlConnection,
+    keys: &[TaskKey],
+) -> StoreResult<HashSet<TaskKey>> {
     let found = sqlx::query(concat!(
         "SELECT o.timer_id, o.run_at FROM ",
         keys_table!(),
@@ -265,10 +269,14 @@ impl OccurrenceStore for MySqlStore {
     }
 
     async fn record_outcomes(&self, outcomes: &[Outcome]) -> StoreResult<u64> {
+        let (unwritten, outcomes): (Vec<&Outcome>, Vec<&Outcome>) =
+            outcomes.iter().partition(|o| o.unwritten.is_some());
+        let inserted = self.insert_ended(&unwritten).await?.len() as u64;
         if outcomes.is_empty() {
-            return Ok(0);
+            return Ok(inserted);
         }
-        let c = crate::OutcomeColumns::new(outcomes)?;
+        let outcomes: Vec<Outcome> = outcomes.into_iter().cloned().collect();
+        let c = crate::OutcomeColumns::new(&outcomes)?;
         let rows = json_rows((0..outcomes.len()).map(|i| {
             json!([
                 c.timer_ids[i],
@@ -298,7 +306,11 @@ impl OccurrenceStore for MySqlStore {
         .bind(rows)
         .execute(&self.pool)
         .await?;
-        Ok(done.rows_affected())
+        Ok(inserted + done.rows_affected())
+    }
+
+    async fn absent(&self, keys: &[TaskKey]) -> StoreResult<Vec<Absent>> {
+        self.absent_runs(keys).await
     }
 
     async fn get_occurrence(&self, key: TaskKey) -> StoreResult<Option<Occurrence>> {
@@ -350,8 +362,17 @@ impl OccurrenceStore for MySqlStore {
     }
 
     async fn skip_before_claim(&self, runs: &[EarlySkip]) -> StoreResult<Vec<TaskKey>> {
+        let written: Vec<Outcome> = runs.iter().filter_map(crate::skipped_row).collect();
+        let mut marked = self
+            .insert_ended(&written.iter().collect::<Vec<_>>())
+            .await?;
+        let runs: Vec<EarlySkip> = runs
+            .iter()
+            .filter(|r| r.unwritten.is_none())
+            .cloned()
+            .collect();
         if runs.is_empty() {
-            return Ok(Vec::new());
+            return Ok(marked);
         }
         // No UPDATE … RETURNING: the rows are locked as the claim locks them (passing over
         // those a claimer holds), then marked.
@@ -366,7 +387,7 @@ impl OccurrenceStore for MySqlStore {
                        AND COALESCE(o.next_attempt_at, o.run_at) = k.due) \
              FOR UPDATE SKIP LOCKED"
         ))
-        .bind(crate::sql::early_skips_json(runs))
+        .bind(crate::sql::early_skips_json(&runs))
         .fetch_all(&mut *tx)
         .await?;
         let keys: HashSet<TaskKey> = locked
@@ -374,9 +395,9 @@ impl OccurrenceStore for MySqlStore {
             .map(rows::task_key)
             .collect::<StoreResult<_>>()?;
         if keys.is_empty() {
-            return Ok(Vec::new());
+            return Ok(marked);
         }
-        let marked: Vec<EarlySkip> = runs
+        let skipping: Vec<EarlySkip> = runs
             .iter()
             .filter(|r| keys.contains(&r.key))
             .cloned()
@@ -387,11 +408,12 @@ impl OccurrenceStore for MySqlStore {
             occurrences_by_key!("k"),
             " SET o.status = 'skipped', o.error = k.reason, o.lease_until = NULL"
         ))
-        .bind(crate::sql::early_skips_json(&marked))
+        .bind(crate::sql::early_skips_json(&skipping))
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
-        Ok(keys.into_iter().collect())
+        marked.extend(keys);
+        Ok(marked)
     }
 
     async fn drop_pending(

@@ -44,7 +44,9 @@ impl MySqlStore {
             return Ok(Vec::new());
         }
         let (rows, watermark) = first_occurrences(timer, timer.updated_at, horizon);
-        insert_new(&mut *conn, &rows).await?;
+        if timer.written_ahead {
+            insert_new(&mut *conn, &rows).await?;
+        }
         sqlx::query("UPDATE timers SET materialized_until = ? WHERE id = ?")
             .bind(watermark.as_millis())
             .bind(timer.id.get())
@@ -102,7 +104,7 @@ impl TimerStore for MySqlStore {
         sqlx::query(
             "SELECT t.id, t.app, t.name, t.spec, t.enabled, t.version, t.bucket, \
                t.created_at, t.updated_at, t.deleted_at, t.paused_reason, t.paused_at, \
-               t.paused_by \
+               t.paused_by, t.written_ahead \
              FROM JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT PATH '$')) k \
              STRAIGHT_JOIN timers t ON t.id = k.id \
              WHERE t.deleted_at IS NULL ORDER BY t.id",
@@ -142,7 +144,7 @@ impl TimerStore for MySqlStore {
         let mut tx = self.pool.begin().await?;
         let updated = sqlx::query(
             "UPDATE timers SET app = ?, name = ?, schedule_kind = ?, spec = ?, \
-             version = version + 1, updated_at = ? \
+             version = version + 1, updated_at = ?, written_ahead = written_ahead OR ? \
              WHERE id = ? AND deleted_at IS NULL AND (? IS NULL OR version = ?)",
         )
         .bind(spec.app.as_str())
@@ -150,6 +152,7 @@ impl TimerStore for MySqlStore {
         .bind(spec.schedule.kind_name())
         .bind(spec_json(&spec)?)
         .bind(self.clock.now().as_millis())
+        .bind(crate::rows::needs_rows_ahead(&spec, self.clock.now()))
         .bind(id.get())
         .bind(expected_version)
         .bind(expected_version)
@@ -291,6 +294,15 @@ impl TimerStore for MySqlStore {
         .fetch_all(&self.pool)
         .await?;
         rows.iter().map(rows::behind).collect()
+    }
+
+    async fn unwritten_timers(
+        &self,
+        bucket: Bucket,
+        after: Option<TimerId>,
+        limit: u32,
+    ) -> StoreResult<Vec<Behind>> {
+        sql::unwritten_timers!(&self.pool, bucket, after, limit, Dialect)
     }
 
     async fn advance_watermarks(&self, marks: &[Watermark]) -> StoreResult<u64> {

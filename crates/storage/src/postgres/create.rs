@@ -40,6 +40,7 @@ where
     let mut buckets = Vec::with_capacity(n);
     let mut times = Vec::with_capacity(n);
     let mut watermarks = Vec::with_capacity(n);
+    let mut ahead = Vec::with_capacity(n);
     let (mut occ_ids, mut occ_runs, mut occ_buckets, mut occ_dues) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for (written, watermark) in group {
@@ -53,7 +54,9 @@ where
         buckets.push(t.bucket.get() as i32);
         times.push(t.created_at.as_millis());
         watermarks.push(watermark.as_millis());
-        for o in &written.occurrences {
+        ahead.push(t.written_ahead);
+        // An unwritten timer's runs are only indexed; each row comes when its run ends.
+        for o in written.occurrences.iter().filter(|_| t.written_ahead) {
             occ_ids.push(o.key.timer_id.get());
             occ_runs.push(o.key.run_at.as_millis());
             occ_buckets.push(o.bucket.get() as i32);
@@ -63,11 +66,12 @@ where
     let inserted: Vec<i64> = sqlx::query_scalar(
         "WITH t AS ( \
            INSERT INTO timers (id, app, name, schedule_kind, spec, enabled, version, bucket, \
-             created_at, updated_at, materialized_until) \
-           SELECT id, app, name, kind, spec::json, enabled, 1, bucket, at, at, wm \
+             created_at, updated_at, materialized_until, written_ahead) \
+           SELECT id, app, name, kind, spec::json, enabled, 1, bucket, at, at, wm, ahead \
            FROM UNNEST($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[], \
-                       $6::boolean[], $7::integer[], $8::bigint[], $9::bigint[]) \
-             AS t(id, app, name, kind, spec, enabled, bucket, at, wm) \
+                       $6::boolean[], $7::integer[], $8::bigint[], $9::bigint[], \
+                       $14::boolean[]) \
+             AS t(id, app, name, kind, spec, enabled, bucket, at, wm, ahead) \
            ON CONFLICT DO NOTHING RETURNING id), \
          o AS ( \
            INSERT INTO occurrences (timer_id, run_at, timer_version, bucket, next_attempt_at) \
@@ -91,6 +95,7 @@ where
     .bind(occ_runs)
     .bind(occ_buckets)
     .bind(occ_dues)
+    .bind(ahead)
     .fetch_all(db)
     .await?;
     Ok(inserted.into_iter().collect())

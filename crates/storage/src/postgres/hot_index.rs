@@ -41,7 +41,7 @@ impl PgHotPath {
         .bind(self.retention_ms())
         .execute(&self.pool)
         .await?;
-        Ok(())
+        self.prune_run_leases().await
     }
 
     /// Marks shards complete until their minute's end plus the retention.
@@ -165,5 +165,9 @@ impl HotIndex for PgHotPath {
         .bind(shard.bucket.get() as i32)
         .fetch_one(&self.pool)
         .await?)
+    }
+
+    fn run_leases(&self) -> Option<std::sync::Arc<dyn crate::RunLeases>> {
+        Some(std::sync::Arc::new(self.clone()))
     }
 }

@@ -18,7 +18,7 @@ use crate::{StoreError, StoreResult};
 macro_rules! timer_cols {
     () => {
         "id, app, name, spec::text AS spec, enabled, version, bucket, created_at, updated_at, deleted_at, \
-         paused_reason, paused_at, paused_by"
+         paused_reason, paused_at, paused_by, written_ahead"
     };
 }
 
@@ -36,7 +36,9 @@ mod occurrences;
 mod partitions;
 pub use partitions::RotationPause;
 mod retention;
+mod run_leases;
 mod timers;
+mod unwritten;
 
 /// Connection settings for [`PgStore::connect`].
 #[derive(Debug, Clone)]

@@ -10,7 +10,8 @@ use super::PgStore;
 use crate::rows;
 use crate::sql;
 use crate::{
-    DeadFilter, Exclusive, HotEntry, OccurrenceStore, PageRequest, Redrive, RunFilter, StoreResult,
+    Absent, DeadFilter, Exclusive, HotEntry, OccurrenceStore, PageRequest, Redrive, RunFilter,
+    StoreResult,
 };
 
 /// `OccurrenceStore::drop_pending` for the timers `$1` at versions `$2`, after `$3` on
@@ -188,10 +189,14 @@ impl OccurrenceStore for PgStore {
     }
 
     async fn record_outcomes(&self, outcomes: &[Outcome]) -> StoreResult<u64> {
+        let (unwritten, outcomes): (Vec<&Outcome>, Vec<&Outcome>) =
+            outcomes.iter().partition(|o| o.unwritten.is_some());
+        let inserted = self.insert_ended(&unwritten).await?.len() as u64;
         if outcomes.is_empty() {
-            return Ok(0);
+            return Ok(inserted);
         }
-        let cols = crate::OutcomeColumns::new(outcomes)?;
+        let outcomes: Vec<Outcome> = outcomes.into_iter().cloned().collect();
+        let cols = crate::OutcomeColumns::new(&outcomes)?;
         let (from, to) = span(&cols.run_ats);
         // Each row found by its key (one primary-key probe each, as the claim does), then
         // updated by its tuple id within the batch's time range: a plan that joined the
@@ -230,7 +235,11 @@ impl OccurrenceStore for PgStore {
         .bind(to)
         .execute(&self.pool)
         .await?;
-        Ok(done.rows_affected())
+        Ok(inserted + done.rows_affected())
+    }
+
+    async fn absent(&self, keys: &[TaskKey]) -> StoreResult<Vec<Absent>> {
+        self.absent_runs(keys).await
     }
 
     async fn get_occurrence(&self, key: TaskKey) -> StoreResult<Option<Occurrence>> {
@@ -274,8 +283,13 @@ impl OccurrenceStore for PgStore {
     }
 
     async fn skip_before_claim(&self, runs: &[EarlySkip]) -> StoreResult<Vec<TaskKey>> {
+        let written: Vec<Outcome> = runs.iter().filter_map(crate::skipped_row).collect();
+        let mut marked = self
+            .insert_ended(&written.iter().collect::<Vec<_>>())
+            .await?;
+        let runs: Vec<&EarlySkip> = runs.iter().filter(|r| r.unwritten.is_none()).collect();
         if runs.is_empty() {
-            return Ok(Vec::new());
+            return Ok(marked);
         }
         let keys: Vec<TaskKey> = runs.iter().map(|r| r.key).collect();
         let (ids, run_ats) = split_keys(&keys);
@@ -319,7 +333,10 @@ impl OccurrenceStore for PgStore {
         .bind(to)
         .fetch_all(&self.pool)
         .await?;
-        skipped.iter().map(rows::task_key).collect()
+        for row in &skipped {
+            marked.push(rows::task_key(row)?);
+        }
+        Ok(marked)
     }
 
     async fn drop_pending(
@@ -371,7 +388,7 @@ impl OccurrenceStore for PgStore {
     }
 }
 
-fn split_keys(keys: &[TaskKey]) -> (Vec<i64>, Vec<i64>) {
+pub(super) fn split_keys(keys: &[TaskKey]) -> (Vec<i64>, Vec<i64>) {
     keys.iter()
         .map(|k| (k.timer_id.get(), k.run_at.as_millis()))
         .unzip()
@@ -434,7 +451,7 @@ where
 
 /// The earliest and latest of `run_ats` (0, 0 when empty): the range that prunes a cached
 /// plan to the day partitions a batch touches.
-fn span(run_ats: &[i64]) -> (i64, i64) {
+pub(super) fn span(run_ats: &[i64]) -> (i64, i64) {
     run_ats
         .iter()
         .fold(None, |span, &t| match span {

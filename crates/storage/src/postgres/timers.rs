@@ -11,7 +11,7 @@ use sqlx::{Postgres, Transaction};
 use super::PgStore;
 use super::create::insert_timers;
 use super::occurrences::insert_new;
-use crate::rows::{self, spec_json};
+use crate::rows::{self, needs_rows_ahead, spec_json};
 use crate::sql;
 use crate::{
     Behind, CreateTimer, PageRequest, StoreError, StoreResult, TimerFilter, TimerStore, Watermark,
@@ -37,7 +37,9 @@ impl PgStore {
             return Ok(Vec::new());
         }
         let (rows, watermark) = first_occurrences(timer, timer.updated_at, horizon);
-        insert_new(&mut **tx, &rows).await?;
+        if timer.written_ahead {
+            insert_new(&mut **tx, &rows).await?;
+        }
         sqlx::query("UPDATE timers SET materialized_until = $2 WHERE id = $1")
             .bind(timer.id.get())
             .bind(watermark.as_millis())
@@ -140,7 +142,7 @@ impl TimerStore for PgStore {
         let mut tx = self.pool.begin().await?;
         let row = sqlx::query(concat!(
             "UPDATE timers SET app = $2, name = $3, schedule_kind = $4, spec = $5::json, \
-             version = version + 1, updated_at = $6 \
+             version = version + 1, updated_at = $6, written_ahead = written_ahead OR $8 \
              WHERE id = $1 AND deleted_at IS NULL AND ($7::bigint IS NULL OR version = $7) \
              RETURNING ",
             timer_cols!()
@@ -152,6 +154,7 @@ impl TimerStore for PgStore {
         .bind(spec_json(&spec)?)
         .bind(self.clock.now().as_millis())
         .bind(expected_version)
+        .bind(needs_rows_ahead(&spec, self.clock.now()))
         .fetch_optional(&mut *tx)
         .await
         .map_err(rows::name_taken_or(&spec))?;
@@ -271,6 +274,15 @@ impl TimerStore for PgStore {
         .fetch_all(&self.pool)
         .await?;
         rows.iter().map(rows::behind).collect()
+    }
+
+    async fn unwritten_timers(
+        &self,
+        bucket: Bucket,
+        after: Option<TimerId>,
+        limit: u32,
+    ) -> StoreResult<Vec<Behind>> {
+        sql::unwritten_timers!(&self.pool, bucket, after, limit, sql::Postgres)
     }
 
     async fn advance_watermarks(&self, marks: &[Watermark]) -> StoreResult<u64> {

@@ -42,7 +42,7 @@ pub(crate) use purge_beside_runs;
 macro_rules! shared_timer_cols {
     () => {
         "id, app, name, CAST(spec AS TEXT) AS spec, enabled, version, bucket, created_at, \
-         updated_at, deleted_at, paused_reason, paused_at, paused_by"
+         updated_at, deleted_at, paused_reason, paused_at, paused_by, written_ahead"
     };
 }
 
@@ -119,11 +119,13 @@ pub(crate) use chains::chains_impl;
 pub(crate) use credentials::credentials_impl;
 pub(crate) use notifications::notifications_impl;
 pub(crate) use occurrences::{
-    claim_exclusive, due_in_bucket, early_skips_json, find_overdue, list_dead, list_runs, redrive,
-    stopped_timers_json,
+    claim_exclusive, due_in_bucket, early_skips_json, ended_rows_json, find_overdue, keys_json,
+    list_dead, list_runs, redrive, stopped_timers_json,
 };
 pub(crate) use shards::shards_impl;
-pub(crate) use timers::{claim_idempotency_key, create_timers, list_timers, pause_timer};
+pub(crate) use timers::{
+    claim_idempotency_key, create_timers, list_timers, pause_timer, unwritten_timers,
+};
 
 /// The statements more than one backend runs, in each backend's words (see the module
 /// comment). The defaults are PostgreSQL's and SQLite's.
@@ -139,6 +141,14 @@ pub(crate) trait Dialect {
         "SELECT ",
         shared_timer_cols!(),
         " FROM timers WHERE id = $1 AND deleted_at IS NULL"
+    );
+    /// The enabled live timers of bucket `$1` whose runs are unwritten, with their
+    /// watermarks, by id after `$2`, at most `$3`.
+    const UNWRITTEN_TIMERS: &'static str = concat!(
+        "SELECT ",
+        shared_timer_cols!(),
+        ", materialized_until FROM timers WHERE bucket = $1 AND NOT written_ahead AND enabled \
+         AND deleted_at IS NULL AND id > $2 ORDER BY id LIMIT $3"
     );
     /// Timer `$1`, deleted or not.
     const TIMER_BY_ID: &'static str = concat!(
@@ -438,6 +448,7 @@ mod tests {
         let mut all = vec![
             ("LIST_TIMERS", D::LIST_TIMERS),
             ("LIVE_TIMER", D::LIVE_TIMER),
+            ("UNWRITTEN_TIMERS", D::UNWRITTEN_TIMERS),
             ("TIMER_BY_ID", D::TIMER_BY_ID),
             ("PAUSE_TIMER", D::PAUSE_TIMER),
             ("CLAIM_IDEMPOTENCY_KEY", D::CLAIM_IDEMPOTENCY_KEY),

@@ -250,3 +250,46 @@ pub(crate) fn early_skips_json(runs: &[chime_domain::EarlySkip]) -> String {
     )
     .to_string()
 }
+
+/// Unwritten runs that ended, as one JSON parameter for the stores that take JSON:
+/// `[[timer_id, run_at, version, bucket, status, attempt, fired_at, http_status, output,
+/// error, next_attempt_at], …]`.
+pub(crate) fn ended_rows_json(outcomes: &[&chime_domain::Outcome]) -> crate::StoreResult<String> {
+    let owned: Vec<chime_domain::Outcome> = outcomes.iter().map(|o| (*o).clone()).collect();
+    let c = crate::OutcomeColumns::new(&owned)?;
+    Ok(serde_json::Value::Array(
+        outcomes
+            .iter()
+            .enumerate()
+            .map(|(i, o)| {
+                let (version, bucket) = o
+                    .unwritten
+                    .map_or((0, 0), |u| (u.timer_version, u.bucket.get()));
+                serde_json::json!([
+                    c.timer_ids[i],
+                    c.run_ats[i],
+                    version,
+                    bucket,
+                    c.statuses[i],
+                    c.attempts[i],
+                    c.fired_ats[i],
+                    c.http_statuses[i],
+                    c.outputs[i],
+                    c.errors[i],
+                    c.next_attempt_ats[i]
+                ])
+            })
+            .collect(),
+    )
+    .to_string())
+}
+
+/// `[[timer_id, run_at], …]`, keys as one JSON parameter.
+pub(crate) fn keys_json(keys: &[chime_domain::TaskKey]) -> String {
+    serde_json::Value::Array(
+        keys.iter()
+            .map(|k| serde_json::json!([k.timer_id.get(), k.run_at.as_millis()]))
+            .collect(),
+    )
+    .to_string()
+}

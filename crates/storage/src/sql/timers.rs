@@ -25,6 +25,22 @@ macro_rules! pause_timer {
     }};
 }
 
+/// `TimerStore::unwritten_timers`: [`super::Dialect::UNWRITTEN_TIMERS`].
+macro_rules! unwritten_timers {
+    ($db:expr, $bucket:expr, $after:expr, $limit:expr, $d:ty) => {{
+        use $crate::sql::Dialect as _;
+        let (bucket, after, limit): (chime_domain::Bucket, Option<chime_domain::TimerId>, u32) =
+            ($bucket, $after, $limit);
+        let rows = sqlx::query(<$d>::UNWRITTEN_TIMERS)
+            .bind(bucket.get() as i32)
+            .bind(after.map_or(0, |id| id.get()))
+            .bind(i64::from(limit))
+            .fetch_all($db)
+            .await?;
+        rows.iter().map($crate::rows::behind).collect()
+    }};
+}
+
 /// `TimerStore::list_timers`: [`super::Dialect::LIST_TIMERS`].
 macro_rules! list_timers {
     ($db:expr, $filter:expr, $page:expr, $d:ty) => {{
@@ -133,4 +149,4 @@ macro_rules! create_timers {
     }};
 }
 
-pub(crate) use {claim_idempotency_key, create_timers, list_timers, pause_timer};
+pub(crate) use {claim_idempotency_key, create_timers, list_timers, pause_timer, unwritten_timers};

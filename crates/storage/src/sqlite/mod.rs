@@ -23,7 +23,7 @@ use occurrences::insert_new;
 macro_rules! timer_cols {
     () => {
         "id, app, name, spec, enabled, version, bucket, created_at, updated_at, deleted_at, \
-         paused_reason, paused_at, paused_by"
+         paused_reason, paused_at, paused_by, written_ahead"
     };
 }
 
@@ -150,8 +150,8 @@ impl SqliteStore {
         let (occurrences, watermark) = first_occurrences(&timer, timer.created_at, horizon);
         sqlx::query(
             "INSERT INTO timers (id, app, name, schedule_kind, spec, enabled, version, bucket, \
-             created_at, updated_at, materialized_until) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, 1, ?7, ?8, ?8, ?9)",
+             created_at, updated_at, materialized_until, written_ahead) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, 1, ?7, ?8, ?8, ?9, ?10)",
         )
         .bind(id.get())
         .bind(new.spec.app.as_str())
@@ -162,10 +162,13 @@ impl SqliteStore {
         .bind(timer.bucket.get() as i32)
         .bind(now.as_millis())
         .bind(watermark.as_millis())
+        .bind(timer.written_ahead)
         .execute(&mut **tx)
         .await
         .map_err(rows::name_taken_or(&new.spec))?;
-        insert_new(&mut **tx, &occurrences).await?;
+        if timer.written_ahead {
+            insert_new(&mut **tx, &occurrences).await?;
+        }
         Ok(Written { timer, occurrences })
     }
 
@@ -181,7 +184,9 @@ impl SqliteStore {
             return Ok(Vec::new());
         }
         let (rows, watermark) = first_occurrences(timer, timer.updated_at, horizon);
-        insert_new(&mut **tx, &rows).await?;
+        if timer.written_ahead {
+            insert_new(&mut **tx, &rows).await?;
+        }
         sqlx::query("UPDATE timers SET materialized_until = ?2 WHERE id = ?1")
             .bind(timer.id.get())
             .bind(watermark.as_millis())

@@ -11,7 +11,8 @@ use super::SqliteStore;
 use crate::rows;
 use crate::sql;
 use crate::{
-    DeadFilter, Exclusive, HotEntry, OccurrenceStore, PageRequest, Redrive, RunFilter, StoreResult,
+    Absent, DeadFilter, Exclusive, HotEntry, OccurrenceStore, PageRequest, Redrive, RunFilter,
+    StoreResult,
 };
 
 /// `OccurrenceStore::drop_pending` for the timers in `$1` ([`sql::stopped_timers_json`]),
@@ -133,10 +134,14 @@ impl OccurrenceStore for SqliteStore {
     }
 
     async fn record_outcomes(&self, outcomes: &[Outcome]) -> StoreResult<u64> {
+        let (unwritten, outcomes): (Vec<&Outcome>, Vec<&Outcome>) =
+            outcomes.iter().partition(|o| o.unwritten.is_some());
+        let inserted = self.insert_ended(&unwritten).await?.len() as u64;
         if outcomes.is_empty() {
-            return Ok(0);
+            return Ok(inserted);
         }
-        let c = crate::OutcomeColumns::new(outcomes)?;
+        let outcomes: Vec<Outcome> = outcomes.into_iter().cloned().collect();
+        let c = crate::OutcomeColumns::new(&outcomes)?;
         let rows: Vec<_> = (0..outcomes.len())
             .map(|i| {
                 json!([
@@ -168,7 +173,25 @@ impl OccurrenceStore for SqliteStore {
         .bind(serde_json::Value::Array(rows).to_string())
         .execute(&self.writer)
         .await?;
-        Ok(done.rows_affected())
+        Ok(inserted + done.rows_affected())
+    }
+
+    async fn absent(&self, keys: &[TaskKey]) -> StoreResult<Vec<Absent>> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let rows: Vec<(i64, i64, Option<i64>)> = sqlx::query_as(
+            "SELECT k.value ->> 0, k.value ->> 1, \
+               (SELECT t.version FROM timers t WHERE t.id = k.value ->> 0 \
+                  AND t.deleted_at IS NULL) \
+             FROM json_each(?1) k \
+             WHERE NOT EXISTS (SELECT 1 FROM occurrences o \
+               WHERE o.timer_id = k.value ->> 0 AND o.run_at = k.value ->> 1)",
+        )
+        .bind(sql::keys_json(keys))
+        .fetch_all(&self.reader)
+        .await?;
+        rows::absent(rows)
     }
 
     async fn get_occurrence(&self, key: TaskKey) -> StoreResult<Option<Occurrence>> {
@@ -209,8 +232,17 @@ impl OccurrenceStore for SqliteStore {
     }
 
     async fn skip_before_claim(&self, runs: &[EarlySkip]) -> StoreResult<Vec<TaskKey>> {
+        let written: Vec<Outcome> = runs.iter().filter_map(crate::skipped_row).collect();
+        let mut marked = self
+            .insert_ended(&written.iter().collect::<Vec<_>>())
+            .await?;
+        let runs: Vec<EarlySkip> = runs
+            .iter()
+            .filter(|r| r.unwritten.is_none())
+            .cloned()
+            .collect();
         if runs.is_empty() {
-            return Ok(Vec::new());
+            return Ok(marked);
         }
         // One writer: no claimer holds a row while this runs.
         let skipped = sqlx::query(
@@ -224,10 +256,13 @@ impl OccurrenceStore for SqliteStore {
                        AND COALESCE(occurrences.next_attempt_at, occurrences.run_at) = r.due) \
              RETURNING occurrences.timer_id, occurrences.run_at",
         )
-        .bind(sql::early_skips_json(runs))
+        .bind(sql::early_skips_json(&runs))
         .fetch_all(&self.writer)
         .await?;
-        skipped.iter().map(rows::task_key).collect()
+        for row in &skipped {
+            marked.push(rows::task_key(row)?);
+        }
+        Ok(marked)
     }
 
     async fn drop_pending(
@@ -330,4 +365,34 @@ fn new_rows_json(batch: &[NewOccurrence]) -> String {
         })
         .collect();
     serde_json::Value::Array(rows).to_string()
+}
+
+impl SqliteStore {
+    /// Inserts the rows of unwritten runs that ended; a skip there already gives way to a
+    /// real attempt, anything else stays. Returns the keys written.
+    async fn insert_ended(&self, outcomes: &[&Outcome]) -> StoreResult<Vec<TaskKey>> {
+        if outcomes.is_empty() {
+            return Ok(Vec::new());
+        }
+        // `WHERE true`: SQLite reads an upsert's ON after a bare SELECT as a join's.
+        let rows = sqlx::query(
+            "INSERT INTO occurrences AS o (timer_id, run_at, timer_version, bucket, status, \
+               attempt, fired_at, lateness_ms, http_status, output, error, next_attempt_at) \
+             SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4, \
+               value ->> 5, value ->> 6, (value ->> 6) - (value ->> 1), value ->> 7, \
+               value ->> 8, value ->> 9, value ->> 10 \
+             FROM json_each(?1) WHERE true \
+             ON CONFLICT (timer_id, run_at) DO UPDATE SET timer_version = excluded.timer_version, \
+               status = excluded.status, attempt = excluded.attempt, \
+               fired_at = excluded.fired_at, lateness_ms = excluded.lateness_ms, \
+               http_status = excluded.http_status, output = excluded.output, \
+               error = excluded.error, next_attempt_at = excluded.next_attempt_at \
+             WHERE o.status = 'skipped' AND o.attempt = 0 AND excluded.attempt > 0 \
+             RETURNING timer_id, run_at",
+        )
+        .bind(sql::ended_rows_json(outcomes)?)
+        .fetch_all(&self.writer)
+        .await?;
+        rows.iter().map(rows::task_key).collect()
+    }
 }

@@ -108,7 +108,7 @@ impl TimerStore for SqliteStore {
         let mut tx = self.writer.begin().await?;
         let row = sqlx::query(concat!(
             "UPDATE timers SET app = ?2, name = ?3, schedule_kind = ?4, spec = ?5, \
-             version = version + 1, updated_at = ?6 \
+             version = version + 1, updated_at = ?6, written_ahead = written_ahead OR ?8 \
              WHERE id = ?1 AND deleted_at IS NULL AND (?7 IS NULL OR version = ?7) RETURNING ",
             timer_cols!()
         ))
@@ -119,6 +119,7 @@ impl TimerStore for SqliteStore {
         .bind(spec_json(&spec)?)
         .bind(self.clock.now().as_millis())
         .bind(expected_version)
+        .bind(rows::needs_rows_ahead(&spec, self.clock.now()))
         .fetch_optional(&mut *tx)
         .await
         .map_err(rows::name_taken_or(&spec))?;
@@ -230,6 +231,15 @@ impl TimerStore for SqliteStore {
         .fetch_all(&self.reader)
         .await?;
         rows.iter().map(rows::behind).collect()
+    }
+
+    async fn unwritten_timers(
+        &self,
+        bucket: Bucket,
+        after: Option<TimerId>,
+        limit: u32,
+    ) -> StoreResult<Vec<Behind>> {
+        sql::unwritten_timers!(&self.reader, bucket, after, limit, sql::Sqlite)
     }
 
     async fn advance_watermarks(&self, marks: &[Watermark]) -> StoreResult<u64> {

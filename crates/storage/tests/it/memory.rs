@@ -7,3 +7,4 @@ use chime_storage::storage_contract;
 storage_contract!(hot_index, support::memory());
 storage_contract!(leases, support::memory());
 storage_contract!(membership, support::memory());
+storage_contract!(run_leases, support::memory());

@@ -18,6 +18,7 @@ storage_contract!(notifications, support::mysql());
 storage_contract!(chains, support::mysql());
 storage_contract!(shards, support::mysql());
 storage_contract!(activity, support::mysql());
+storage_contract!(unwritten, support::mysql());
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_schema_migrates_once_and_reports_current() {

@@ -20,6 +20,8 @@ storage_contract!(calendars, support::pg());
 storage_contract!(notifications, support::pg());
 storage_contract!(chains, support::pg());
 storage_contract!(shards, support::pg());
+storage_contract!(unwritten, support::pg());
+storage_contract!(run_leases, support::pg());
 
 mod migrations {
     use super::*;
@@ -30,7 +32,7 @@ mod migrations {
         assert_eq!(
             fx.store.schema_status().await.unwrap(),
             SchemaStatus::Behind {
-                missing: vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]
+                missing: vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16]
             }
         );
         fx.store.migrate().await.unwrap();
@@ -63,7 +65,7 @@ mod migrations {
             .fetch_one(fx.store.pool())
             .await
             .unwrap();
-        assert_eq!(applied, 15);
+        assert_eq!(applied, 16);
         assert_eq!(
             fx.store.schema_status().await.unwrap(),
             SchemaStatus::Current

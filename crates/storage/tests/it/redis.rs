@@ -7,6 +7,7 @@ use chime_storage::storage_contract;
 storage_contract!(hot_index, support::redis());
 storage_contract!(leases, support::redis());
 storage_contract!(membership, support::redis());
+storage_contract!(run_leases, support::redis());
 
 /// A service pointed at a dead Redis must say so at start-up, not hang in reconnect loops.
 #[tokio::test]

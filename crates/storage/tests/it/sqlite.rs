@@ -16,6 +16,7 @@ storage_contract!(calendars, support::sqlite());
 storage_contract!(notifications, support::sqlite());
 storage_contract!(chains, support::sqlite());
 storage_contract!(shards, support::sqlite());
+storage_contract!(unwritten, support::sqlite());
 
 mod migrations {
     use super::*;
@@ -26,7 +27,7 @@ mod migrations {
         assert_eq!(
             fx.store.schema_status().await.unwrap(),
             SchemaStatus::Behind {
-                missing: vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14]
+                missing: vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]
             }
         );
         fx.store.migrate().await.unwrap();

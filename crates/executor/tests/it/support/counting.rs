@@ -100,6 +100,9 @@ impl OccurrenceStore for Counting {
     ) -> StoreResult<Vec<TaskKey>> {
         self.inner.backfill(batch, overlap).await
     }
+    async fn absent(&self, keys: &[TaskKey]) -> StoreResult<Vec<chime_storage::Absent>> {
+        self.inner.absent(keys).await
+    }
     async fn record_outcomes(&self, outcomes: &[Outcome]) -> StoreResult<u64> {
         self.records.fetch_add(1, Ordering::SeqCst);
         let failing = self

@@ -25,5 +25,6 @@ pub fn claimed(t: &Timer) -> ClaimedOccurrence {
         backfill: false,
         parent: None,
         timer_now: Some(1),
+        unwritten: None,
     }
 }

@@ -103,6 +103,7 @@ pub async fn timer_on(
             NewTimer {
                 spec,
                 enabled: true,
+                runs_unwritten: false,
             },
             chime_domain::Horizon::DEFAULT,
         )

@@ -73,6 +73,7 @@ pub async fn overtaken_runs_are_skipped_only_while_waiting_for_a_first_attempt(
             due: Timestamp::from_millis(due),
         },
         reason: format!("misfired at {}", k.run_at.as_millis()),
+        unwritten: None,
     };
     let mut skipped = store
         .skip_before_claim(&[
@@ -146,6 +147,7 @@ pub async fn a_stopped_timers_runs_are_skipped_up_to_its_version(store: Arc<dyn 
         timer_version: version,
         kind: EarlySkipKind::Stopped,
         reason: reason.into(),
+        unwritten: None,
     };
     let mut asked: Vec<EarlySkip> = [
         T0 - 60_000,
