@@ -206,3 +206,115 @@ pub fn keys(got: &[Received]) -> HashSet<String> {
         .map(|r| r.header("idempotency-key").unwrap().to_owned())
         .collect()
 }
+
+/// A recurring timer the fault tests count tick by tick.
+#[derive(Debug, Clone, Copy)]
+pub struct Ticker {
+    pub id: i64,
+    /// Its first fire time, and the time between fire times (unix ms).
+    pub first: i64,
+    pub every_ms: i64,
+}
+
+impl Ticker {
+    /// Its fire times in `[from, to]`.
+    pub fn ticks(&self, from: i64, to: i64) -> Vec<i64> {
+        (0..)
+            .map(|k| self.first + k * self.every_ms)
+            .skip_while(|at| *at < from)
+            .take_while(|at| *at <= to)
+            .collect()
+    }
+}
+
+/// `n` timers every `every_s` seconds calling `url` (perhaps a `/delay/…` path) with
+/// callback timeout `timeout`, at every default policy: their runs unwritten, when the
+/// deployment leaves such timers' runs so (`migrator.unwritten_runs`, on by default).
+pub async fn unwritten_tickers(
+    rest: &str,
+    url: &str,
+    prefix: &str,
+    n: usize,
+    every_s: i64,
+    timeout: &str,
+) -> Vec<Ticker> {
+    let mut out = Vec::new();
+    for i in 0..n {
+        let t = create(
+            rest,
+            json!({ "app": "faults", "name": format!("{prefix}-{i}"),
+                    "schedule": { "every": format!("{every_s}s") },
+                    "callback": { "url": url, "timeout": timeout } }),
+        )
+        .await;
+        out.push(Ticker {
+            id: t["id"].as_i64().unwrap(),
+            first: ms(t["next_runs"][0]["utc"].as_str().unwrap()),
+            every_ms: every_s * 1_000,
+        });
+    }
+    // Their runs are not written ahead: the run ten ticks on has no row yet.
+    let t = out[0];
+    let ahead = format!("{rest}/v1/runs/{}:{}", t.id, t.first + 10 * t.every_ms);
+    let r = client().get(ahead).send().await.unwrap();
+    assert_eq!(r.status(), 404, "unwritten runs have no rows ahead");
+    out
+}
+
+/// The ticks of `tickers` in `[from, to]` the sink did not receive, each with its run's
+/// status (`None`: no row at all, a run lost without trace).
+pub async fn ticks_not_received(
+    rest: &str,
+    sink: &Sink,
+    tickers: &[Ticker],
+    from: i64,
+    to: i64,
+) -> Vec<(String, Option<String>)> {
+    let got: HashSet<String> = deliveries(sink).into_keys().collect();
+    let mut out = Vec::new();
+    for t in tickers {
+        for at in t.ticks(from, to) {
+            let key = format!("{}:{at}", t.id);
+            if got.contains(&key) {
+                continue;
+            }
+            let r = client()
+                .get(format!("{rest}/v1/runs/{key}"))
+                .send()
+                .await
+                .unwrap();
+            let status = if r.status() == 404 {
+                None
+            } else {
+                let run: Value = r.json().await.unwrap();
+                run["status"].as_str().map(str::to_owned)
+            };
+            out.push((key, status));
+        }
+    }
+    out
+}
+
+/// Asserts every tick of `tickers` in `[from, to]` was delivered or recorded `skipped` (a
+/// run its next one overtook while a fault held it up, by design); returns how many were
+/// skipped.
+pub async fn assert_ticks_accounted(
+    rest: &str,
+    sink: &Sink,
+    tickers: &[Ticker],
+    from: i64,
+    to: i64,
+) -> usize {
+    let not_received = ticks_not_received(rest, sink, tickers, from, to).await;
+    let unaccounted: Vec<&(String, Option<String>)> = not_received
+        .iter()
+        .filter(|(_, status)| status.as_deref() != Some("skipped"))
+        .collect();
+    assert!(
+        unaccounted.is_empty(),
+        "{} ticks neither delivered nor skipped: {:?}",
+        unaccounted.len(),
+        &unaccounted[..unaccounted.len().min(10)]
+    );
+    not_received.len()
+}

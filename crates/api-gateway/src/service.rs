@@ -26,7 +26,7 @@ use crate::notifications::{AppNotifications, NotificationsInput};
 use crate::preview;
 use crate::quota::{QuotaSettings, Quotas};
 use crate::spec::apply_patch;
-use crate::unschedule::Unscheduler;
+use crate::unschedule::{Unscheduler, unwritten_members};
 use crate::visibility::listed_app;
 
 /// How many fire times a timer response previews.
@@ -316,10 +316,14 @@ impl TimerApi for TimerService {
         ctx.require(Scope::Write)?;
         self.check_visible(ctx, id).await?;
         self.timers.delete_timer(id).await?;
-        self.unscheduler.stopped(StoppedTimer {
-            id,
-            version: i64::MAX,
-        });
+        // A deleted timer's unwritten runs still in the index are dropped by executors.
+        self.unscheduler.stopped(
+            StoppedTimer {
+                id,
+                version: i64::MAX,
+            },
+            Vec::new(),
+        );
         Ok(())
     }
 
@@ -336,10 +340,13 @@ impl TimerApi for TimerService {
             .set_timer_enabled(id, enabled, self.horizon)
             .await?;
         if !enabled {
-            self.unscheduler.stopped(StoppedTimer {
-                id,
-                version: written.timer.version,
-            });
+            self.unscheduler.stopped(
+                StoppedTimer {
+                    id,
+                    version: written.timer.version,
+                },
+                unwritten_members(&written.timer, self.clock.now(), self.horizon),
+            );
         }
         Ok(self.indexed(written).await)
     }
@@ -363,10 +370,13 @@ impl TimerApi for TimerService {
             },
         };
         let paused = self.timers.pause_timer(id, &note).await?;
-        self.unscheduler.stopped(StoppedTimer {
-            id,
-            version: paused.version,
-        });
+        self.unscheduler.stopped(
+            StoppedTimer {
+                id,
+                version: paused.version,
+            },
+            unwritten_members(&paused, self.clock.now(), self.horizon),
+        );
         Ok(self.view(paused))
     }
 

@@ -12,8 +12,8 @@
 
 use std::sync::{Arc, OnceLock};
 
-use chime_domain::{Clock, StoppedTimer};
-use chime_storage::OccurrenceStore;
+use chime_domain::{Clock, Horizon, StoppedTimer, Timer};
+use chime_storage::{HotEntry, OccurrenceStore};
 use tokio::sync::mpsc;
 
 use crate::index::IndexWriter;
@@ -28,7 +28,39 @@ pub struct Unscheduler {
     index: Arc<IndexWriter>,
     clock: Arc<dyn Clock>,
     /// Started on first use, inside the runtime the requests run on.
-    queue: OnceLock<mpsc::Sender<StoppedTimer>>,
+    queue: OnceLock<mpsc::Sender<Stopped>>,
+}
+
+/// A stopped timer, with the hot-index members of its unwritten runs still to come (they
+/// have no rows to drop: the timer's plan says where they are).
+struct Stopped {
+    timer: StoppedTimer,
+    unwritten: Vec<HotEntry>,
+}
+
+/// The members `timer`'s unwritten runs may have in the hot index from `now`: its plan over
+/// the lead, as the migrator indexes it. None for a timer whose runs are written ahead.
+pub(crate) fn unwritten_members(
+    timer: &Timer,
+    now: chime_domain::Timestamp,
+    horizon: Horizon,
+) -> Vec<HotEntry> {
+    if timer.written_ahead {
+        return Vec::new();
+    }
+    timer
+        .spec
+        .schedule
+        .occurrences_between(now, now.saturating_add(horizon.lead))
+        .take(horizon.max_rows)
+        .map(|at| {
+            HotEntry::new(
+                chime_domain::TaskKey::new(timer.id, at),
+                chime_domain::misfire::natural_due(timer, at),
+                timer.bucket,
+            )
+        })
+        .collect()
 }
 
 impl Unscheduler {
@@ -45,9 +77,9 @@ impl Unscheduler {
         }
     }
 
-    /// Queues `timer`'s runs still to come to be dropped; never fails or holds up the
-    /// request.
-    pub fn stopped(&self, timer: StoppedTimer) {
+    /// Queues `timer`'s runs still to come to be dropped, with the members of its unwritten
+    /// runs (see [`unwritten_members`]); never fails or holds up the request.
+    pub fn stopped(&self, timer: StoppedTimer, unwritten: Vec<HotEntry>) {
         let queue = self.queue.get_or_init(|| {
             let (tx, rx) = mpsc::channel(QUEUE);
             tokio::spawn(rounds(
@@ -59,7 +91,7 @@ impl Unscheduler {
             tx
         });
         let id = timer.id;
-        if queue.try_send(timer).is_err() {
+        if queue.try_send(Stopped { timer, unwritten }).is_err() {
             tracing::debug!(timer = %id, "unscheduling queue full; the runs are skipped when due");
         }
     }
@@ -70,14 +102,17 @@ async fn rounds(
     occurrences: Arc<dyn OccurrenceStore>,
     index: Arc<IndexWriter>,
     clock: Arc<dyn Clock>,
-    mut rx: mpsc::Receiver<StoppedTimer>,
+    mut rx: mpsc::Receiver<Stopped>,
 ) {
-    let mut timers = Vec::with_capacity(ROUND);
-    while rx.recv_many(&mut timers, ROUND).await > 0 {
+    let mut round = Vec::with_capacity(ROUND);
+    while rx.recv_many(&mut round, ROUND).await > 0 {
         let began = std::time::Instant::now();
+        let timers: Vec<StoppedTimer> = round.iter().map(|s| s.timer).collect();
+        let unwritten: Vec<HotEntry> = round.drain(..).flat_map(|s| s.unwritten).collect();
         match occurrences.drop_pending(&timers, clock.now()).await {
-            Ok(dropped) => {
+            Ok(mut dropped) => {
                 let stored = began.elapsed();
+                dropped.extend(unwritten);
                 index.remove(&dropped).await;
                 tracing::debug!(
                     timers = timers.len(),
@@ -93,6 +128,5 @@ async fn rounds(
                 "cannot drop stopped timers' pending runs; they are skipped when due"
             ),
         }
-        timers.clear();
     }
 }

@@ -152,10 +152,16 @@ impl Materializer {
                 .occurrences
                 .due_in_bucket(*bucket, from, to, REPAIR_LIMIT)
                 .await?;
-            let entries: Vec<HotEntry> = due
+            let mut entries: Vec<HotEntry> = due
                 .iter()
                 .map(|(key, due)| HotEntry::new(*key, *due, *bucket))
                 .collect();
+            // Unwritten runs have no rows to move: computed from their timers, now in it.
+            let unwritten =
+                chime_storage::unwritten::timers_of(self.timers.as_ref(), *bucket).await?;
+            entries.extend(chime_storage::unwritten::runs_between(
+                &unwritten, from, to, true,
+            ));
             self.index.rebucketed(&entries).await?;
         }
         Ok(touched.len())
@@ -266,6 +272,9 @@ impl Materializer {
         let mut shard = ShardKey::new(now, bucket);
         let mut shards = Vec::new();
         let mut built = 0;
+        // Read once per pass that builds anything: the bucket's unwritten timers, whose
+        // runs have no rows to build from.
+        let mut unwritten = None;
         while shard.minute_start() < until {
             if !self.index.reads().shard_complete(shard).await? {
                 let due = self
@@ -277,10 +286,23 @@ impl Materializer {
                         REPAIR_LIMIT,
                     )
                     .await?;
-                let entries: Vec<HotEntry> = due
+                let mut entries: Vec<HotEntry> = due
                     .iter()
                     .map(|(key, due)| HotEntry::new(*key, *due, bucket))
                     .collect();
+                if unwritten.is_none() {
+                    unwritten = Some(
+                        chime_storage::unwritten::timers_of(self.timers.as_ref(), bucket).await?,
+                    );
+                }
+                // What the timers' extensions indexed, from now on: what is due already
+                // is the schedulers' fallback's and the sweeper's to find.
+                entries.extend(chime_storage::unwritten::runs_between(
+                    unwritten.as_deref().unwrap_or_default(),
+                    shard.minute_start().max(now),
+                    shard.minute_end(),
+                    true,
+                ));
                 self.index.built(&entries).await?;
                 built += 1;
             }

@@ -58,12 +58,17 @@ pub const METRICS: &[MetricSpec] = &[
     (
         "chime_sweeper_handed_off_total",
         Counter,
-        "Overdue or abandoned occurrences the sweeper handed to executors.",
+        "Overdue or abandoned occurrences, and unwritten runs found lost, that the sweeper handed to executors.",
     ),
     (
         "chime_sweeper_skipped_total",
         Counter,
-        "Overdue occurrences the sweeper skipped by their misfire policy.",
+        "Overdue occurrences, and unwritten runs found lost, that the sweeper skipped by their misfire policy.",
+    ),
+    (
+        "chime_sweeper_unwritten_checked_total",
+        Counter,
+        "Fire times of timers whose runs are unwritten that the sweeper looked for rows of, once each as they passed sweep_after.",
     ),
     (
         "chime_sweeper_abandoned_total",

@@ -18,6 +18,7 @@ mod ownership;
 mod shard;
 mod stale;
 mod sweeper;
+mod unwritten;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -373,6 +374,8 @@ impl Scheduler {
             shard,
             self.index.clone(),
             self.occurrences.clone(),
+            self.timers.clone(),
+            self.clock.clone(),
             s.read_limit,
         );
         let mut offers = dispatch::Offers::new(s.batch);

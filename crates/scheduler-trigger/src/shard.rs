@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use chime_domain::{ShardKey, TaskKey, Timestamp};
-use chime_storage::{HotEntry, HotWrites, OccurrenceStore, StoreResult};
+use chime_storage::{Behind, HotEntry, HotWrites, OccurrenceStore, StoreResult, TimerStore};
 
 /// A hot-index member: a task key and when it is due.
 pub(crate) type Member = (TaskKey, Timestamp);
@@ -21,13 +21,24 @@ enum Source {
         /// Whether finding work there was reported (once per shard: a missing shard with
         /// nothing due, as before the migrator's first step, is not news).
         warned: bool,
+        /// The bucket's timers whose runs are unwritten (they have no rows to read), and
+        /// when they were read.
+        unwritten: Option<(Vec<Behind>, Timestamp)>,
     },
 }
+
+/// How long a fallback keeps the bucket's unwritten timers before reading them again.
+const UNWRITTEN_READ_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+/// How far behind now the fallback takes an unwritten run as maybe fired already, and
+/// looks for its row first.
+const SETTLED: std::time::Duration = std::time::Duration::from_millis(200);
 
 pub(crate) struct ShardReader {
     shard: ShardKey,
     index: HotWrites,
     occurrences: Arc<dyn OccurrenceStore>,
+    timers: Arc<dyn TimerStore>,
+    clock: Arc<dyn chime_domain::Clock>,
     /// Members read at most per call.
     limit: usize,
     source: Source,
@@ -38,12 +49,16 @@ impl ShardReader {
         shard: ShardKey,
         index: HotWrites,
         occurrences: Arc<dyn OccurrenceStore>,
+        timers: Arc<dyn TimerStore>,
+        clock: Arc<dyn chime_domain::Clock>,
         limit: usize,
     ) -> Self {
         Self {
             shard,
             index,
             occurrences,
+            timers,
+            clock,
             limit,
             source: Source::HotIndex,
         }
@@ -67,6 +82,7 @@ impl ShardReader {
             self.source = Source::Database {
                 sent: HashSet::new(),
                 warned: false,
+                unwritten: None,
             };
         }
         if self.index.reads().shard_complete(shard).await? {
@@ -79,11 +95,16 @@ impl ShardReader {
             }
             return self.index.reads().due(shard, up_to, limit).await;
         }
-        let Source::Database { sent, warned } = &mut self.source else {
+        let Source::Database {
+            sent,
+            warned,
+            unwritten,
+        } = &mut self.source
+        else {
             return Ok(Vec::new());
         };
         let to = up_to.add_millis(1).min(shard.minute_end());
-        let rows = self
+        let mut rows = self
             .occurrences
             .due_in_bucket(
                 shard.bucket,
@@ -92,6 +113,19 @@ impl ShardReader {
                 (limit + sent.len()) as u32,
             )
             .await?;
+        rows.extend(
+            unwritten_due(
+                self.timers.as_ref(),
+                self.occurrences.as_ref(),
+                self.clock.now(),
+                unwritten,
+                sent,
+                shard,
+                to,
+            )
+            .await?,
+        );
+        rows.sort_by_key(|(k, due)| (*due, *k));
         let rows: Vec<_> = rows
             .into_iter()
             .filter(|(k, _)| !sent.contains(k))
@@ -133,4 +167,56 @@ impl ShardReader {
             }
         }
     }
+}
+
+/// The unwritten runs of `shard` due before `to` and not `sent` yet, computed from the
+/// bucket's unwritten timers (read again every [`UNWRITTEN_READ_EVERY`]): those due
+/// [`SETTLED`] ago or more only if they have no row yet (fired before the hot index lost
+/// the shard, they need not go again).
+async fn unwritten_due(
+    timers: &dyn TimerStore,
+    occurrences: &dyn OccurrenceStore,
+    now: Timestamp,
+    cache: &mut Option<(Vec<Behind>, Timestamp)>,
+    sent: &HashSet<TaskKey>,
+    shard: ShardKey,
+    to: Timestamp,
+) -> StoreResult<Vec<Member>> {
+    if cache
+        .as_ref()
+        .is_none_or(|(_, at)| now.saturating_sub(UNWRITTEN_READ_EVERY) >= *at)
+    {
+        *cache = Some((
+            chime_storage::unwritten::timers_of(timers, shard.bucket).await?,
+            now,
+        ));
+    }
+    let Some((bucket_timers, _)) = cache.as_ref() else {
+        return Ok(Vec::new());
+    };
+    let runs: Vec<Member> =
+        chime_storage::unwritten::runs_between(bucket_timers, shard.minute_start(), to, true)
+            .into_iter()
+            .map(|e| (e.key, e.due))
+            .filter(|(k, _)| !sent.contains(k))
+            .collect();
+    let settled = now.saturating_sub(SETTLED);
+    let past: Vec<TaskKey> = runs
+        .iter()
+        .filter(|(_, due)| *due < settled)
+        .map(|(k, _)| *k)
+        .collect();
+    if past.is_empty() {
+        return Ok(runs);
+    }
+    let absent: HashSet<TaskKey> = occurrences
+        .absent(&past)
+        .await?
+        .into_iter()
+        .map(|a| a.key)
+        .collect();
+    Ok(runs
+        .into_iter()
+        .filter(|(k, due)| *due >= settled || absent.contains(k))
+        .collect())
 }

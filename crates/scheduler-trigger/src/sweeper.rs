@@ -50,6 +50,7 @@ impl Scheduler {
     /// Sweeps every `sweep_interval` while holding the sweeper lease, until `stop`.
     pub(crate) async fn sweep_loop(self: Arc<Self>, stop: CancellationToken) {
         let mut held = false;
+        let mut check = crate::unwritten::Check::default();
         let mut tick = chime_domain::Ticker::new(self.clock.clone(), self.settings.sweep_interval);
         loop {
             tokio::select! {
@@ -65,6 +66,7 @@ impl Scheduler {
             };
             held = matches!(leased, Ok(true));
             if !held {
+                check.reset();
                 continue;
             }
             for _ in 0..MAX_PAGES {
@@ -87,6 +89,23 @@ impl Scheduler {
                         break;
                     }
                 }
+            }
+            match self.check_unwritten(&mut check).await {
+                Ok(c) => {
+                    metrics::counter!("chime_sweeper_unwritten_checked_total")
+                        .increment(c.probed as u64);
+                    metrics::counter!("chime_sweeper_handed_off_total")
+                        .increment(c.handed_off as u64);
+                    metrics::counter!("chime_sweeper_skipped_total").increment(c.skipped as u64);
+                    if c.handed_off + c.skipped > 0 {
+                        tracing::info!(
+                            handed_off = c.handed_off,
+                            skipped = c.skipped,
+                            "sweeper recovered unwritten runs"
+                        );
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "checking unwritten runs failed"),
             }
         }
         if held {

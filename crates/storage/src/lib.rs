@@ -47,6 +47,7 @@ pub mod sqlite;
 mod stores;
 #[cfg(feature = "testkit")]
 pub mod testkit;
+pub mod unwritten;
 mod windowed;
 
 use std::sync::Arc;

@@ -11,3 +11,4 @@ mod misfire;
 mod networks;
 mod statements;
 mod support;
+mod unwritten;

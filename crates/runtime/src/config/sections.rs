@@ -209,7 +209,7 @@ impl Default for MigratorConfig {
             max_ahead: chime_domain::Horizon::DEFAULT.max_rows,
             interval: Seconds::secs(1),
             work_lease: Seconds::secs(3),
-            unwritten_runs: false,
+            unwritten_runs: true,
         }
     }
 }

@@ -13,3 +13,4 @@ mod scheduler;
 mod stale;
 mod sweeper;
 mod tls;
+mod unwritten;

@@ -38,6 +38,17 @@ pub fn executor_over(
     occurrences: Arc<dyn OccurrenceStore>,
     max_in_flight: usize,
 ) -> Arc<Executor> {
+    executor_with(s, occurrences, None, max_in_flight)
+}
+
+/// [`executor_over`] beside the hot index `index` (retries go there, and unwritten runs
+/// are taken under its run leases).
+pub fn executor_with(
+    s: &Setup,
+    occurrences: Arc<dyn OccurrenceStore>,
+    index: Option<Arc<dyn chime_storage::HotIndex>>,
+    max_in_flight: usize,
+) -> Arc<Executor> {
     let mut config = chime_runtime::Config::default();
     config.executor.max_in_flight = max_in_flight;
     // The sink is on loopback.
@@ -45,7 +56,7 @@ pub fn executor_over(
     Executor::start(
         s.db.store(),
         occurrences,
-        None,
+        index,
         Arc::new(SystemClock),
         Targets::new(HttpTarget::new(CallbackSettings::from_config(&config)).unwrap()),
         ExecutorSettings::from_config(&config),
@@ -69,6 +80,18 @@ pub async fn timer_on(
     url: String,
     headers: &[(&str, &str)],
     schedule: chime_domain::Schedule,
+) -> Timer {
+    timer_with(s, name, url, headers, schedule, false).await
+}
+
+/// [`timer_on`], leaving its runs unwritten if `unwritten` and its schedule allows.
+pub async fn timer_with(
+    s: &Setup,
+    name: &str,
+    url: String,
+    headers: &[(&str, &str)],
+    schedule: chime_domain::Schedule,
+    unwritten: bool,
 ) -> Timer {
     let spec = TimerSpec {
         app: AppName::parse("ops").unwrap(),
@@ -103,7 +126,7 @@ pub async fn timer_on(
             NewTimer {
                 spec,
                 enabled: true,
-                runs_unwritten: false,
+                runs_unwritten: unwritten,
             },
             chime_domain::Horizon::DEFAULT,
         )

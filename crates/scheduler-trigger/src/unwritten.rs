@@ -1,0 +1,182 @@
+//! The sweeper's check of unwritten runs ([`chime_domain::UnwrittenRun`]). Such a run has no
+//! row until it ends, so the row the sweeper would find overdue is not there: instead it
+//! walks each unwritten timer's fire times as they pass `sweep_after` ago and looks for
+//! their rows. A run without a row whose lease nobody holds was lost on its way (a
+//! scheduler or executor died with it, Redis lost it, the migrator never indexed it): it is
+//! skipped if its timer's next run is due already (and written so), handed to an
+//! executor otherwise. One probe per fire time, no write; a run whose lease is held (a slow
+//! callback) is looked at again each sweep until its row is there.
+
+use std::collections::{BTreeSet, HashMap};
+use std::time::Duration;
+
+use chime_domain::misfire::early_skip;
+use chime_domain::{EarlySkip, EarlySkipKind, TaskKey, Timer, TimerId, Timestamp};
+use chime_storage::{Behind, StoreResult};
+
+use crate::Scheduler;
+
+/// How often the list of unwritten timers is read again: a timer created or changed since
+/// is checked from then on.
+const REFRESH: Duration = Duration::from_secs(10);
+/// How far back a check starts when the sweeper (re)starts: as far as the migrator catches
+/// up on runs it never wrote.
+const CATCH_UP: Duration = Duration::from_secs(30);
+/// Fire times of one timer checked per sweep at most, so a check that starts behind (a
+/// takeover) catches up over a few sweeps instead of in one.
+const RUNS_PER_TIMER: usize = 10;
+/// Fire times checked per sweep at most, and runs kept to look at again.
+const MAX_RUNS: usize = 50_000;
+/// Keys per probe for rows.
+const PROBE: usize = 5_000;
+
+/// What the check knows between sweeps; reset when the sweeper lease changes hands.
+#[derive(Default)]
+pub(crate) struct Check {
+    /// Each unwritten timer and the instant its fire times are checked up to.
+    timers: HashMap<TimerId, (Timer, Timestamp)>,
+    read_at: Option<Timestamp>,
+    /// Runs without a row that were held, or offered and refused: looked at again.
+    again: BTreeSet<TaskKey>,
+}
+
+/// What one check did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Checked {
+    pub probed: usize,
+    pub handed_off: usize,
+    pub skipped: usize,
+}
+
+impl Check {
+    /// Forgets everything: the lease went to another replica, which checks from its start.
+    pub(crate) fn reset(&mut self) {
+        *self = Self::default();
+    }
+}
+
+impl Scheduler {
+    /// One check (see the module comment), at every sweep while the sweeper lease is held.
+    pub(crate) async fn check_unwritten(&self, check: &mut Check) -> StoreResult<Checked> {
+        let Some(leases) = self.index.reads().run_leases() else {
+            return Ok(Checked::default());
+        };
+        let now = self.clock.now();
+        if check
+            .read_at
+            .is_none_or(|at| now.saturating_sub(REFRESH) >= at)
+        {
+            self.read_unwritten_timers(check, now).await?;
+        }
+        let up_to = now.saturating_sub(self.settings.sweep_after);
+        let mut runs: Vec<TaskKey> = check.again.iter().copied().collect();
+        check.again.clear();
+        for (timer, through) in check.timers.values_mut() {
+            if runs.len() >= MAX_RUNS {
+                break;
+            }
+            let from = (*through).max(timer.updated_at);
+            let due: Vec<Timestamp> = timer
+                .spec
+                .schedule
+                .occurrences_between(from, up_to)
+                .take(RUNS_PER_TIMER)
+                .collect();
+            *through = match due.last() {
+                Some(last) if due.len() == RUNS_PER_TIMER => last.add_millis(1),
+                _ => up_to.max(*through),
+            };
+            runs.extend(due.into_iter().map(|at| TaskKey::new(timer.id, at)));
+        }
+        let mut checked = Checked {
+            probed: runs.len(),
+            ..Checked::default()
+        };
+        if runs.is_empty() {
+            return Ok(checked);
+        }
+        let mut missing = Vec::new();
+        for chunk in runs.chunks(PROBE) {
+            missing.extend(
+                self.occurrences
+                    .absent(chunk)
+                    .await?
+                    .into_iter()
+                    .map(|a| a.key),
+            );
+        }
+        if missing.is_empty() {
+            return Ok(checked);
+        }
+        let held = leases.runs_held(&missing).await?;
+        let mut lost = Vec::new();
+        for (key, held) in missing.into_iter().zip(held) {
+            if held {
+                check.again.insert(key);
+            } else {
+                lost.push(key);
+            }
+        }
+        if lost.is_empty() {
+            return Ok(checked);
+        }
+        // Judged on the timers as they are now, as an executor would.
+        let mut ids: Vec<TimerId> = lost.iter().map(|k| k.timer_id).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        let timers: HashMap<TimerId, Timer> = self
+            .timers
+            .get_timers(&ids)
+            .await?
+            .into_iter()
+            .map(|t| (t.id, t))
+            .collect();
+        let mut skips: Vec<EarlySkip> = Vec::new();
+        let mut hand_off: Vec<TaskKey> = Vec::new();
+        for key in lost {
+            let timer = timers.get(&key.timer_id);
+            match early_skip(timer, key, None, now) {
+                Some(skip) if matches!(skip.kind, EarlySkipKind::Overtaken { .. }) => {
+                    skips.push(skip);
+                }
+                // A stopped timer's runs are not its to fire any more.
+                Some(_) => {}
+                None if timer.is_some_and(|t| t.unwritten_run(key.run_at, None)) => {
+                    hand_off.push(key);
+                }
+                None => {}
+            }
+        }
+        checked.skipped = self.occurrences.skip_before_claim(&skips).await?.len();
+        for batch in hand_off.chunks(self.settings.batch) {
+            let accepted = self.handoff.hand_off(batch).await;
+            checked.handed_off += accepted;
+            check.again.extend(batch[accepted..].iter().copied());
+        }
+        while check.again.len() > MAX_RUNS {
+            check.again.pop_last();
+        }
+        Ok(checked)
+    }
+
+    /// Reads the unwritten timers of every bucket; a timer seen for the first time is
+    /// checked from [`CATCH_UP`] ago (or its last change, if later).
+    async fn read_unwritten_timers(&self, check: &mut Check, now: Timestamp) -> StoreResult<()> {
+        let mut read: Vec<Behind> = Vec::new();
+        for bucket in self.settings.buckets.all() {
+            read.extend(chime_storage::unwritten::timers_of(self.timers.as_ref(), bucket).await?);
+        }
+        let start = now.saturating_sub(CATCH_UP);
+        let mut timers = HashMap::with_capacity(read.len());
+        for b in read {
+            let through = check
+                .timers
+                .get(&b.timer.id)
+                .map_or(start, |(_, through)| *through);
+            timers.insert(b.timer.id, (b.timer, through));
+        }
+        check.timers = timers;
+        check.read_at = Some(now);
+        Ok(())
+    }
+}
