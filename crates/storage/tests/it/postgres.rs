@@ -501,3 +501,95 @@ async fn todays_claims_outcomes_and_inserts_leave_a_filling_day_partition_alone(
         "today's claim, outcomes or insert read tomorrow's day partition"
     );
 }
+
+/// Looking for unwritten runs' rows stays one primary-key probe per key after the day's
+/// partition grew under a plan cached while it was empty: as a `NOT EXISTS`, the cached
+/// plan hashed a scan of the whole day per call (the steady bench, 75 µs per key).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_unwritten_probe_stays_a_probe_per_key_as_its_day_grows() {
+    use chime_domain::{SystemClock, TaskKey, TimerId, Timestamp};
+    use chime_storage::postgres::{PgSettings, PgStore};
+    use chime_storage::{OccurrenceStore, Retention};
+
+    const ROWS: i64 = 20_000;
+    const KEYS: i64 = 500;
+    let fx = support::pg().await;
+    let store = PgStore::connect(
+        &fx.url(),
+        &PgSettings {
+            max_connections: 1,
+            ..Default::default()
+        },
+        std::sync::Arc::new(SystemClock),
+        chime_domain::BucketCount::DEFAULT,
+    )
+    .await
+    .unwrap();
+    let pool = store.pool();
+    let run_at = 1_893_456_000_000; // 2030-01-01: a day of its own
+    store
+        .rotate(
+            Timestamp::from_millis(run_at),
+            Timestamp::from_millis(run_at),
+            &chime_storage::PurgeBefore {
+                history: Timestamp::from_millis(0),
+                dead: Timestamp::from_millis(0),
+                idempotency_keys: Timestamp::from_millis(0),
+                deleted_timers: Timestamp::from_millis(0),
+            },
+        )
+        .await
+        .unwrap();
+    let keys = |from: i64, n: i64| -> Vec<TaskKey> {
+        (from..from + n)
+            .map(|i| TaskKey::new(TimerId::new(i).unwrap(), Timestamp::from_millis(run_at)))
+            .collect()
+    };
+    let write = |from: i64, to: i64| {
+        sqlx::query(
+            "INSERT INTO occurrences (timer_id, run_at, timer_version, bucket, status) \
+             SELECT g, $3, 1, 0, 'succeeded' FROM generate_series($1, $2) g",
+        )
+        .bind(from)
+        .bind(to)
+        .bind(run_at)
+        .execute(pool)
+    };
+    // A day's first rows, analyzed, and asked often enough with batches as a steady rate
+    // makes them for the plan cache to keep a generic plan made on them.
+    write(1, 500).await.unwrap();
+    sqlx::query("ANALYZE occurrences")
+        .execute(pool)
+        .await
+        .unwrap();
+    for round in 0..10 {
+        store.absent(&keys(round * 100 + 1, 100)).await.unwrap();
+    }
+    write(501, ROWS).await.unwrap();
+    let seq_scans = || async {
+        sqlx::query("SELECT pg_stat_force_next_flush()")
+            .execute(pool)
+            .await
+            .unwrap();
+        let n: i64 = sqlx::query_scalar(
+            "SELECT COALESCE(SUM(seq_scan), 0)::bigint FROM pg_stat_user_tables \
+             WHERE schemaname = current_schema() AND relname LIKE 'occurrences%'",
+        )
+        .fetch_one(pool)
+        .await
+        .unwrap();
+        n
+    };
+    let before = seq_scans().await;
+    // Half written, half not.
+    let asked = keys(ROWS - KEYS / 2 + 1, KEYS);
+    assert_eq!(
+        store.absent(&asked).await.unwrap().len(),
+        (KEYS / 2) as usize
+    );
+    assert_eq!(
+        seq_scans().await - before,
+        0,
+        "a scan of the day, not probes"
+    );
+}
