@@ -13,6 +13,7 @@ mod notifications;
 mod observability;
 mod overlap;
 mod pipeline;
+mod policies;
 mod routing;
 mod security;
 mod semantics;

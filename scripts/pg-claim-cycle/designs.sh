@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# What a firing costs PostgreSQL under five designs of the occurrence row, one client,
+# What a firing costs PostgreSQL under six designs of the occurrence row, one client,
 # commits without waiting for the disk (synchronous_commit off: CPU, not fsync), each on a
 # schema of its own (the migrations, a day partition) that it drops at the end:
 #   today   the run written ahead (ahead.sql, the migrator's insert), then a claim that marks
@@ -13,7 +13,10 @@
 #           (nolock.sql): what the separate lock costs;
 #   lease   as today, but the claim kept off the row (its lease elsewhere, Redis say): the
 #           claim only reads the claimable rows, the outcome records the attempt on the row
-#           still pending (lease.sql): two row writes, one of them ahead.
+#           still pending (lease.sql): two row writes, one of them ahead;
+#   once    nothing written ahead and the claim kept off the row: the claim only looks for
+#           the row, the outcome inserts it finished (once.sql): one row write. What unwritten
+#           runs do (docs/pipeline.md, "Unwritten runs").
 # Prints microseconds per firing for each; the claim and outcome rounds carry K keys.
 #   scripts/pg-claim-cycle/designs.sh [K]      (default 50, a steady 5,000/s batch; PGHOST etc. apply)
 set -euo pipefail
@@ -66,11 +69,14 @@ schema ahead plain
 nolock=$(per_key nolock "$k")
 schema ahead plain
 lease=$(per_key lease "$k")
-awk -v a="$ahead" -v t="$today" -v h="$hot" -v c="$create" -v n="$nolock" -v l="$lease" -v k="$k" 'BEGIN {
+schema none plain
+once=$(per_key once "$k")
+awk -v a="$ahead" -v t="$today" -v h="$hot" -v c="$create" -v n="$nolock" -v l="$lease" -v o="$once" -v k="$k" 'BEGIN {
   printf "rounds of %d keys, microseconds of PostgreSQL per firing:\n", k
   printf "  today   %6.1f  (written ahead %.1f + claim and outcome %.1f)\n", a + t, a, t
   printf "  hot     %6.1f  (written ahead %.1f + HOT claim and outcome %.1f)\n", a + h, a, h
   printf "  create  %6.1f  (claim inserts, outcome updates)\n", c
   printf "  nolock  %6.1f  (written ahead %.1f + unlocked claim and outcome %.1f)\n", a + n, a, n
   printf "  lease   %6.1f  (written ahead %.1f + claim read only, outcome %.1f)\n", a + l, a, l
+  printf "  once    %6.1f  (nothing ahead, claim looks for the row, outcome inserts it)\n", o
 }'

@@ -29,6 +29,7 @@ mod outcome;
 mod record;
 pub mod targets;
 mod timers;
+mod unwritten;
 pub mod workers;
 
 use std::sync::Arc;

@@ -11,8 +11,8 @@ use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
 use chime_domain::misfire::early_skip;
-use chime_domain::{EarlySkip, EarlySkipKind, TaskKey, Timer, TimerId, Timestamp};
-use chime_storage::{Behind, StoreResult};
+use chime_domain::{EarlySkip, EarlySkipKind, Schedule, TaskKey, Timer, TimerId, Timestamp};
+use chime_storage::StoreResult;
 
 use crate::Scheduler;
 
@@ -33,11 +33,20 @@ const PROBE: usize = 5_000;
 /// What the check knows between sweeps; reset when the sweeper lease changes hands.
 #[derive(Default)]
 pub(crate) struct Check {
-    /// Each unwritten timer and the instant its fire times are checked up to.
-    timers: HashMap<TimerId, (Timer, Timestamp)>,
+    /// Each unwritten timer, as much of it as its fire times need (its target and payload
+    /// stay in the database: memory is per timer, not per byte of body).
+    timers: HashMap<TimerId, Walked>,
     read_at: Option<Timestamp>,
     /// Runs without a row that were held, or offered and refused: looked at again.
     again: BTreeSet<TaskKey>,
+}
+
+/// One unwritten timer as the check walks it.
+struct Walked {
+    schedule: Schedule,
+    updated_at: Timestamp,
+    /// Its fire times are checked up to here.
+    through: Timestamp,
 }
 
 /// What one check did.
@@ -70,31 +79,53 @@ impl Scheduler {
         }
         let up_to = now.saturating_sub(self.settings.sweep_after);
         let mut runs: Vec<TaskKey> = check.again.iter().copied().collect();
-        check.again.clear();
-        for (timer, through) in check.timers.values_mut() {
+        // Each timer's cursor moves only once its runs were looked at: a check that fails
+        // (the database or Redis away) leaves them to the next one.
+        let mut moved: Vec<(TimerId, Timestamp)> = Vec::new();
+        for (id, timer) in &check.timers {
             if runs.len() >= MAX_RUNS {
                 break;
             }
-            let from = (*through).max(timer.updated_at);
+            let through = timer.through;
+            let from = through.max(timer.updated_at);
             let due: Vec<Timestamp> = timer
-                .spec
                 .schedule
                 .occurrences_between(from, up_to)
                 .take(RUNS_PER_TIMER)
                 .collect();
-            *through = match due.last() {
-                Some(last) if due.len() == RUNS_PER_TIMER => last.add_millis(1),
-                _ => up_to.max(*through),
-            };
-            runs.extend(due.into_iter().map(|at| TaskKey::new(timer.id, at)));
+            moved.push((
+                *id,
+                match due.last() {
+                    Some(last) if due.len() == RUNS_PER_TIMER => last.add_millis(1),
+                    _ => up_to.max(through),
+                },
+            ));
+            runs.extend(due.into_iter().map(|at| TaskKey::new(*id, at)));
         }
+        let (checked, again) = self.look_for_rows(leases.as_ref(), runs, now).await?;
+        check.again = again;
+        for (id, through) in moved {
+            if let Some(timer) = check.timers.get_mut(&id) {
+                timer.through = through;
+            }
+        }
+        Ok(checked)
+    }
+
+    /// Looks for the rows of `runs`: a run without one whose lease nobody holds is written
+    /// skipped or handed off; returns what was done and the runs to look at again (held, or
+    /// refused by every executor).
+    async fn look_for_rows(
+        &self,
+        leases: &dyn chime_storage::RunLeases,
+        runs: Vec<TaskKey>,
+        now: Timestamp,
+    ) -> StoreResult<(Checked, BTreeSet<TaskKey>)> {
         let mut checked = Checked {
             probed: runs.len(),
             ..Checked::default()
         };
-        if runs.is_empty() {
-            return Ok(checked);
-        }
+        let mut again = BTreeSet::new();
         let mut missing = Vec::new();
         for chunk in runs.chunks(PROBE) {
             missing.extend(
@@ -106,19 +137,19 @@ impl Scheduler {
             );
         }
         if missing.is_empty() {
-            return Ok(checked);
+            return Ok((checked, again));
         }
         let held = leases.runs_held(&missing).await?;
         let mut lost = Vec::new();
         for (key, held) in missing.into_iter().zip(held) {
             if held {
-                check.again.insert(key);
+                again.insert(key);
             } else {
                 lost.push(key);
             }
         }
         if lost.is_empty() {
-            return Ok(checked);
+            return Ok((checked, again));
         }
         // Judged on the timers as they are now, as an executor would.
         let mut ids: Vec<TimerId> = lost.iter().map(|k| k.timer_id).collect();
@@ -151,29 +182,34 @@ impl Scheduler {
         for batch in hand_off.chunks(self.settings.batch) {
             let accepted = self.handoff.hand_off(batch).await;
             checked.handed_off += accepted;
-            check.again.extend(batch[accepted..].iter().copied());
+            again.extend(batch[accepted..].iter().copied());
         }
-        while check.again.len() > MAX_RUNS {
-            check.again.pop_last();
+        while again.len() > MAX_RUNS {
+            again.pop_last();
         }
-        Ok(checked)
+        Ok((checked, again))
     }
 
     /// Reads the unwritten timers of every bucket; a timer seen for the first time is
     /// checked from [`CATCH_UP`] ago (or its last change, if later).
     async fn read_unwritten_timers(&self, check: &mut Check, now: Timestamp) -> StoreResult<()> {
-        let mut read: Vec<Behind> = Vec::new();
-        for bucket in self.settings.buckets.all() {
-            read.extend(chime_storage::unwritten::timers_of(self.timers.as_ref(), bucket).await?);
-        }
         let start = now.saturating_sub(CATCH_UP);
-        let mut timers = HashMap::with_capacity(read.len());
-        for b in read {
-            let through = check
-                .timers
-                .get(&b.timer.id)
-                .map_or(start, |(_, through)| *through);
-            timers.insert(b.timer.id, (b.timer, through));
+        let mut timers = HashMap::with_capacity(check.timers.len());
+        // A bucket at a time, kept as schedules: the full rows of every bucket at once
+        // would be the largest thing the scheduler holds.
+        for bucket in self.settings.buckets.all() {
+            for b in chime_storage::unwritten::timers_of(self.timers.as_ref(), bucket).await? {
+                let through = check.timers.get(&b.timer.id).map_or(start, |t| t.through);
+                let t = b.timer;
+                timers.insert(
+                    t.id,
+                    Walked {
+                        schedule: t.spec.schedule,
+                        updated_at: t.updated_at,
+                        through,
+                    },
+                );
+            }
         }
         check.timers = timers;
         check.read_at = Some(now);

@@ -1,7 +1,7 @@
--- once: nothing written ahead and the claim kept off the row (a lease elsewhere): the claim only probes for a row, the outcome inserts the finished one.
-
+-- once: nothing written ahead and the claim kept off the row (its lease elsewhere): the claim
+-- only looks for the row, the outcome inserts it finished. What unwritten runs do.
 SET synchronous_commit = off;
 SELECT nextval('exp_design.seq') - 1 AS n \gset
-SELECT nextval('exp_design.seq') - 1 AS n \gset
+SELECT array_agg(i % 5000 + 1)::text AS ids, array_agg(:lo::bigint + 3600000 + (i / 5000) * 1000 + (i % 5000 + 1) % 1000)::text AS runs, array_agg(1)::text AS att, array_agg('succeeded'::text)::text AS st, array_agg(:lo::bigint + 3600000 + (i / 5000) * 1000 + 3)::text AS fired, array_agg(200)::text AS http, array_agg(NULL::text)::text AS nulls, array_agg(NULL::bigint)::text AS nnull, array_agg(1::bigint)::text AS ver, array_agg((i % 5000 + 1) % 16)::text AS buckets FROM generate_series(:n::bigint * :k::bigint, :n::bigint * :k::bigint + :k::bigint - 1) i \gset
 SELECT o.timer_id, o.run_at, o.status FROM UNNEST(:ids::bigint[], :runs::bigint[]) AS k(timer_id, run_at) CROSS JOIN LATERAL (SELECT * FROM exp_design.occurrences o WHERE o.timer_id = k.timer_id AND o.run_at = k.run_at OFFSET 0) o;
 INSERT INTO exp_design.occurrences (timer_id, run_at, timer_version, bucket, status, attempt, fired_at, lateness_ms, http_status, output, error, next_attempt_at) SELECT u.timer_id, u.run_at, u.ver, u.bucket, u.status, u.attempt, u.fired_at, u.fired_at - u.run_at, u.http_status, u.output, u.error, u.next_attempt_at FROM UNNEST(:ids::bigint[], :runs::bigint[], :ver::bigint[], :buckets::integer[], :att::integer[], :st::text[], :fired::bigint[], :http::integer[], :nulls::text[], :nulls::text[], :nnull::bigint[]) AS u(timer_id, run_at, ver, bucket, attempt, status, fired_at, http_status, output, error, next_attempt_at) ON CONFLICT (timer_id, run_at) DO NOTHING;

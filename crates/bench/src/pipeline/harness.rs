@@ -42,7 +42,9 @@ impl Deployment {
     ) -> anyhow::Result<Self> {
         let db = match args.setup {
             Setup::MariadbRedis => BenchDb::MySql(testkit::mysql().await),
-            _ => BenchDb::Postgres(testkit::pg().await),
+            // Migrated by the deployment's own `chime-migrator migrate`, as the migrate Job
+            // does: a build compared with this one (`make bench-compare`) gets its own schema.
+            _ => BenchDb::Postgres(testkit::pg_unmigrated().await),
         };
         let redis = match args.setup {
             Setup::Postgres => None,
