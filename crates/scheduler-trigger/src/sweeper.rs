@@ -134,16 +134,9 @@ impl Scheduler {
             return Ok((Swept::default(), false));
         }
         let full = overdue.len() == SWEEP_LIMIT as usize;
-        let mut ids: Vec<TimerId> = overdue.iter().map(|o| o.key.timer_id).collect();
-        ids.sort_unstable();
-        ids.dedup();
-        let timers: HashMap<TimerId, Timer> = self
-            .timers
-            .get_timers(&ids)
-            .await?
-            .into_iter()
-            .map(|t| (t.id, t))
-            .collect();
+        let timers = self
+            .timers_by_id(overdue.iter().map(|o| o.key.timer_id))
+            .await?;
         let plan = self.plan(&overdue, &timers, now);
         let mut swept = Swept {
             skipped: self
@@ -184,6 +177,23 @@ impl Scheduler {
         metrics::counter!("chime_sweeper_abandoned_total").increment(swept.abandoned);
         let more = full && swept.handed_off == plan.hand_off.len();
         Ok((swept, more))
+    }
+
+    /// The timers named (each once), as they are now.
+    pub(crate) async fn timers_by_id(
+        &self,
+        ids: impl Iterator<Item = TimerId>,
+    ) -> StoreResult<HashMap<TimerId, Timer>> {
+        let mut ids: Vec<TimerId> = ids.collect();
+        ids.sort_unstable();
+        ids.dedup();
+        Ok(self
+            .timers
+            .get_timers(&ids)
+            .await?
+            .into_iter()
+            .map(|t| (t.id, t))
+            .collect())
     }
 
     fn plan(

@@ -11,7 +11,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
 use chime_domain::misfire::early_skip;
-use chime_domain::{EarlySkip, EarlySkipKind, Schedule, TaskKey, Timer, TimerId, Timestamp};
+use chime_domain::{EarlySkip, EarlySkipKind, Schedule, TaskKey, TimerId, Timestamp};
 use chime_storage::StoreResult;
 
 use crate::Scheduler;
@@ -152,16 +152,7 @@ impl Scheduler {
             return Ok((checked, again));
         }
         // Judged on the timers as they are now, as an executor would.
-        let mut ids: Vec<TimerId> = lost.iter().map(|k| k.timer_id).collect();
-        ids.sort_unstable();
-        ids.dedup();
-        let timers: HashMap<TimerId, Timer> = self
-            .timers
-            .get_timers(&ids)
-            .await?
-            .into_iter()
-            .map(|t| (t.id, t))
-            .collect();
+        let timers = self.timers_by_id(lost.iter().map(|k| k.timer_id)).await?;
         let mut skips: Vec<EarlySkip> = Vec::new();
         let mut hand_off: Vec<TaskKey> = Vec::new();
         for key in lost {

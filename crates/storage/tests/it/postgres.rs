@@ -159,24 +159,13 @@ async fn rewriting_existing_occurrences_does_not_wait_for_their_row_locks() {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claims_and_timer_reads_probe_by_key_on_a_fresh_connection() {
-    use chime_domain::{Claim, SystemClock, TaskKey, TimerId, Timestamp};
-    use chime_storage::postgres::{PgSettings, PgStore};
+    use chime_domain::{Claim, TaskKey, TimerId, Timestamp};
     use chime_storage::{OccurrenceStore, TimerStore};
 
     const ROWS: i64 = 20_000;
     const KEYS: i64 = 500;
     let fx = support::pg().await;
-    let store = PgStore::connect(
-        &fx.url(),
-        &PgSettings {
-            max_connections: 1,
-            ..Default::default()
-        },
-        std::sync::Arc::new(SystemClock),
-        chime_domain::BucketCount::DEFAULT,
-    )
-    .await
-    .unwrap();
+    let store = one_connection(&fx).await;
     let pool = store.pool();
     let first = store
         .create_timer(
@@ -384,24 +373,12 @@ async fn without_redis_a_postgres_service_keeps_its_hot_path_in_the_database() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn todays_claims_outcomes_and_inserts_leave_a_filling_day_partition_alone() {
     use chime_domain::{
-        Bucket, Claim, NewOccurrence, OccurrenceStatus, Outcome, SystemClock, TaskKey, TimerId,
-        Timestamp,
+        Bucket, Claim, NewOccurrence, OccurrenceStatus, Outcome, TaskKey, TimerId, Timestamp,
     };
     use chime_storage::OccurrenceStore;
-    use chime_storage::postgres::{PgSettings, PgStore};
 
     let fx = support::pg().await;
-    let store = PgStore::connect(
-        &fx.url(),
-        &PgSettings {
-            max_connections: 1,
-            ..Default::default()
-        },
-        std::sync::Arc::new(SystemClock),
-        chime_domain::BucketCount::DEFAULT,
-    )
-    .await
-    .unwrap();
+    let store = one_connection(&fx).await;
     let pool = store.pool();
     // Ten days of their own, far ahead (from 2031-01-01 UTC), as the janitor keeps a week
     // and more; today is the first, tomorrow the second.
@@ -507,24 +484,13 @@ async fn todays_claims_outcomes_and_inserts_leave_a_filling_day_partition_alone(
 /// plan hashed a scan of the whole day per call (the steady bench, 75 µs per key).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_unwritten_probe_stays_a_probe_per_key_as_its_day_grows() {
-    use chime_domain::{SystemClock, TaskKey, TimerId, Timestamp};
-    use chime_storage::postgres::{PgSettings, PgStore};
+    use chime_domain::{TaskKey, TimerId, Timestamp};
     use chime_storage::{OccurrenceStore, Retention};
 
     const ROWS: i64 = 20_000;
     const KEYS: i64 = 500;
     let fx = support::pg().await;
-    let store = PgStore::connect(
-        &fx.url(),
-        &PgSettings {
-            max_connections: 1,
-            ..Default::default()
-        },
-        std::sync::Arc::new(SystemClock),
-        chime_domain::BucketCount::DEFAULT,
-    )
-    .await
-    .unwrap();
+    let store = one_connection(&fx).await;
     let pool = store.pool();
     let run_at = 1_893_456_000_000; // 2030-01-01: a day of its own
     store
@@ -592,4 +558,21 @@ async fn the_unwritten_probe_stays_a_probe_per_key_as_its_day_grows() {
         0,
         "a scan of the day, not probes"
     );
+}
+
+/// A store on one connection, so that table statistics can be flushed from it and its plan
+/// cache is the one a test looks at.
+async fn one_connection(fx: &support::PgFixture) -> chime_storage::postgres::PgStore {
+    use chime_storage::postgres::{PgSettings, PgStore};
+    PgStore::connect(
+        &fx.url(),
+        &PgSettings {
+            max_connections: 1,
+            ..Default::default()
+        },
+        std::sync::Arc::new(chime_domain::SystemClock),
+        chime_domain::BucketCount::DEFAULT,
+    )
+    .await
+    .unwrap()
 }
