@@ -48,7 +48,10 @@ SQL
            SELECT t, $lo + 3600000 + s * 1000 + t % 1000, 1, t % 16
            FROM generate_series(1, 5000) t, generate_series(0, 599) s;"
   fi
-  $P -c "VACUUM ANALYZE exp_design.occurrences;"
+  # once is left unanalyzed, as a new day's partition is (created ahead, empty, never
+  # analyzed): analyzed empty, its look's cached generic plan scans the whole partition per
+  # key until autovacuum analyzes it again (600 µs a firing here, against 30).
+  [[ $2 == unanalyzed ]] || $P -c "VACUUM ANALYZE exp_design.occurrences;"
 }
 
 # Microseconds per key of one round of $1 carrying $2 keys.
@@ -69,7 +72,7 @@ schema ahead plain
 nolock=$(per_key nolock "$k")
 schema ahead plain
 lease=$(per_key lease "$k")
-schema none plain
+schema none unanalyzed
 once=$(per_key once "$k")
 awk -v a="$ahead" -v t="$today" -v h="$hot" -v c="$create" -v n="$nolock" -v l="$lease" -v o="$once" -v k="$k" 'BEGIN {
   printf "rounds of %d keys, microseconds of PostgreSQL per firing:\n", k
