@@ -41,6 +41,11 @@ pub const METRICS: &[MetricSpec] = &[
         "Day partitions of occurrences created ahead.",
     ),
     (
+        "chime_migrator_partitions_analyzed_total",
+        Counter,
+        "Occurrence partitions analyzed again after outgrowing their statistics.",
+    ),
+    (
         "chime_migrator_partitions_dropped_total",
         Counter,
         "Day partitions dropped after their retention.",

@@ -53,6 +53,8 @@ fn count(batch: &Purged) {
     metrics::counter!("chime_migrator_purged_timers_total").increment(batch.timers);
 }
 
+/// How often the statistics round looks for partitions that outgrew their statistics.
+const STATISTICS_EVERY: Duration = Duration::from_secs(1);
 /// Most batches one run deletes; the next run goes on where it stopped.
 const MAX_BATCHES: usize = 1_000;
 /// Pause between batches: leaves the database to the hot path.
@@ -132,8 +134,55 @@ impl Janitor {
         }))
     }
 
-    /// Runs every `interval` until `shutdown`.
+    /// Runs retention every `interval`, and the statistics round every
+    /// [`STATISTICS_EVERY`], until `shutdown`.
     pub async fn run(&self, shutdown: CancellationToken) {
+        tokio::join!(
+            self.retention_loop(shutdown.clone()),
+            self.statistics_loop(shutdown)
+        );
+        let _ = self.leases.release(LEASE, &self.token).await;
+    }
+
+    /// One statistics round: see [`Retention::refresh_statistics`]. Any replica may run
+    /// it; the store lets one at a time do the work.
+    pub async fn refresh_statistics(&self) -> StoreResult<u64> {
+        let analyzed = self.store.refresh_statistics().await?;
+        metrics::counter!("chime_migrator_partitions_analyzed_total").increment(analyzed);
+        if analyzed > 0 {
+            tracing::info!(
+                analyzed,
+                "retention: analyzed day partitions that outgrew their statistics"
+            );
+        }
+        Ok(analyzed)
+    }
+
+    /// Every second, because a day analyzed while empty is planned as empty from its first
+    /// row on (see `refresh_statistics`); a failure is logged when it starts and when it ends.
+    async fn statistics_loop(&self, shutdown: CancellationToken) {
+        let mut failing = false;
+        loop {
+            match self.refresh_statistics().await {
+                Ok(_) if failing => {
+                    failing = false;
+                    tracing::info!("statistics round works again");
+                }
+                Ok(_) => {}
+                Err(e) if !failing => {
+                    failing = true;
+                    tracing::warn!(error = %e, "statistics round failed; retrying every second");
+                }
+                Err(_) => {}
+            }
+            tokio::select! {
+                () = shutdown.cancelled() => break,
+                () = self.clock.sleep(STATISTICS_EVERY) => {}
+            }
+        }
+    }
+
+    async fn retention_loop(&self, shutdown: CancellationToken) {
         loop {
             let run = tokio::select! {
                 () = shutdown.cancelled() => break,
@@ -169,6 +218,5 @@ impl Janitor {
                 () = self.clock.sleep(self.settings.interval) => {}
             }
         }
-        let _ = self.leases.release(LEASE, &self.token).await;
     }
 }

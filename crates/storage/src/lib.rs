@@ -472,6 +472,14 @@ pub trait Retention: Send + Sync + 'static {
     /// running occurrences of live timers are never touched. Where [`Retention::rotate`]
     /// removes whole ranges, this removes only the rows no range holds.
     async fn purge(&self, before: &PurgeBefore, limit: u32) -> StoreResult<Purged>;
+
+    /// For a backend whose cached plans trust table statistics (PostgreSQL): analyzes each
+    /// time range whose statistics have fallen far behind its size, so no cached plan treats
+    /// a filling day as empty. Returns how many ranges it analyzed. Cheap enough to call
+    /// every second; backends that plan each statement afresh do nothing.
+    async fn refresh_statistics(&self) -> StoreResult<u64> {
+        Ok(0)
+    }
 }
 
 /// Page tokens with an optional secondary key; shared by the SQL backends.

@@ -247,3 +247,61 @@ async fn old_days_go_whole_and_leave_live_rows() {
     let again = janitor.run_once().await.unwrap().unwrap();
     assert_eq!(again.rotated, chime_storage::Rotated::default());
 }
+
+/// A day analyzed while empty and filled since (a nightly `ANALYZE` ran before its first
+/// row) is analyzed again by the running janitor, so no plan cached on it stays one for an
+/// empty day (`crates/storage/tests/it/postgres_plans.rs` shows what such plans cost).
+#[tokio::test]
+async fn the_running_janitor_analyzes_a_day_that_outgrew_its_statistics() {
+    let fx = Fixture::new().await;
+    let pool = fx.db.store.pool();
+    let day = 1_956_528_000_000_i64; // 2032-01-01 UTC: a day of its own
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        // Autovacuum left out: it has not reached the day yet.
+        "CREATE TABLE occurrences_p_filled PARTITION OF occurrences \
+         FOR VALUES FROM ({day}) TO ({}) WITH (autovacuum_enabled = false)",
+        day + 86_400_000
+    )))
+    .execute(pool)
+    .await
+    .unwrap();
+    sqlx::query("ANALYZE occurrences_p_filled")
+        .execute(pool)
+        .await
+        .unwrap();
+    sqlx::query(
+        "INSERT INTO occurrences (timer_id, run_at, timer_version, bucket) \
+         SELECT g, $1 + g, 1, 0 FROM generate_series(1, 5000) g",
+    )
+    .bind(day)
+    .execute(pool)
+    .await
+    .unwrap();
+    let analyzed_rows = || async {
+        let n: f32 = sqlx::query_scalar(
+            "SELECT reltuples FROM pg_class WHERE oid = 'occurrences_p_filled'::regclass",
+        )
+        .fetch_one(pool)
+        .await
+        .unwrap();
+        n
+    };
+    assert_eq!(analyzed_rows().await, 0.0, "analyzed empty");
+
+    let janitor = fx.janitor();
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let running = tokio::spawn({
+        let shutdown = shutdown.clone();
+        async move { janitor.run(shutdown).await }
+    });
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while analyzed_rows().await < 5000.0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the day was not analyzed again"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    shutdown.cancel();
+    running.await.unwrap();
+}

@@ -37,6 +37,7 @@ mod partitions;
 pub use partitions::RotationPause;
 mod retention;
 mod run_leases;
+mod statistics;
 mod timers;
 mod unwritten;
 

@@ -43,6 +43,10 @@ impl Retention for PgStore {
         self.rotate_days(now, until, before).await
     }
 
+    async fn refresh_statistics(&self) -> StoreResult<u64> {
+        self.refresh_partition_statistics().await
+    }
+
     async fn purge(&self, before: &PurgeBefore, limit: u32) -> StoreResult<Purged> {
         let limit = i64::from(limit);
         let finished = self

@@ -7,5 +7,6 @@
 mod memory;
 mod mysql;
 mod postgres;
+mod postgres_plans;
 mod redis;
 mod sqlite;
