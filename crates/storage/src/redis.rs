@@ -316,13 +316,32 @@ fn run_key(prefix: &str, run: &TaskKey) -> String {
     format!("{prefix}:run:{run}")
 }
 
+/// Takes each key's run lease for ARGV[1] ms where nobody holds it: 1 where taken, 0 where
+/// held. Many keys in one command, so only where they all live on one node.
+const TAKE_RUNS: &str = "local t = {} for i, k in ipairs(KEYS) do \
+    t[i] = redis.call('SET', k, '1', 'PX', ARGV[1], 'NX') and 1 or 0 end return t";
+
 #[async_trait]
 impl RunLeases for RedisLeases {
     async fn take_runs(&self, runs: &[TaskKey], ttl: Duration) -> StoreResult<Vec<bool>> {
         if runs.is_empty() {
             return Ok(Vec::new());
         }
-        let pipeline = self.0.pool.next().pipeline();
+        let client = self.0.pool.next();
+        // One command for the batch where one node holds every key: a command per run cost
+        // the executors a sixth of their CPU at a steady 5,000 firings/s (fred's per-command
+        // work, both ways). Redis Cluster spreads the keys, so there each is its own SET.
+        if !client.is_clustered() {
+            let keys: Vec<String> = runs
+                .iter()
+                .map(|r| run_key(&self.0.settings.prefix, r))
+                .collect();
+            let taken: Vec<i64> = client
+                .eval(TAKE_RUNS, keys, vec![ttl_ms(ttl).to_string()])
+                .await?;
+            return Ok(taken.into_iter().map(|t| t == 1).collect());
+        }
+        let pipeline = client.pipeline();
         for run in runs {
             let _: () = pipeline
                 .set(
@@ -342,7 +361,17 @@ impl RunLeases for RedisLeases {
         if runs.is_empty() {
             return Ok(());
         }
-        let pipeline = self.0.pool.next().pipeline();
+        let client = self.0.pool.next();
+        // As in `take_runs`: one DEL of them all where one node holds them.
+        if !client.is_clustered() {
+            let keys: Vec<String> = runs
+                .iter()
+                .map(|r| run_key(&self.0.settings.prefix, r))
+                .collect();
+            let _: i64 = client.del(keys).await?;
+            return Ok(());
+        }
+        let pipeline = client.pipeline();
         for run in runs {
             let _: () = pipeline.del(run_key(&self.0.settings.prefix, run)).await?;
         }
