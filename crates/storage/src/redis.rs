@@ -316,6 +316,10 @@ fn run_key(prefix: &str, run: &TaskKey) -> String {
     format!("{prefix}:run:{run}")
 }
 
+fn run_keys(prefix: &str, runs: &[TaskKey]) -> Vec<String> {
+    runs.iter().map(|r| run_key(prefix, r)).collect()
+}
+
 /// Takes each key's run lease for ARGV[1] ms where nobody holds it: 1 where taken, 0 where
 /// held. Many keys in one command, so only where they all live on one node.
 const TAKE_RUNS: &str = "local t = {} for i, k in ipairs(KEYS) do \
@@ -332,10 +336,7 @@ impl RunLeases for RedisLeases {
         // the executors a sixth of their CPU at a steady 5,000 firings/s (fred's per-command
         // work, both ways). Redis Cluster spreads the keys, so there each is its own SET.
         if !client.is_clustered() {
-            let keys: Vec<String> = runs
-                .iter()
-                .map(|r| run_key(&self.0.settings.prefix, r))
-                .collect();
+            let keys = run_keys(&self.0.settings.prefix, runs);
             let taken: Vec<i64> = client
                 .eval(TAKE_RUNS, keys, vec![ttl_ms(ttl).to_string()])
                 .await?;
@@ -364,10 +365,7 @@ impl RunLeases for RedisLeases {
         let client = self.0.pool.next();
         // As in `take_runs`: one DEL of them all where one node holds them.
         if !client.is_clustered() {
-            let keys: Vec<String> = runs
-                .iter()
-                .map(|r| run_key(&self.0.settings.prefix, r))
-                .collect();
+            let keys = run_keys(&self.0.settings.prefix, runs);
             let _: i64 = client.del(keys).await?;
             return Ok(());
         }
