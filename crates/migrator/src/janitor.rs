@@ -146,7 +146,7 @@ impl Janitor {
 
     /// One statistics round: see [`Retention::refresh_statistics`]. Any replica may run
     /// it; the store lets one at a time do the work.
-    pub async fn refresh_statistics(&self) -> StoreResult<u64> {
+    async fn refresh_statistics(&self) -> StoreResult<u64> {
         let analyzed = self.store.refresh_statistics().await?;
         metrics::counter!("chime_migrator_partitions_analyzed_total").increment(analyzed);
         if analyzed > 0 {

@@ -55,10 +55,7 @@ async fn claims_and_timer_reads_probe_by_key_on_a_fresh_connection() {
     // [index scans, sequential scans] of timers, then of occurrences (all its partitions),
     // with everything this (only) connection did so far counted.
     let scans = || async {
-        sqlx::query("SELECT pg_stat_force_next_flush()")
-            .execute(pool)
-            .await
-            .unwrap();
+        flush_stats(pool).await;
         let counts: (i64, i64, i64, i64) = sqlx::query_as(
             "SELECT \
                COALESCE(SUM(idx_scan) FILTER (WHERE relname = 'timers'), 0)::bigint, \
@@ -190,10 +187,7 @@ async fn todays_claims_outcomes_and_inserts_leave_a_filling_day_partition_alone(
     // …then tomorrow's runs of a population of daily timers arrive.
     insert(1, 1, 300_000).await.unwrap();
     let read_of_tomorrow = || async {
-        sqlx::query("SELECT pg_stat_force_next_flush()")
-            .execute(pool)
-            .await
-            .unwrap();
+        flush_stats(pool).await;
         let n: i64 = sqlx::query_scalar(
             "SELECT (COALESCE(seq_tup_read, 0) + COALESCE(idx_tup_fetch, 0) \
                + COALESCE(seq_scan, 0) + COALESCE(idx_scan, 0))::bigint \
@@ -267,20 +261,7 @@ async fn the_unwritten_probe_stays_a_probe_per_key_as_its_day_grows() {
         store.absent(&keys(round * 100 + 1, 100)).await.unwrap();
     }
     write(501, ROWS).await.unwrap();
-    let seq_scans = || async {
-        sqlx::query("SELECT pg_stat_force_next_flush()")
-            .execute(pool)
-            .await
-            .unwrap();
-        let n: i64 = sqlx::query_scalar(
-            "SELECT COALESCE(SUM(seq_scan), 0)::bigint FROM pg_stat_user_tables \
-             WHERE schemaname = current_schema() AND relname LIKE 'occurrences%'",
-        )
-        .fetch_one(pool)
-        .await
-        .unwrap();
-        n
-    };
+    let seq_scans = || seq_scans(pool, "occurrences%");
     let before = seq_scans().await;
     // Half written, half not.
     let asked = keys(ROWS - KEYS / 2 + 1, KEYS);
@@ -377,20 +358,7 @@ async fn a_day_analyzed_empty_is_still_probed_by_key_once_it_fills() {
     }
     // Then the day fills.
     insert(1_000, 50_000).await.unwrap();
-    let seq_scans = || async {
-        sqlx::query("SELECT pg_stat_force_next_flush()")
-            .execute(pool)
-            .await
-            .unwrap();
-        let n: i64 = sqlx::query_scalar(
-            "SELECT COALESCE(seq_scan, 0)::bigint FROM pg_stat_user_tables \
-             WHERE schemaname = current_schema() AND relname = 'occurrences_p_fresh'",
-        )
-        .fetch_one(pool)
-        .await
-        .unwrap();
-        n
-    };
+    let seq_scans = || seq_scans(pool, "occurrences_p_fresh");
     // Only the grown day is analyzed, once: the days never analyzed are planned by their
     // size, and a fresh analysis holds until the day doubles again.
     assert_eq!(store.refresh_statistics().await.unwrap(), 1);
@@ -402,6 +370,27 @@ async fn a_day_analyzed_empty_is_still_probed_by_key_once_it_fills() {
         0,
         "a statement scanned the day's partition instead of probing its keys"
     );
+}
+
+/// Makes what this connection did so far show in the table statistics.
+async fn flush_stats(pool: &sqlx::PgPool) {
+    sqlx::query("SELECT pg_stat_force_next_flush()")
+        .execute(pool)
+        .await
+        .unwrap();
+}
+
+/// Sequential scans so far of this schema's tables whose names match the LIKE `tables`.
+async fn seq_scans(pool: &sqlx::PgPool, tables: &str) -> i64 {
+    flush_stats(pool).await;
+    sqlx::query_scalar(
+        "SELECT COALESCE(SUM(seq_scan), 0)::bigint FROM pg_stat_user_tables \
+         WHERE schemaname = current_schema() AND relname LIKE $1",
+    )
+    .bind(tables)
+    .fetch_one(pool)
+    .await
+    .unwrap()
 }
 
 /// A store on one connection, so that table statistics can be flushed from it and its plan
