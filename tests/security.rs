@@ -288,3 +288,32 @@ async fn a_slow_endpoint_does_not_starve_a_fast_one() {
     chime_e2e::timers::wait_delivered(&slow, &slow_keys, Duration::from_secs(90)).await;
     c.stop().await;
 }
+
+/// An https callback reaches a receiver whose certificate the executor's system roots vouch
+/// for: here a private CA given by `SSL_CERT_FILE`, as a platform's image would carry its
+/// internal CA in its bundle.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn https_callbacks_reach_a_receiver_the_system_roots_vouch_for() {
+    let ca = chime_test_support::pki::TestCa::new("internal CA");
+    let leaf = ca.leaf("callee");
+    let tls = chime_runtime::Tls::from_pem(leaf.cert, leaf.key, None, None).unwrap();
+    let sink = Sink::start_tls(&tls).await.unwrap();
+    assert!(sink.url("/hook").starts_with("https://localhost:"));
+    let roots = chime_e2e::log_dir("security-https-roots").join("ca.pem");
+    std::fs::write(&roots, &ca.cert).unwrap();
+
+    let db = testkit::pg_unmigrated().await;
+    let redis = testkit::redis().await;
+    let env = vec![("SSL_CERT_FILE", roots.display().to_string())];
+    let mut c = chime_e2e::start_on("security-https", &db, &redis, 1, 1, env).await;
+    create(
+        &c.rest,
+        json!({"app": "tls", "name": "https", "schedule": {"after": "1s"},
+               "callback": {"url": sink.url("/hook"), "body": "over tls"}}),
+    )
+    .await;
+    let got = received(&sink, "/hook", 1).await;
+    assert_eq!(got[0].body, "over tls");
+    assert!(got[0].header("idempotency-key").is_some());
+    c.stop().await;
+}

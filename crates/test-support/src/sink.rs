@@ -60,6 +60,18 @@ pub struct Sink {
     addr: SocketAddr,
     state: Shared,
     stop: CancellationToken,
+    tls: bool,
+}
+
+/// What the sink answers on each path.
+fn router(state: Shared) -> Router {
+    Router::new()
+        .route("/status/{code}", any(status))
+        .route("/delay/{ms}", any(delay))
+        .route("/flaky/{n}", any(flaky))
+        .route("/switch", any(switch))
+        .fallback(any(ok))
+        .with_state(state)
 }
 
 impl Sink {
@@ -72,6 +84,29 @@ impl Sink {
     /// of each request, and not its body.
     pub async fn start_lean() -> std::io::Result<Self> {
         Self::start_with(true).await
+    }
+
+    /// Like [`Sink::start`], over TLS with `tls`'s certificate (for `localhost`):
+    /// [`Sink::url`] is then `https://localhost:{port}{path}`.
+    pub async fn start_tls(tls: &chime_runtime::Tls) -> std::io::Result<Self> {
+        let listener = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await?;
+        let addr = listener.local_addr()?;
+        let listener = tls
+            .rest_listener(listener)
+            .map_err(|e| std::io::Error::other(e.to_string()))?;
+        let (state, stop) = (Shared::default(), CancellationToken::new());
+        let (app, shutdown) = (router(state.clone()), stop.clone().cancelled_owned());
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app)
+                .with_graceful_shutdown(shutdown)
+                .await;
+        });
+        Ok(Self {
+            addr,
+            state,
+            stop,
+            tls: true,
+        })
     }
 
     async fn start_with(lean: bool) -> std::io::Result<Self> {
@@ -87,13 +122,7 @@ impl Sink {
             ..Shared::default()
         };
         let stop = CancellationToken::new();
-        let app = Router::new()
-            .route("/status/{code}", any(status))
-            .route("/delay/{ms}", any(delay))
-            .route("/flaky/{n}", any(flaky))
-            .route("/switch", any(switch))
-            .fallback(any(ok))
-            .with_state(state.clone());
+        let app = router(state.clone());
         let shutdown = stop.clone().cancelled_owned();
         let connections = state.connections.clone();
         let listener = chime_runtime::without_nagle(listener).tap_io(move |_| {
@@ -104,16 +133,24 @@ impl Sink {
                 .with_graceful_shutdown(shutdown)
                 .await;
         });
-        Ok(Self { addr, state, stop })
+        Ok(Self {
+            addr,
+            state,
+            stop,
+            tls: false,
+        })
     }
 
     pub fn addr(&self) -> SocketAddr {
         self.addr
     }
 
-    /// `http://127.0.0.1:{port}{path}`.
+    /// `http://127.0.0.1:{port}{path}`, or `https://localhost:{port}{path}` over TLS.
     pub fn url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.addr)
+        match self.tls {
+            false => format!("http://{}{path}", self.addr),
+            true => format!("https://localhost:{}{path}", self.addr.port()),
+        }
     }
 
     /// Everything received so far, in arrival order.

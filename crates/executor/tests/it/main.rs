@@ -6,6 +6,7 @@
 
 mod brokers;
 mod executor;
+mod http;
 mod lanes;
 mod misfire;
 mod networks;

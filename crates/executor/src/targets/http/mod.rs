@@ -1,15 +1,18 @@
 //! The HTTP target: the request a timer's callback describes, with Chime's headers, and its
 //! result as an [`Outcome`].
 
+mod client;
+
+use std::sync::Arc;
 use std::time::Duration;
 
-use std::net::SocketAddr;
-use std::sync::Arc;
-
 use async_trait::async_trait;
-use chime_domain::{
-    Blocked, ClaimedOccurrence, Clock, NetworkPolicy, OccurrenceStatus, Outcome, Timer,
-};
+use bytes::Bytes;
+use chime_domain::{ClaimedOccurrence, Clock, NetworkPolicy, OccurrenceStatus, Outcome, Timer};
+use http::{HeaderName, HeaderValue};
+use http_body_util::Full;
+
+use client::{CallbackClient, CallbackRequest, Failure};
 
 use super::signing::Signer;
 use super::{Attempt, DeliveryTarget};
@@ -87,64 +90,26 @@ pub fn parse_retry_after(value: &str, now_ms: i64) -> Option<Duration> {
     Some(Duration::from_millis(u64::try_from(ms).unwrap_or(0)))
 }
 
-/// Resolves callback hosts and refuses a host if any of its addresses is one the policy
-/// blocks, before connecting: a name that resolves (or is rebound) to a private address
-/// gets no further than an IP literal would.
-/// The addresses checked are the ones connected to, so a name rebound between the check and
-/// the connection gains nothing.
-struct GuardedResolver(NetworkPolicy, Arc<dyn HostLookup>);
-
-impl reqwest::dns::Resolve for GuardedResolver {
-    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
-        let (policy, lookup) = (self.0.clone(), self.1.clone());
-        Box::pin(async move {
-            let ips = lookup.lookup(name.as_str()).await?;
-            for ip in &ips {
-                policy.check(*ip)?;
-            }
-            let addrs: Vec<SocketAddr> = ips.into_iter().map(|ip| SocketAddr::new(ip, 0)).collect();
-            Ok(Box::new(addrs.into_iter()) as reqwest::dns::Addrs)
-        })
-    }
-}
-
-/// The policy refusal somewhere in an error's chain, if that is what failed.
-fn blocked_cause<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a Blocked> {
-    let mut cause = Some(e);
-    while let Some(c) = cause {
-        if let Some(b) = c.downcast_ref::<Blocked>() {
-            return Some(b);
-        }
-        cause = c.source();
-    }
-    None
-}
-
-/// An HTTP client with a keep-alive pool, shared by every callback of an executor.
+/// The callback client and what each callback carries, shared by every callback of an
+/// executor.
 #[derive(Clone)]
 pub struct HttpTarget {
-    http: reqwest::Client,
+    client: CallbackClient,
     settings: CallbackSettings,
     /// Signs every callback (Standard Webhooks) when set.
     signer: Option<Arc<Signer>>,
 }
 
 impl HttpTarget {
-    /// Fails only if the TLS backend cannot be set up.
-    pub fn new(settings: CallbackSettings) -> Result<Self, reqwest::Error> {
-        let http = chime_runtime::http_client()
-            .user_agent(concat!("chime-executor/", env!("CARGO_PKG_VERSION")))
-            .pool_max_idle_per_host(settings.idle_per_host)
-            .pool_idle_timeout(Duration::from_secs(60))
-            .connect_timeout(Duration::from_secs(5))
-            .redirect(reqwest::redirect::Policy::none())
-            .dns_resolver(Arc::new(GuardedResolver(
-                settings.networks.clone(),
-                settings.lookup.clone(),
-            )))
-            .build()?;
+    /// Fails only if the platform's certificate verifier cannot be set up.
+    pub fn new(settings: CallbackSettings) -> Result<Self, rustls::Error> {
+        let client = CallbackClient::new(
+            settings.networks.clone(),
+            settings.lookup.clone(),
+            settings.idle_per_host,
+        )?;
         Ok(Self {
-            http,
+            client,
             settings,
             signer: None,
         })
@@ -154,18 +119,6 @@ impl HttpTarget {
     pub fn with_signer(mut self, signer: Arc<Signer>) -> Self {
         self.signer = Some(signer);
         self
-    }
-
-    /// The response body up to the cap, lossily as UTF-8; `None` when empty.
-    async fn read_capped(&self, mut response: reqwest::Response) -> Option<String> {
-        let cap = self.settings.output_cap;
-        let mut kept = Vec::new();
-        // Reading the rest (bounded by the request timeout) lets the connection be reused.
-        while let Ok(Some(chunk)) = response.chunk().await {
-            let room = cap.saturating_sub(kept.len());
-            kept.extend_from_slice(&chunk[..chunk.len().min(room)]);
-        }
-        (!kept.is_empty()).then(|| String::from_utf8_lossy(&kept).into_owned())
     }
 }
 
@@ -220,9 +173,14 @@ impl DeliveryTarget for HttpTarget {
                 Some(format!("blocked by the callback network policy: {blocked}"));
             return attempt;
         }
-        let request = self.request(timer, url, &occurrence, signature);
-        self.send(request, cb.timeout.get(), clock, &mut attempt)
-            .await;
+        match self.request(timer, url, &occurrence, signature) {
+            Ok(request) => {
+                self.send(request, cb.timeout.get(), clock, &mut attempt)
+                    .await
+            }
+            // A request that cannot even be built will not be buildable next time either.
+            Err(e) => attempt.outcome.error = Some(format!("callback failed: {e}")),
+        }
         attempt
     }
 }
@@ -252,36 +210,39 @@ impl HttpTarget {
                 false,
             ));
         }
-        let mut request = self
-            .http
-            .post(url.as_url().clone())
-            .timeout(timeout)
-            .header(reqwest::header::CONTENT_TYPE, "application/json");
-        if let Some(signer) = &self.signer {
-            let signed = signer
-                .headers_for(app, id, &body)
-                .await
-                .map_err(|e| fail(format!("cannot sign: {e}"), true))?;
-            for (name, value) in signed {
-                request = request.header(name, value);
-            }
+        let signed = match &self.signer {
+            None => None,
+            Some(signer) => Some(
+                signer
+                    .headers_for(app, id, &body)
+                    .await
+                    .map_err(|e| fail(format!("cannot sign: {e}"), true))?,
+            ),
+        };
+        let mut request = new_request(http::Method::POST, url, body.into())
+            .map_err(|e| fail(format!("{e}"), false))?;
+        let headers = request.headers_mut();
+        headers.insert(
+            http::header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        for (name, value) in signed.into_iter().flatten() {
+            put(headers, name, value).map_err(|e| fail(format!("{e}"), false))?;
         }
-        match request.body(body).send().await {
-            Ok(r) if r.status().is_success() => Ok(()),
-            Ok(r) => {
-                let status = r.status().as_u16();
+        match self.client.send(request, timeout, 0).await {
+            Ok(answer) if answer.status.is_success() => Ok(()),
+            Ok(answer) => {
+                let status = answer.status.as_u16();
                 Err(fail(
                     format!("answered HTTP {status}"),
                     retryable_status(status),
                 ))
             }
-            Err(e) => match blocked_cause(&e) {
-                Some(b) => Err(fail(
-                    format!("blocked by the callback network policy: {b}"),
-                    false,
-                )),
-                None => Err(fail(format!("{e}"), true)),
-            },
+            Err(Failure::Blocked(b)) => Err(fail(
+                format!("blocked by the callback network policy: {b}"),
+                false,
+            )),
+            Err(e) => Err(fail(describe(&e, timeout), true)),
         }
     }
 
@@ -293,76 +254,105 @@ impl HttpTarget {
         url: &chime_domain::CallbackUrl,
         occurrence: &ClaimedOccurrence,
         signature: Option<[(&'static str, String); 3]>,
-    ) -> reqwest::RequestBuilder {
+    ) -> Result<CallbackRequest, http::Error> {
         let cb = &timer.spec.callback;
-        let method = reqwest::Method::from_bytes(cb.method.as_str().as_bytes())
-            .unwrap_or(reqwest::Method::POST);
-        let mut request = self
-            .http
-            .request(method, url.as_url().clone())
-            .timeout(cb.timeout.get());
+        let method =
+            http::Method::from_bytes(cb.method.as_str().as_bytes()).unwrap_or(http::Method::POST);
+        let body = match &cb.body {
+            Some(body) => Bytes::copy_from_slice(body.as_str().as_bytes()),
+            None => Bytes::new(),
+        };
+        let mut request = new_request(method, url, body)?;
+        let headers = request.headers_mut();
         for (name, value) in cb.headers.iter() {
-            request = request.header(name, value);
+            headers.append(
+                HeaderName::from_bytes(name.as_bytes())?,
+                HeaderValue::from_str(value)?,
+            );
         }
         for (name, value) in chime_headers(occurrence) {
-            request = request.header(name, value);
+            put(headers, name, value)?;
         }
         // The callback span's context, so the callee's spans join the firing's trace.
-        let mut trace = http::HeaderMap::new();
-        chime_runtime::inject_context(&tracing::Span::current(), &mut trace);
-        request = request.headers(trace);
+        chime_runtime::inject_context(&tracing::Span::current(), headers);
         for (name, value) in signature.into_iter().flatten() {
-            request = request.header(name, value);
+            put(headers, name, value)?;
         }
-        match &cb.body {
-            Some(body) => request.body(body.as_str().to_owned()),
-            None => request,
-        }
+        // As a browser or curl would, unless the timer set its own.
+        headers
+            .entry(http::header::USER_AGENT)
+            .or_insert(HeaderValue::from_static(USER_AGENT));
+        headers
+            .entry(http::header::ACCEPT)
+            .or_insert(HeaderValue::from_static("*/*"));
+        Ok(request)
     }
 
     /// Sends `request` and writes what came back into `attempt`: the status, the capped
     /// body, whether to retry and when.
     async fn send(
         &self,
-        request: reqwest::RequestBuilder,
+        request: CallbackRequest,
         timeout: Duration,
         clock: &dyn Clock,
         attempt: &mut Attempt,
     ) {
         let outcome = &mut attempt.outcome;
-        match request.send().await {
-            Ok(response) => {
-                let status = response.status();
-                outcome.http_status = Some(status.as_u16());
-                if matches!(status.as_u16(), 429 | 503) {
-                    attempt.retry_after = response
-                        .headers()
-                        .get(reqwest::header::RETRY_AFTER)
-                        .and_then(|v| v.to_str().ok())
-                        .and_then(|v| parse_retry_after(v, clock.now().as_millis()));
+        match self
+            .client
+            .send(request, timeout, self.settings.output_cap)
+            .await
+        {
+            Ok(answer) => {
+                let status = answer.status.as_u16();
+                outcome.http_status = Some(status);
+                if matches!(status, 429 | 503) {
+                    attempt.retry_after = answer
+                        .retry_after
+                        .and_then(|v| parse_retry_after(&v, clock.now().as_millis()));
                 }
-                outcome.output = self.read_capped(response).await;
-                if status.is_success() {
+                outcome.output = answer.body;
+                if answer.status.is_success() {
                     outcome.status = OccurrenceStatus::Succeeded;
                 } else {
-                    attempt.retryable = retryable_status(status.as_u16());
-                    outcome.error = Some(format!("callback answered HTTP {}", status.as_u16()));
+                    attempt.retryable = retryable_status(status);
+                    outcome.error = Some(format!("callback answered HTTP {status}"));
                 }
             }
-            Err(e) => match blocked_cause(&e) {
-                Some(blocked) => {
-                    outcome.error =
-                        Some(format!("blocked by the callback network policy: {blocked}"));
-                }
-                None => {
-                    // Transport failures (refused, reset, timed out, TLS) may pass; a
-                    // request that cannot even be built will not.
-                    attempt.retryable = !e.is_builder();
-                    outcome.error = Some(describe(&e, timeout));
-                }
-            },
+            Err(Failure::Blocked(blocked)) => {
+                outcome.error = Some(format!("blocked by the callback network policy: {blocked}"));
+            }
+            Err(failure) => {
+                // Transport failures (refused, reset, timed out, TLS) may pass.
+                attempt.retryable = true;
+                outcome.error = Some(describe(&failure, timeout));
+            }
         }
     }
+}
+
+const USER_AGENT: &str = concat!("chime-executor/", env!("CARGO_PKG_VERSION"));
+
+/// A request to `url` with no headers yet.
+fn new_request(
+    method: http::Method,
+    url: &chime_domain::CallbackUrl,
+    body: Bytes,
+) -> Result<CallbackRequest, http::Error> {
+    http::Request::builder()
+        .method(method)
+        .uri(url.as_url().as_str())
+        .body(Full::new(body))
+}
+
+/// Adds one of Chime's own headers (a lowercase name known here).
+fn put(
+    headers: &mut http::HeaderMap,
+    name: &'static str,
+    value: String,
+) -> Result<(), http::Error> {
+    headers.append(HeaderName::from_static(name), HeaderValue::try_from(value)?);
+    Ok(())
 }
 
 /// The headers Chime sets on every callback (docs/pipeline.md, Executor). The idempotency key and the
@@ -393,25 +383,16 @@ pub fn chime_headers(
     )
 }
 
-fn describe(e: &reqwest::Error, timeout: Duration) -> String {
-    if e.is_timeout() {
-        format!(
+fn describe(failure: &Failure, timeout: Duration) -> String {
+    match failure {
+        Failure::TimedOut => format!(
             "callback timed out after {}",
             chime_domain::format_duration(timeout)
-        )
-    } else if e.is_connect() {
-        format!("cannot connect to the callback: {}", root_cause(e))
-    } else {
-        format!("callback failed: {}", root_cause(e))
+        ),
+        Failure::Connect(cause) => format!("cannot connect to the callback: {cause}"),
+        Failure::Exchange(cause) => format!("callback failed: {cause}"),
+        Failure::Blocked(blocked) => format!("blocked by the callback network policy: {blocked}"),
     }
-}
-
-fn root_cause(e: &dyn std::error::Error) -> String {
-    let mut cause = e;
-    while let Some(next) = cause.source() {
-        cause = next;
-    }
-    cause.to_string()
 }
 
 #[cfg(test)]
