@@ -37,14 +37,14 @@ impl admin::Readiness for DatabaseReadiness {
     }
 }
 
-/// A reqwest client builder with TLS ready: installs rustls' ring provider for the process
-/// first (reqwest is built without a default provider). Every HTTP client in Chime, tests
-/// included, starts here.
 /// Makes ring rustls's process-wide crypto provider (TLS servers and clients alike).
 pub fn install_crypto_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
+/// A reqwest client builder with TLS ready: installs rustls' ring provider for the process
+/// first (reqwest is built without a default provider). Every reqwest client in Chime, tests
+/// included, starts here; the executor's callbacks have their own client, on hyper.
 pub fn http_client() -> reqwest::ClientBuilder {
     // A second install (another client, another test) is refused harmlessly.
     install_crypto_provider();
