@@ -94,19 +94,7 @@ impl Sink {
         let listener = tls
             .rest_listener(listener)
             .map_err(|e| std::io::Error::other(e.to_string()))?;
-        let (state, stop) = (Shared::default(), CancellationToken::new());
-        let (app, shutdown) = (router(state.clone()), stop.clone().cancelled_owned());
-        tokio::spawn(async move {
-            let _ = axum::serve(listener, app)
-                .with_graceful_shutdown(shutdown)
-                .await;
-        });
-        Ok(Self {
-            addr,
-            state,
-            stop,
-            tls: true,
-        })
+        Ok(Self::serve(listener, addr, Shared::default(), true))
     }
 
     async fn start_with(lean: bool) -> std::io::Result<Self> {
@@ -121,24 +109,32 @@ impl Sink {
             lean,
             ..Shared::default()
         };
-        let stop = CancellationToken::new();
-        let app = router(state.clone());
-        let shutdown = stop.clone().cancelled_owned();
         let connections = state.connections.clone();
         let listener = chime_runtime::without_nagle(listener).tap_io(move |_| {
             connections.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         });
+        Ok(Self::serve(listener, addr, state, false))
+    }
+
+    /// Answers on `listener` until dropped.
+    fn serve<L>(listener: L, addr: SocketAddr, state: Shared, tls: bool) -> Self
+    where
+        L: axum::serve::Listener,
+        L::Addr: std::fmt::Debug,
+    {
+        let stop = CancellationToken::new();
+        let (app, shutdown) = (router(state.clone()), stop.clone().cancelled_owned());
         tokio::spawn(async move {
             let _ = axum::serve(listener, app)
                 .with_graceful_shutdown(shutdown)
                 .await;
         });
-        Ok(Self {
+        Self {
             addr,
             state,
             stop,
-            tls: false,
-        })
+            tls,
+        }
     }
 
     pub fn addr(&self) -> SocketAddr {
