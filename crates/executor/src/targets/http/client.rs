@@ -61,6 +61,13 @@ pub enum Failure {
     Exchange(String),
 }
 
+impl Failure {
+    /// Transport failures (refused, reset, timed out, TLS) may pass; a policy refusal won't.
+    pub fn retryable(&self) -> bool {
+        !matches!(self, Failure::Blocked(_))
+    }
+}
+
 impl CallbackClient {
     /// Fails only if the platform's certificate verifier cannot be set up.
     pub fn new(

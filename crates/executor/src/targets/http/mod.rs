@@ -169,8 +169,7 @@ impl DeliveryTarget for HttpTarget {
         };
         if let Err(blocked) = self.settings.networks.check_url(url.as_url()) {
             // Refused by policy, not by the network: trying again cannot help.
-            attempt.outcome.error =
-                Some(format!("blocked by the callback network policy: {blocked}"));
+            attempt.outcome.error = Some(blocked_by_policy(blocked));
             return attempt;
         }
         match self.request(timer, url, &occurrence, signature) {
@@ -205,10 +204,7 @@ impl HttpTarget {
     ) -> Result<(), NotTaken> {
         let fail = |error: String, retryable: bool| NotTaken { error, retryable };
         if let Err(blocked) = self.settings.networks.check_url(url.as_url()) {
-            return Err(fail(
-                format!("blocked by the callback network policy: {blocked}"),
-                false,
-            ));
+            return Err(fail(blocked_by_policy(blocked), false));
         }
         let signed = match &self.signer {
             None => None,
@@ -238,11 +234,7 @@ impl HttpTarget {
                     retryable_status(status),
                 ))
             }
-            Err(Failure::Blocked(b)) => Err(fail(
-                format!("blocked by the callback network policy: {b}"),
-                false,
-            )),
-            Err(e) => Err(fail(describe(&e, timeout), true)),
+            Err(e) => Err(fail(describe(&e, timeout), e.retryable())),
         }
     }
 
@@ -319,12 +311,8 @@ impl HttpTarget {
                     outcome.error = Some(format!("callback answered HTTP {status}"));
                 }
             }
-            Err(Failure::Blocked(blocked)) => {
-                outcome.error = Some(format!("blocked by the callback network policy: {blocked}"));
-            }
             Err(failure) => {
-                // Transport failures (refused, reset, timed out, TLS) may pass.
-                attempt.retryable = true;
+                attempt.retryable = failure.retryable();
                 outcome.error = Some(describe(&failure, timeout));
             }
         }
@@ -391,8 +379,12 @@ fn describe(failure: &Failure, timeout: Duration) -> String {
         ),
         Failure::Connect(cause) => format!("cannot connect to the callback: {cause}"),
         Failure::Exchange(cause) => format!("callback failed: {cause}"),
-        Failure::Blocked(blocked) => format!("blocked by the callback network policy: {blocked}"),
+        Failure::Blocked(blocked) => blocked_by_policy(blocked),
     }
+}
+
+fn blocked_by_policy(blocked: impl std::fmt::Display) -> String {
+    format!("blocked by the callback network policy: {blocked}")
 }
 
 #[cfg(test)]
