@@ -22,12 +22,13 @@ struct Cli {
     common: CommonArgs,
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
-    let Some(config) = cli.common.start()? else {
-        return Ok(());
-    };
+fn main() -> anyhow::Result<()> {
+    Cli::parse()
+        .common
+        .run(chime_runtime::RuntimeThreads::PerCpu, serve)
+}
+
+async fn serve(config: chime_runtime::Config) -> anyhow::Result<()> {
     // Refuse to serve an open API by accident: auth is required unless switched off.
     let bootstrap_token = config.bootstrap_token()?.map(str::to_owned);
     if bootstrap_token.is_none() {

@@ -121,31 +121,61 @@ struct ClientArgs {
     output: Output,
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
-    match Cli::parse().command {
-        Command::Dev { dev, common } => {
-            // One developer on their own machine: no tokens unless CHIME_AUTH says so.
-            let mut defaults = chime_runtime::Config::default();
-            defaults.auth.mode = chime_runtime::AuthMode::Off;
-            let config = match common.start_over(defaults) {
-                Ok(Some(c)) => c,
-                Ok(None) => return ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("error: {e}");
-                    return ExitCode::from(2);
-                }
-            };
-            let ran = dev::run(config, dev).await;
-            chime_runtime::flush_traces();
-            match ran {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("error: {e:#}");
-                    ExitCode::FAILURE
-                }
+fn main() -> ExitCode {
+    let command = Cli::parse().command;
+    if let Command::Dev { dev, common } = command {
+        return dev_main(dev, common);
+    }
+    match chime_runtime::build_runtime(None, chime_runtime::RuntimeThreads::PerCpu) {
+        Ok(rt) => rt.block_on(client_main(command)),
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `chime dev`: its config first, since `worker_threads` sizes the runtime it runs on.
+fn dev_main(dev: dev::DevArgs, common: CommonArgs) -> ExitCode {
+    // One developer on their own machine: no tokens unless CHIME_AUTH says so.
+    let mut defaults = chime_runtime::Config::default();
+    defaults.auth.mode = chime_runtime::AuthMode::Off;
+    let config = match common.load_over_or_dump(defaults, &mut std::io::stdout()) {
+        Ok(Some(c)) => c,
+        Ok(None) => return ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let rt = match chime_runtime::build_runtime(
+        config.worker_threads,
+        chime_runtime::RuntimeThreads::PerCpu,
+    ) {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    rt.block_on(async {
+        chime_runtime::init_tracing(&config.log);
+        let ran = dev::run(config, dev).await;
+        chime_runtime::flush_traces();
+        match ran {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                ExitCode::FAILURE
             }
         }
+    })
+}
+
+/// The client commands, on a runtime of their own.
+async fn client_main(command: Command) -> ExitCode {
+    match command {
+        Command::Dev { .. } => unreachable!("chime dev starts in dev_main"),
         Command::Timers { client: c, command } => finish(
             async {
                 let mut client = client::connect(&c.server, c.token.as_deref()).await?;

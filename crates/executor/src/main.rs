@@ -36,12 +36,13 @@ struct Cli {
     common: CommonArgs,
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
-    let Some(config) = cli.common.start()? else {
-        return Ok(());
-    };
+fn main() -> anyhow::Result<()> {
+    Cli::parse()
+        .common
+        .run(chime_runtime::RuntimeThreads::One, serve)
+}
+
+async fn serve(config: chime_runtime::Config) -> anyhow::Result<()> {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let stores = chime_storage::Stores::for_service(
         &config.store_settings(),

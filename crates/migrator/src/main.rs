@@ -32,13 +32,17 @@ enum Command {
     Migrate,
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    let Some(config) = cli.common.start()? else {
-        return Ok(());
-    };
-    match cli.command {
+    let command = cli.command;
+    cli.common
+        .run(chime_runtime::RuntimeThreads::PerCpu, |config| {
+            serve(config, command)
+        })
+}
+
+async fn serve(config: chime_runtime::Config, command: Option<Command>) -> anyhow::Result<()> {
+    match command {
         Some(Command::Migrate) => {
             chime_migrator::migrate(config.database_url()?, config.buckets).await?;
             tracing::info!("schema is current");

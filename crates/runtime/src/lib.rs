@@ -16,7 +16,8 @@ pub use build_info::BuildInfo;
 pub use config::{
     AuthConfig, AuthMode, CallbacksConfig, CommonArgs, Config, ConfigError, DatabaseConfig,
     ExecutorConfig, GatewayConfig, LogConfig, LogFormat, MembershipConfig, MigratorConfig,
-    QuotasConfig, RedisConfig, RetentionConfig, SchedulerConfig, Seconds, TlsConfig,
+    QuotasConfig, RedisConfig, RetentionConfig, RuntimeThreads, SchedulerConfig, Seconds,
+    TlsConfig, build_runtime,
 };
 pub use roster::{Roster, RosterSettings};
 pub use shutdown::{cancel_on_signal, shutdown_token};

@@ -26,12 +26,13 @@ struct Cli {
     common: CommonArgs,
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
-    let Some(config) = cli.common.start()? else {
-        return Ok(());
-    };
+fn main() -> anyhow::Result<()> {
+    Cli::parse()
+        .common
+        .run(chime_runtime::RuntimeThreads::One, serve)
+}
+
+async fn serve(config: chime_runtime::Config) -> anyhow::Result<()> {
     // Without configured endpoints, the executors are those announced in the roster.
     let endpoints = Endpoints::configured(&config.scheduler.executor_endpoints)?;
     let follow_roster = endpoints.is_none();

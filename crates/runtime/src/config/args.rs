@@ -1,5 +1,8 @@
-//! The flags every binary takes: `--config` and `--dump-config`.
+//! The flags every binary takes (`--config`, `--dump-config`), and how a service starts on
+//! them: its config, then the async runtime the config sizes, then tracing.
 
+use std::future::Future;
+use std::num::NonZeroUsize;
 use std::path::PathBuf;
 
 use super::{Config, ConfigError};
@@ -15,27 +18,59 @@ pub struct CommonArgs {
     pub dump_config: bool,
 }
 
+/// How many threads a binary's runtime has when `worker_threads` is not set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RuntimeThreads {
+    /// One. For a service that scales by replicas and whose work is many short tasks woken
+    /// by the network: a second worker mostly adds threads parking and waking around each
+    /// task (docs/performance.md).
+    One,
+    /// One per CPU the process may use (tokio's default).
+    PerCpu,
+}
+
+/// The multi-thread runtime a binary runs on: `configured` workers, else its `default`.
+/// `TOKIO_WORKER_THREADS`, tokio's own variable, still overrides a default.
+pub fn build_runtime(
+    configured: Option<NonZeroUsize>,
+    default: RuntimeThreads,
+) -> std::io::Result<tokio::runtime::Runtime> {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    builder.enable_all();
+    let tokio_env = std::env::var_os("TOKIO_WORKER_THREADS").is_some();
+    match (configured, default) {
+        (Some(n), _) => {
+            builder.worker_threads(n.get());
+        }
+        (None, RuntimeThreads::One) if !tokio_env => {
+            builder.worker_threads(1);
+        }
+        (None, _) => {}
+    }
+    builder.build()
+}
+
 impl CommonArgs {
     pub fn load(&self) -> Result<Config, ConfigError> {
         Config::load(self.config.as_deref())
     }
 
-    /// What every binary does first: loads the config (printing it and returning `None`
-    /// with `--dump-config`) and sets up tracing from it.
-    pub fn start(&self) -> Result<Option<Config>, ConfigError> {
-        self.start_over(Config::default())
-    }
-
-    /// [`Self::start`] over other defaults.
-    pub fn start_over(&self, defaults: Config) -> Result<Option<Config>, ConfigError> {
-        let config = self.dump_or(
-            Config::load_over(defaults, self.config.as_deref())?,
-            &mut std::io::stdout(),
-        )?;
-        if let Some(c) = &config {
-            crate::init_tracing(&c.log);
-        }
-        Ok(config)
+    /// What a service's `main` does: loads the config (with `--dump-config`, prints it and
+    /// returns), starts the runtime it sizes (`default` threads unless `worker_threads` is
+    /// set), sets up tracing and runs `service` to its end.
+    pub fn run<F, Fut, E>(&self, default: RuntimeThreads, service: F) -> Result<(), E>
+    where
+        F: FnOnce(Config) -> Fut,
+        Fut: Future<Output = Result<(), E>>,
+        E: From<ConfigError> + From<std::io::Error>,
+    {
+        let Some(config) = self.load_or_dump(&mut std::io::stdout())? else {
+            return Ok(());
+        };
+        build_runtime(config.worker_threads, default)?.block_on(async {
+            crate::init_tracing(&config.log);
+            service(config).await
+        })
     }
 
     /// Loads the config; with `--dump-config`, writes it to `out` and returns `None` (the
@@ -44,14 +79,16 @@ impl CommonArgs {
         &self,
         out: &mut dyn std::io::Write,
     ) -> Result<Option<Config>, ConfigError> {
-        self.dump_or(self.load()?, out)
+        self.load_over_or_dump(Config::default(), out)
     }
 
-    fn dump_or(
+    /// [`Self::load_or_dump`] over other defaults (`chime dev` has a few of its own).
+    pub fn load_over_or_dump(
         &self,
-        config: Config,
+        defaults: Config,
         out: &mut dyn std::io::Write,
     ) -> Result<Option<Config>, ConfigError> {
+        let config = Config::load_over(defaults, self.config.as_deref())?;
         if self.dump_config {
             out.write_all(config.dump().as_bytes())
                 .map_err(|e| ConfigError::Invalid(format!("cannot write config: {e}")))?;

@@ -11,6 +11,7 @@ mod sections;
 mod tests;
 
 use std::net::SocketAddr;
+use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -19,7 +20,7 @@ use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
 use serde::{Deserialize, Serialize};
 
-pub use args::CommonArgs;
+pub use args::{CommonArgs, RuntimeThreads, build_runtime};
 pub use sections::{
     AuthConfig, AuthMode, CallbacksConfig, DatabaseConfig, ExecutorConfig, GatewayConfig,
     LogConfig, LogFormat, MembershipConfig, MigratorConfig, QuotasConfig, RedisConfig,
@@ -87,6 +88,10 @@ pub struct Config {
     pub admin_addr: Option<SocketAddr>,
     /// How long a stopping service may drain in-flight work.
     pub shutdown_grace: Seconds,
+    /// Threads of the service's async runtime (`CHIME_WORKER_THREADS`). Unset: one in
+    /// `chime-executor` and `chime-scheduler`, which scale by replicas; one per CPU the
+    /// process may use in the others.
+    pub worker_threads: Option<NonZeroUsize>,
     pub database: DatabaseConfig,
     pub redis: RedisConfig,
     pub gateway: GatewayConfig,
@@ -108,6 +113,7 @@ impl Default for Config {
             buckets: BucketCount::DEFAULT,
             admin_addr: None,
             shutdown_grace: Seconds::secs(30),
+            worker_threads: None,
             database: DatabaseConfig::default(),
             redis: RedisConfig::default(),
             gateway: GatewayConfig::default(),

@@ -306,16 +306,18 @@ fn dumped(c: &Config) -> std::collections::BTreeMap<String, String> {
     out
 }
 
-/// A value of the right type for a setting without a default.
+/// A value of the right type for a setting without a default, as TOML.
 fn sample_value(key: &str) -> &'static str {
     if key.ends_with("url") {
-        "postgres://host/db"
+        "\"postgres://host/db\""
     } else if key.ends_with("addr") {
-        "127.0.0.1:9999"
+        "\"127.0.0.1:9999\""
     } else if key.ends_with("token") {
-        "a-long-enough-test-token"
+        "\"a-long-enough-test-token\""
+    } else if key.ends_with("threads") {
+        "3"
     } else {
-        "http://host:1"
+        "\"http://host:1\""
     }
 }
 
@@ -346,7 +348,7 @@ fn every_documented_setting_exists_with_its_documented_default() {
                 );
                 let (section, leaf) = d.key.rsplit_once('.').unwrap_or(("", &d.key));
                 let body = if section.is_empty() {
-                    format!("{leaf} = \"{}\"\n", sample_value(leaf))
+                    format!("{leaf} = {}\n", sample_value(leaf))
                 } else if section == "tls" {
                     // The TLS files go together: a certificate and key with each setting.
                     let mut lines = vec![("cert", "/tls.crt"), ("key", "/tls.key")];
@@ -358,7 +360,7 @@ fn every_documented_setting_exists_with_its_documented_default() {
                         .collect();
                     format!("[tls]\n{}\n", lines.join("\n"))
                 } else {
-                    format!("[{section}]\n{leaf} = \"{}\"\n", sample_value(leaf))
+                    format!("[{section}]\n{leaf} = {}\n", sample_value(leaf))
                 };
                 let loaded = load_with(Some(&body), &[]).unwrap_or_else(|e| panic!("{body}: {e}"));
                 assert!(
@@ -436,4 +438,37 @@ fn tls_files_go_together_and_are_read_at_start() {
     assert!(crate::Tls::load(&Config::default().tls).unwrap().is_none());
     let bad = crate::Tls::from_pem(b"not pem".to_vec(), b"nor this".to_vec(), None, None);
     assert!(bad.unwrap_err().to_string().contains("tls.cert"));
+}
+
+#[test]
+fn worker_threads_are_a_positive_count_or_the_service_default() {
+    assert_eq!(load_with(None, &[]).unwrap().worker_threads, None);
+    let c = load_with(None, &[("CHIME_WORKER_THREADS", "4")]).unwrap();
+    assert_eq!(c.worker_threads, NonZeroUsize::new(4));
+    let err = load_with(None, &[("CHIME_WORKER_THREADS", "0")])
+        .unwrap_err()
+        .to_string()
+        .to_lowercase();
+    assert!(err.contains("worker_threads"), "{err}");
+}
+
+#[test]
+fn the_runtime_has_the_configured_threads_else_the_service_default() {
+    let workers = |configured, default| {
+        build_runtime(configured, default)
+            .expect("a runtime")
+            .metrics()
+            .num_workers()
+    };
+    assert_eq!(workers(NonZeroUsize::new(3), RuntimeThreads::One), 3);
+    assert_eq!(workers(NonZeroUsize::new(2), RuntimeThreads::PerCpu), 2);
+    match std::env::var("TOKIO_WORKER_THREADS") {
+        // tokio's own variable overrides a default, not a setting.
+        Ok(n) => assert_eq!(workers(None, RuntimeThreads::One).to_string(), n),
+        Err(_) => {
+            assert_eq!(workers(None, RuntimeThreads::One), 1);
+            let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+            assert_eq!(workers(None, RuntimeThreads::PerCpu), cpus);
+        }
+    }
 }
