@@ -51,10 +51,6 @@ pub fn build_runtime(
 }
 
 impl CommonArgs {
-    pub fn load(&self) -> Result<Config, ConfigError> {
-        Config::load(self.config.as_deref())
-    }
-
     /// What a service's `main` does: loads the config (with `--dump-config`, prints it and
     /// returns), starts the runtime it sizes (`default` threads unless `worker_threads` is
     /// set), sets up tracing and runs `service` to its end.
