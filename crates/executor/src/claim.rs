@@ -405,15 +405,12 @@ impl Inner {
         mut slot: Option<hosts::HostSlot>,
     ) {
         let inner = self.clone();
-        let span = tracing::info_span!(
-            parent: &job.span,
-            "callback",
-            task = %job.key,
-            attempt = occurrence.attempt,
-            trace_id = tracing::field::Empty,
-            span_id = tracing::field::Empty,
+        let span = callback_span(
+            &job.span,
+            job.key,
+            occurrence.attempt,
+            chime_runtime::traces_exported(),
         );
-        chime_runtime::record_ids(&span);
         let watch = (timer.spec.overlap == OverlapPolicy::CancelOther)
             .then(|| self.cancels.watch(job.key, occurrence.attempt));
         let fire = async move {
@@ -512,6 +509,32 @@ impl Inner {
     }
 }
 
+/// A callback's span, child of the hand-off that brought its key. It is an `info` span when
+/// spans are exported (the callee's `traceparent` names it), a `debug` one otherwise: made
+/// for every callback, its fields formatted and its slot kept, it cost 6 % of an executor's
+/// CPU while nothing logged under it at the default level.
+pub(crate) fn callback_span(
+    parent: &tracing::Span,
+    key: TaskKey,
+    attempt: u32,
+    exported: bool,
+) -> tracing::Span {
+    let span = if exported {
+        tracing::info_span!(
+            parent: parent,
+            "callback",
+            task = %key,
+            attempt,
+            trace_id = tracing::field::Empty,
+            span_id = tracing::field::Empty,
+        )
+    } else {
+        tracing::debug_span!(parent: parent, "callback", task = %key, attempt)
+    };
+    chime_runtime::record_ids(&span);
+    span
+}
+
 /// The most a claimed key waits for its due time. Schedulers hand keys off only a little
 /// ahead; this bounds what a clock far off could hold a permit for.
 const MAX_EARLY: Duration = Duration::from_secs(5);
@@ -521,4 +544,33 @@ const MAX_EARLY: Duration = Duration::from_secs(5);
 async fn wait_until(clock: &dyn Clock, due: chime_domain::Timestamp) {
     let latest = clock.now().saturating_add(MAX_EARLY);
     clock.sleep_until(due.min(latest)).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use chime_domain::{TaskKey, TimerId, Timestamp};
+    use tracing_subscriber::filter::LevelFilter;
+    use tracing_subscriber::layer::SubscriberExt;
+
+    use super::callback_span;
+
+    /// Whether a callback's span is made, under a subscriber at `level`.
+    fn made(level: LevelFilter, exported: bool) -> bool {
+        let subscriber = tracing_subscriber::registry().with(level);
+        tracing::subscriber::with_default(subscriber, || {
+            let key = TaskKey::new(TimerId::new(7).unwrap(), Timestamp::from_millis(1_000));
+            let hand_off = tracing::info_span!("hand_off");
+            !callback_span(&hand_off, key, 1, exported).is_disabled()
+        })
+    }
+
+    #[test]
+    fn a_callback_span_is_made_when_spans_are_exported_or_debug_is_on() {
+        assert!(!made(LevelFilter::INFO, false), "nothing reads it at info");
+        assert!(
+            made(LevelFilter::INFO, true),
+            "the callee's traceparent names it"
+        );
+        assert!(made(LevelFilter::DEBUG, false), "debug events go under it");
+    }
 }

@@ -26,7 +26,7 @@ pub use telemetry::{
     prometheus, prometheus_recorder,
 };
 pub use tls::{Tls, TlsListener, grpc_server};
-pub use traces::{adopt_context, flush_traces, inject_context, record_ids};
+pub use traces::{adopt_context, flush_traces, inject_context, record_ids, traces_exported};
 
 /// `/readyz` of a service whose job needs the database: ready when it answers.
 pub struct DatabaseReadiness(pub chime_storage::Database);

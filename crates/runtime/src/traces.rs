@@ -56,8 +56,9 @@ where
 }
 
 /// Whether spans are exported; without it the propagation helpers below do nothing, so a
-/// firing pays no more than its (unexported) spans.
-fn exporting() -> bool {
+/// firing pays no more than its (unexported) spans. Per-firing spans that only tracing
+/// would read are made at `debug` when this is false.
+pub fn traces_exported() -> bool {
     PROVIDER.get().is_some()
 }
 
@@ -95,7 +96,7 @@ impl Extractor for ReadHeaders<'_> {
 
 /// Writes `span`'s context (`traceparent`) into `headers`; nothing when tracing is off.
 pub fn inject_context(span: &tracing::Span, headers: &mut http::HeaderMap) {
-    if !exporting() {
+    if !traces_exported() {
         return;
     }
     let cx = span.context();
@@ -106,7 +107,7 @@ pub fn inject_context(span: &tracing::Span, headers: &mut http::HeaderMap) {
 
 /// Makes the context a gRPC request's metadata carries (`traceparent`) the parent of `span`.
 pub fn adopt_context(span: &tracing::Span, metadata: &tonic::metadata::MetadataMap) {
-    if !exporting() {
+    if !traces_exported() {
         return;
     }
     let headers = metadata.clone().into_headers();
@@ -119,7 +120,7 @@ pub fn adopt_context(span: &tracing::Span, metadata: &tonic::metadata::MetadataM
 /// Records `span`'s trace and span ids in its `trace_id` and `span_id` fields, so JSON logs
 /// written inside it carry them; nothing when tracing is off.
 pub fn record_ids(span: &tracing::Span) {
-    if !exporting() {
+    if !traces_exported() {
         return;
     }
     let cx = span.context();
