@@ -140,36 +140,27 @@ fn dev_main(dev: dev::DevArgs, common: CommonArgs) -> ExitCode {
     // One developer on their own machine: no tokens unless CHIME_AUTH says so.
     let mut defaults = chime_runtime::Config::default();
     defaults.auth.mode = chime_runtime::AuthMode::Off;
-    let config = match common.load_over_or_dump(defaults, &mut std::io::stdout()) {
-        Ok(Some(c)) => c,
-        Ok(None) => return ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    let rt = match chime_runtime::build_runtime(
-        config.worker_threads,
+    let ran = common.run_over(
+        defaults,
         chime_runtime::RuntimeThreads::PerCpu,
-    ) {
-        Ok(rt) => rt,
+        |config| async move {
+            let ran = dev::run(config, dev).await;
+            chime_runtime::flush_traces();
+            ran
+        },
+    );
+    match ran {
+        Ok(()) => ExitCode::SUCCESS,
+        // A config that does not load is a usage error, as clap's own are.
+        Err(e) if e.downcast_ref::<chime_runtime::ConfigError>().is_some() => {
+            eprintln!("error: {e}");
+            ExitCode::from(2)
+        }
         Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
         }
-    };
-    rt.block_on(async {
-        chime_runtime::init_tracing(&config.log);
-        let ran = dev::run(config, dev).await;
-        chime_runtime::flush_traces();
-        match ran {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("error: {e:#}");
-                ExitCode::FAILURE
-            }
-        }
-    })
+    }
 }
 
 /// The client commands, on a runtime of their own.

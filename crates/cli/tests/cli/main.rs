@@ -5,6 +5,7 @@
 
 mod apply;
 mod chains;
+mod dev_config;
 mod notifications;
 mod options;
 mod support;

@@ -60,7 +60,23 @@ impl CommonArgs {
         Fut: Future<Output = Result<(), E>>,
         E: From<ConfigError> + From<std::io::Error>,
     {
-        let Some(config) = self.load_or_dump(&mut std::io::stdout())? else {
+        self.run_over(Config::default(), default, service)
+    }
+
+    /// [`Self::run`] over other defaults than the services' (`chime dev` has a few of its
+    /// own).
+    pub fn run_over<F, Fut, E>(
+        &self,
+        defaults: Config,
+        default: RuntimeThreads,
+        service: F,
+    ) -> Result<(), E>
+    where
+        F: FnOnce(Config) -> Fut,
+        Fut: Future<Output = Result<(), E>>,
+        E: From<ConfigError> + From<std::io::Error>,
+    {
+        let Some(config) = self.load_over_or_dump(defaults, &mut std::io::stdout())? else {
             return Ok(());
         };
         build_runtime(config.worker_threads, default)?.block_on(async {
