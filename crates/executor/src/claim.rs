@@ -518,18 +518,17 @@ pub(crate) fn callback_span(
     attempt: u32,
     exported: bool,
 ) -> tracing::Span {
-    let span = if exported {
-        tracing::info_span!(
-            parent: parent,
-            "callback",
-            task = %key,
-            attempt,
-            trace_id = tracing::field::Empty,
-            span_id = tracing::field::Empty,
-        )
-    } else {
-        tracing::debug_span!(parent: parent, "callback", task = %key, attempt)
-    };
+    if !exported {
+        return tracing::debug_span!(parent: parent, "callback", task = %key, attempt);
+    }
+    let span = tracing::info_span!(
+        parent: parent,
+        "callback",
+        task = %key,
+        attempt,
+        trace_id = tracing::field::Empty,
+        span_id = tracing::field::Empty,
+    );
     chime_runtime::record_ids(&span);
     span
 }

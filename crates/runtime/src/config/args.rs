@@ -76,7 +76,7 @@ impl CommonArgs {
         Fut: Future<Output = Result<(), E>>,
         E: From<ConfigError> + From<std::io::Error>,
     {
-        let Some(config) = self.load_over_or_dump(defaults, &mut std::io::stdout())? else {
+        let Some(config) = self.load_or_dump(defaults, &mut std::io::stdout())? else {
             return Ok(());
         };
         build_runtime(config.worker_threads, default)?.block_on(async {
@@ -85,17 +85,9 @@ impl CommonArgs {
         })
     }
 
-    /// Loads the config; with `--dump-config`, writes it to `out` and returns `None` (the
-    /// binary then exits without starting).
-    pub fn load_or_dump(
-        &self,
-        out: &mut dyn std::io::Write,
-    ) -> Result<Option<Config>, ConfigError> {
-        self.load_over_or_dump(Config::default(), out)
-    }
-
-    /// [`Self::load_or_dump`] over other defaults (`chime dev` has a few of its own).
-    pub fn load_over_or_dump(
+    /// Loads the config over `defaults`; with `--dump-config`, writes it to `out` and returns
+    /// `None` (the binary then exits without starting).
+    pub(super) fn load_or_dump(
         &self,
         defaults: Config,
         out: &mut dyn std::io::Write,

@@ -181,10 +181,13 @@ fn dump_config_flag_prints_and_stops() {
         let dump = Cli::parse_from(["chime-test", "--dump-config"]);
         let run = Cli::parse_from(["chime-test"]);
         let mut printed = Vec::new();
-        let stopped = dump.common.load_or_dump(&mut printed).map(|c| c.is_none());
+        let stopped = dump
+            .common
+            .load_or_dump(Config::default(), &mut printed)
+            .map(|c| c.is_none());
         let started = run
             .common
-            .load_or_dump(&mut Vec::new())
+            .load_or_dump(Config::default(), &mut Vec::new())
             .map(|c| c.is_some());
         out = Some((
             stopped,
