@@ -14,6 +14,8 @@ pub struct Delivery {
     pub key: String,
     pub scheduled_ms: i64,
     pub at_ms: i64,
+    /// When the executor sent it (`X-Chime-Sent-At`), where the callback says.
+    pub sent_ms: Option<i64>,
 }
 
 impl Delivery {
@@ -29,10 +31,12 @@ pub fn deliveries(received: &[Received]) -> Vec<Delivery> {
         .filter_map(|r| {
             let key = r.header("idempotency-key")?.to_owned();
             let scheduled = Timestamp::parse_rfc3339(r.header("x-chime-scheduled-at")?).ok()?;
+            let sent = r.header("x-chime-sent-at");
             Some(Delivery {
                 key,
                 scheduled_ms: scheduled.as_millis(),
                 at_ms: r.at_ms,
+                sent_ms: sent.and_then(|s| Some(Timestamp::parse_rfc3339(s).ok()?.as_millis())),
             })
         })
         .collect()
@@ -57,12 +61,11 @@ pub struct Lateness {
 
 impl Lateness {
     pub fn of<'a>(deliveries: impl IntoIterator<Item = &'a Delivery>) -> Self {
-        let mut seen = HashSet::new();
-        let mut late: Vec<i64> = deliveries
-            .into_iter()
-            .filter(|d| seen.insert(d.key.as_str()))
-            .map(Delivery::lateness_ms)
-            .collect();
+        Self::of_ms(firsts(deliveries).map(Delivery::lateness_ms).collect())
+    }
+
+    /// Percentiles of `late` (milliseconds, any order).
+    fn of_ms(mut late: Vec<i64>) -> Self {
         late.sort_unstable();
         Self {
             count: late.len(),
@@ -71,6 +74,38 @@ impl Lateness {
             p99_ms: nearest_rank(&late, 0.99),
             max_ms: late.last().copied().unwrap_or(0),
         }
+    }
+}
+
+/// The first delivery of each key among `deliveries`.
+fn firsts<'a>(
+    deliveries: impl IntoIterator<Item = &'a Delivery>,
+) -> impl Iterator<Item = &'a Delivery> {
+    let mut seen = HashSet::new();
+    deliveries
+        .into_iter()
+        .filter(move |d| seen.insert(d.key.as_str()))
+}
+
+/// Lateness split at the send (`X-Chime-Sent-At`): how late the executors sent (due → sent)
+/// and how long the requests took to reach the sink (sent → arrived: the executor's write,
+/// the kernel and the sink, which share the machine's cores). First deliveries that say when
+/// they were sent only; `None` when none does.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct SentSplit {
+    pub before_send: Lateness,
+    pub in_transit: Lateness,
+}
+
+impl SentSplit {
+    pub fn of<'a>(deliveries: impl IntoIterator<Item = &'a Delivery>) -> Option<Self> {
+        let (before, transit): (Vec<i64>, Vec<i64>) = firsts(deliveries)
+            .filter_map(|d| Some((d.sent_ms? - d.scheduled_ms, d.at_ms - d.sent_ms?)))
+            .unzip();
+        (!before.is_empty()).then(|| Self {
+            before_send: Lateness::of_ms(before),
+            in_transit: Lateness::of_ms(transit),
+        })
     }
 }
 
@@ -101,15 +136,38 @@ pub fn total_but_sink(cpu: &BTreeMap<String, f64>) -> f64 {
 
 /// Lateness per window of `window_ms` by scheduled time, from `start_ms`.
 pub fn windows(deliveries: &[Delivery], start_ms: i64, window_ms: i64) -> Vec<(i64, Lateness)> {
+    by_window(deliveries, start_ms, window_ms)
+        .into_iter()
+        .map(|(from_s, ds)| (from_s, Lateness::of(ds)))
+        .collect()
+}
+
+/// [`SentSplit`] per window of `window_ms` by scheduled time, from `start_ms`, keyed by the
+/// window's first second as in [`windows`].
+pub fn split_windows(
+    deliveries: &[Delivery],
+    start_ms: i64,
+    window_ms: i64,
+) -> BTreeMap<i64, SentSplit> {
+    by_window(deliveries, start_ms, window_ms)
+        .into_iter()
+        .filter_map(|(from_s, ds)| Some((from_s, SentSplit::of(ds)?)))
+        .collect()
+}
+
+/// `deliveries` grouped by window of `window_ms` by scheduled time, keyed by the window's
+/// first second from `start_ms`.
+fn by_window(
+    deliveries: &[Delivery],
+    start_ms: i64,
+    window_ms: i64,
+) -> BTreeMap<i64, Vec<&Delivery>> {
     let mut by_window: BTreeMap<i64, Vec<&Delivery>> = BTreeMap::new();
     for d in deliveries {
         let w = (d.scheduled_ms - start_ms).div_euclid(window_ms.max(1));
-        by_window.entry(w).or_default().push(d);
+        by_window.entry(w * window_ms / 1000).or_default().push(d);
     }
     by_window
-        .into_iter()
-        .map(|(w, ds)| (w * window_ms / 1000, Lateness::of(ds)))
-        .collect()
 }
 
 /// CPU seconds (user + system) per process label.
@@ -273,7 +331,31 @@ mod tests {
             key: key.into(),
             scheduled_ms,
             at_ms,
+            sent_ms: None,
         }
+    }
+
+    #[test]
+    fn lateness_splits_at_the_send_time_the_callback_names() {
+        let sent = |key: &str, scheduled, sent, at| Delivery {
+            sent_ms: Some(sent),
+            ..d(key, scheduled, at)
+        };
+        let ds = [
+            sent("a", 1_000, 1_002, 1_010),
+            sent("b", 2_000, 2_030, 2_031),
+            // A duplicate and a callback without the header count in neither part.
+            sent("a", 1_000, 1_500, 1_600),
+            d("c", 3_000, 3_900),
+        ];
+        let split = SentSplit::of(&ds).unwrap();
+        assert_eq!((split.before_send.count, split.in_transit.count), (2, 2));
+        assert_eq!(
+            (split.before_send.p50_ms, split.before_send.max_ms),
+            (2, 30)
+        );
+        assert_eq!((split.in_transit.p50_ms, split.in_transit.max_ms), (1, 8));
+        assert!(SentSplit::of(&[d("c", 3_000, 3_900)]).is_none());
     }
 
     #[test]

@@ -53,6 +53,14 @@ pub(super) async fn burst(args: &Args) -> anyhow::Result<Outcome> {
     );
     o.row("drain", format!("{drain:.0} firings/s"), "≥ 25,000/s");
     lateness_row(&mut o, "lateness", &lateness, "p99 ≤ 1,000 ms");
+    let split = SentSplit::of(&ds);
+    if let Some(s) = &split {
+        o.row(
+            "p99: sent late, in transit",
+            format!("{} ms, {} ms", s.before_send.p99_ms, s.in_transit.p99_ms),
+            "",
+        );
+    }
     // WAL only: row counts reach the statistics up to 10 s late from a backend gone idle,
     // and the creates' connections go idle just before the burst.
     let wal = pg0
@@ -83,6 +91,7 @@ pub(super) async fn burst(args: &Args) -> anyhow::Result<Outcome> {
         "duplicates": duplicates,
         "drain_per_second": drain,
         "lateness": lateness,
+        "sent_split": split,
         "cpu_seconds_per_1000": cpu,
     });
     Ok(o)

@@ -246,9 +246,13 @@ pub(super) fn dump(args: &Args, scenario: &str, ds: &[Delivery]) -> anyhow::Resu
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
     }
-    let mut csv = String::from("key,scheduled_ms,arrived_ms\n");
+    let mut csv = String::from("key,scheduled_ms,sent_ms,arrived_ms\n");
     for d in ds {
-        csv.push_str(&format!("{},{},{}\n", d.key, d.scheduled_ms, d.at_ms));
+        let sent = d.sent_ms.map(|s| s.to_string()).unwrap_or_default();
+        csv.push_str(&format!(
+            "{},{},{sent},{}\n",
+            d.key, d.scheduled_ms, d.at_ms
+        ));
     }
     std::fs::write(&path, csv)?;
     eprintln!("  callbacks written to {}", path.display());

@@ -398,6 +398,7 @@ fn timed_windows(run: Periodic, limit_ms: i64) -> Outcome {
     let overall = Lateness::of(&ds);
     let per_window = windows(&ds, start, 10_000);
     let worst = per_window.iter().map(|(_, l)| l.p99_ms).max().unwrap_or(0);
+    let splits = split_windows(&ds, start, 10_000);
     for (from_s, l) in &per_window {
         // A slow window names what PostgreSQL did in the background meanwhile.
         let background = in_window(&events, start, *from_s, 10_000);
@@ -434,6 +435,22 @@ fn timed_windows(run: Periodic, limit_ms: i64) -> Outcome {
         format!("{drift} ms"),
         "≤ 10 ms",
     );
+    // Where the worst window's lateness arose: before the executors sent, or after.
+    let worst_from = per_window
+        .iter()
+        .max_by_key(|(_, l)| l.p99_ms)
+        .map(|(from_s, _)| *from_s);
+    if let Some(split) = worst_from.and_then(|w| splits.get(&w)) {
+        o.row(
+            "worst window p99: sent late, in transit",
+            format!(
+                "{} ms, {} ms",
+                split.before_send.p99_ms, split.in_transit.p99_ms
+            ),
+            "",
+        );
+        o.figures["worst_window_split"] = json!(split);
+    }
     for (process, secs) in &cpu {
         o.row(
             &format!("cpu {process}"),
@@ -477,6 +494,7 @@ fn timed_windows(run: Periodic, limit_ms: i64) -> Outcome {
             json!({
                 "from_second": from_s,
                 "lateness": l,
+                "sent_split": splits.get(from_s),
                 "postgres_background": in_window(&events, start, *from_s, 10_000),
             })
         })

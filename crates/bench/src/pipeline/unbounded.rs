@@ -273,6 +273,7 @@ mod tests {
             key: format!("{id}:{at}"),
             scheduled_ms: at,
             at_ms: at,
+            sent_ms: None,
         }
     }
 

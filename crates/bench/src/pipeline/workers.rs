@@ -183,6 +183,7 @@ async fn burst_via(args: &Args, to_workers: bool, shape: Shape) -> anyhow::Resul
                         key: delivery.idempotency_key,
                         scheduled_ms,
                         at_ms,
+                        sent_ms: None,
                     });
                 async { Answer::Ack }
             };

@@ -109,7 +109,7 @@ pub(crate) async fn prepare<'a>(
         .headers
         .iter()
         .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .chain(http::chime_headers(occurrence).map(|(k, v)| (k.to_owned(), v)))
+        .chain(http::chime_headers(occurrence, clock.now()).map(|(k, v)| (k.to_owned(), v)))
         .collect();
     if let Some(signer) = signer {
         let signed = signer

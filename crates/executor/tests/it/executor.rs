@@ -48,6 +48,11 @@ async fn fires_the_callback_with_chime_headers_and_records_success() {
         Some(key.run_at.to_rfc3339().as_str())
     );
     assert_eq!(r.header("x-chime-attempt"), Some("1"));
+    // The send time is the run's fired_at, so a callee can split lateness the same way.
+    assert_eq!(
+        r.header("x-chime-sent-at"),
+        Some(run.fired_at.unwrap().to_rfc3339().as_str())
+    );
     let tp = r.header("traceparent").unwrap();
     assert!(
         tp.starts_with("00-") && tp.ends_with("-01") && tp.len() == 55,

@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use chime_domain::{ClaimedOccurrence, Clock, NetworkPolicy, OccurrenceStatus, Outcome, Timer};
+use chime_domain::{
+    ClaimedOccurrence, Clock, NetworkPolicy, OccurrenceStatus, Outcome, Timer, Timestamp,
+};
 use http::{HeaderName, HeaderValue};
 use http_body_util::Full;
 
@@ -172,7 +174,7 @@ impl DeliveryTarget for HttpTarget {
             attempt.outcome.error = Some(blocked_by_policy(blocked));
             return attempt;
         }
-        match self.request(timer, url, &occurrence, signature) {
+        match self.request(timer, url, &occurrence, fired_at, signature) {
             Ok(request) => {
                 self.send(request, cb.timeout.get(), clock, &mut attempt)
                     .await
@@ -245,6 +247,7 @@ impl HttpTarget {
         timer: &Timer,
         url: &chime_domain::CallbackUrl,
         occurrence: &ClaimedOccurrence,
+        sent_at: Timestamp,
         signature: Option<[(&'static str, String); 3]>,
     ) -> Result<CallbackRequest, http::Error> {
         let cb = &timer.spec.callback;
@@ -262,7 +265,7 @@ impl HttpTarget {
                 HeaderValue::from_str(value)?,
             );
         }
-        for (name, value) in chime_headers(occurrence) {
+        for (name, value) in chime_headers(occurrence, sent_at) {
             put(headers, name, value)?;
         }
         // The callback span's context, so the callee's spans join the firing's trace.
@@ -345,9 +348,11 @@ fn put(
 
 /// The headers Chime sets on every callback (docs/pipeline.md, Executor). The idempotency key and the
 /// trace id are the same on every attempt of an occurrence, so retries are recognisable. A
-/// run a chain step started names its parent run.
+/// run a chain step started names its parent run. `sent_at` (the attempt's `fired_at`) lets
+/// a callee tell how late Chime sent from how long the request took to reach it.
 pub fn chime_headers(
     occurrence: &ClaimedOccurrence,
+    sent_at: Timestamp,
 ) -> impl Iterator<Item = (&'static str, String)> + use<> {
     let (key, attempt) = (occurrence.key, occurrence.attempt);
     let trace_id = xxhash_rust::xxh3::xxh3_128(key.to_string().as_bytes()).max(1);
@@ -358,6 +363,7 @@ pub fn chime_headers(
         ("x-chime-timer-id", key.timer_id.to_string()),
         ("x-chime-scheduled-at", key.run_at.to_rfc3339()),
         ("x-chime-attempt", attempt.to_string()),
+        ("x-chime-sent-at", sent_at.to_rfc3339()),
         (
             "traceparent",
             format!("00-{trace_id:032x}-{span_id:016x}-01"),
