@@ -138,7 +138,7 @@ pub fn total_but_sink(cpu: &BTreeMap<String, f64>) -> f64 {
 pub fn windows(deliveries: &[Delivery], start_ms: i64, window_ms: i64) -> Vec<(i64, Lateness)> {
     by_window(deliveries, start_ms, window_ms)
         .into_iter()
-        .map(|(from_s, ds)| (from_s, Lateness::of(ds)))
+        .map(|(w, ds)| (w * window_ms / 1000, Lateness::of(ds)))
         .collect()
 }
 
@@ -151,12 +151,12 @@ pub fn split_windows(
 ) -> BTreeMap<i64, SentSplit> {
     by_window(deliveries, start_ms, window_ms)
         .into_iter()
-        .filter_map(|(from_s, ds)| Some((from_s, SentSplit::of(ds)?)))
+        .filter_map(|(w, ds)| Some((w * window_ms / 1000, SentSplit::of(ds)?)))
         .collect()
 }
 
 /// `deliveries` grouped by window of `window_ms` by scheduled time, keyed by the window's
-/// first second from `start_ms`.
+/// number from `start_ms`.
 fn by_window(
     deliveries: &[Delivery],
     start_ms: i64,
@@ -165,7 +165,7 @@ fn by_window(
     let mut by_window: BTreeMap<i64, Vec<&Delivery>> = BTreeMap::new();
     for d in deliveries {
         let w = (d.scheduled_ms - start_ms).div_euclid(window_ms.max(1));
-        by_window.entry(w * window_ms / 1000).or_default().push(d);
+        by_window.entry(w).or_default().push(d);
     }
     by_window
 }
