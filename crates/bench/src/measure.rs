@@ -31,12 +31,12 @@ pub fn deliveries(received: &[Received]) -> Vec<Delivery> {
         .filter_map(|r| {
             let key = r.header("idempotency-key")?.to_owned();
             let scheduled = Timestamp::parse_rfc3339(r.header("x-chime-scheduled-at")?).ok()?;
-            let sent = r.header("x-chime-sent-at");
+            let sent = r.header("x-chime-sent-at").map(Timestamp::parse_rfc3339);
             Some(Delivery {
                 key,
                 scheduled_ms: scheduled.as_millis(),
                 at_ms: r.at_ms,
-                sent_ms: sent.and_then(|s| Some(Timestamp::parse_rfc3339(s).ok()?.as_millis())),
+                sent_ms: sent.and_then(Result::ok).map(|t| t.as_millis()),
             })
         })
         .collect()

@@ -397,7 +397,8 @@ fn timed_windows(run: Periodic, limit_ms: i64) -> Outcome {
     } = run;
     let overall = Lateness::of(&ds);
     let per_window = windows(&ds, start, 10_000);
-    let worst = per_window.iter().map(|(_, l)| l.p99_ms).max().unwrap_or(0);
+    let worst_window = per_window.iter().max_by_key(|(_, l)| l.p99_ms);
+    let worst = worst_window.map_or(0, |(_, l)| l.p99_ms);
     let splits = split_windows(&ds, start, 10_000);
     for (from_s, l) in &per_window {
         // A slow window names what PostgreSQL did in the background meanwhile.
@@ -436,11 +437,7 @@ fn timed_windows(run: Periodic, limit_ms: i64) -> Outcome {
         "≤ 10 ms",
     );
     // Where the worst window's lateness arose: before the executors sent, or after.
-    let worst_from = per_window
-        .iter()
-        .max_by_key(|(_, l)| l.p99_ms)
-        .map(|(from_s, _)| *from_s);
-    if let Some(split) = worst_from.and_then(|w| splits.get(&w)) {
+    if let Some(split) = worst_window.and_then(|(from_s, _)| splits.get(from_s)) {
         o.row(
             "worst window p99: sent late, in transit",
             format!(

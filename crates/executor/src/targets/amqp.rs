@@ -74,10 +74,11 @@ impl DeliveryTarget for AmqpTarget {
         if let Some(refused) = self.pool.refusal(&target.url, &occurrence, clock) {
             return refused;
         }
-        let (body, list) = match prepare(self.signer.as_ref(), timer, &occurrence, clock).await {
-            Ok(prepared) => prepared,
-            Err(attempt) => return *attempt,
-        };
+        let (body, list, fired_at) =
+            match prepare(self.signer.as_ref(), timer, &occurrence, clock).await {
+                Ok(prepared) => prepared,
+                Err(attempt) => return *attempt,
+            };
         let mut table = FieldTable::default();
         for (k, v) in list {
             table.insert(ShortString::from(k), AMQPValue::LongString(v.into()));
@@ -87,7 +88,6 @@ impl DeliveryTarget for AmqpTarget {
             .with_delivery_mode(2)
             .with_content_type("application/octet-stream".into())
             .with_headers(table);
-        let fired_at = clock.now();
         let failed = |error: String| Attempt::failed_at(&occurrence, fired_at, error, true);
         let publisher = match self.pool.get(&target.url, || connect(&target.url)).await {
             Ok(p) => p,

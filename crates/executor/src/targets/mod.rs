@@ -17,7 +17,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use chime_domain::{ClaimedOccurrence, Clock, OccurrenceStatus, Outcome, TargetKind, Timer};
+use chime_domain::{
+    ClaimedOccurrence, Clock, OccurrenceStatus, Outcome, TargetKind, Timer, Timestamp,
+};
 
 pub use amqp::AmqpTarget;
 pub use http::{CallbackSettings, HostLookup, HttpTarget, NotTaken, SystemLookup};
@@ -93,35 +95,40 @@ impl Attempt {
 }
 
 /// What a non-HTTP delivery carries: the callback's body, and as headers the callback's,
-/// Chime's (idempotency key, attempt, trace context) and the body's signature with the app's
-/// secret. `Err`: the attempt that ends it (the signature could not be made: the database is
-/// away, retry later).
+/// Chime's (idempotency key, attempt, send time, trace context) and the body's signature with
+/// the app's secret; and the attempt's `fired_at`, taken once it is signed, which its
+/// `X-Chime-Sent-At` names. `Err`: the attempt that ends it (the signature could not be
+/// made: the database is away, retry later).
 pub(crate) async fn prepare<'a>(
     signer: Option<&Arc<Signer>>,
     timer: &'a Timer,
     occurrence: &ClaimedOccurrence,
     clock: &dyn Clock,
-) -> Result<(&'a str, Vec<(String, String)>), Box<Attempt>> {
+) -> Result<(&'a str, Vec<(String, String)>, Timestamp), Box<Attempt>> {
     let body = timer.spec.callback.body.as_ref().map_or("", |b| b.as_str());
-    let mut headers: Vec<(String, String)> = timer
+    let signed = match signer {
+        None => None,
+        Some(signer) => Some(
+            signer
+                .headers(&timer.spec.app, occurrence.key, body.as_bytes())
+                .await
+                .map_err(|e| {
+                    let error = format!("cannot sign the delivery: {e}");
+                    Box::new(Attempt::failed(occurrence, clock, error, true))
+                })?,
+        ),
+    };
+    let fired_at = clock.now();
+    let headers: Vec<(String, String)> = timer
         .spec
         .callback
         .headers
         .iter()
         .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .chain(http::chime_headers(occurrence, clock.now()).map(|(k, v)| (k.to_owned(), v)))
+        .chain(http::chime_headers(occurrence, fired_at).map(|(k, v)| (k.to_owned(), v)))
+        .chain(signed.into_iter().flatten().map(|(k, v)| (k.to_owned(), v)))
         .collect();
-    if let Some(signer) = signer {
-        let signed = signer
-            .headers(&timer.spec.app, occurrence.key, body.as_bytes())
-            .await
-            .map_err(|e| {
-                let error = format!("cannot sign the delivery: {e}");
-                Box::new(Attempt::failed(occurrence, clock, error, true))
-            })?;
-        headers.extend(signed.map(|(k, v)| (k.to_owned(), v)));
-    }
-    Ok((body, headers))
+    Ok((body, headers, fired_at))
 }
 
 /// Delivers one claimed occurrence. Never fails: every failure is an [`Attempt`] outcome.

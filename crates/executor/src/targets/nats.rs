@@ -54,16 +54,16 @@ impl DeliveryTarget for NatsTarget {
         if let Some(refused) = self.pool.refusal(&target.url, &occurrence, clock) {
             return refused;
         }
-        let (body, list) = match prepare(self.signer.as_ref(), timer, &occurrence, clock).await {
-            Ok(prepared) => prepared,
-            Err(attempt) => return *attempt,
-        };
+        let (body, list, fired_at) =
+            match prepare(self.signer.as_ref(), timer, &occurrence, clock).await {
+                Ok(prepared) => prepared,
+                Err(attempt) => return *attempt,
+            };
         let mut headers = async_nats::HeaderMap::new();
         for (k, v) in list {
             headers.insert(k.as_str(), v.as_str());
         }
         headers.insert("Nats-Msg-Id", occurrence.key.to_string().as_str());
-        let fired_at = clock.now();
         let failed = |error: String| Attempt::failed_at(&occurrence, fired_at, error, true);
         let js = match self.pool.get(&target.url, || connect(&target.url)).await {
             Ok(js) => js,

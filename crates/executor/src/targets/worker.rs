@@ -183,14 +183,14 @@ impl DeliveryTarget for WorkerTarget {
             return Attempt::failed(&occurrence, clock, "not a worker callback".into(), false);
         };
         let key = occurrence.key;
-        let (body, headers) = match prepare(self.signer.as_ref(), timer, &occurrence, clock).await {
-            Ok(prepared) => prepared,
-            Err(attempt) => return *attempt,
-        };
+        let (body, headers, fired_at) =
+            match prepare(self.signer.as_ref(), timer, &occurrence, clock).await {
+                Ok(prepared) => prepared,
+                Err(attempt) => return *attempt,
+            };
         let headers: std::collections::HashMap<String, String> = headers.into_iter().collect();
         let timeout = cb.timeout.get();
         let deadline = tokio::time::Instant::now() + timeout;
-        let fired_at = clock.now();
         let make = |delivery_id: String| pb::Delivery {
             delivery_id,
             idempotency_key: key.to_string(),
