@@ -170,9 +170,11 @@ fn by_window(
     by_window
 }
 
-/// CPU seconds (user + system) per process label.
+/// CPU seconds (user + system) of each process, by label and pid. Kept per process so that
+/// one that exits between two samples (a database connection closed, an autovacuum worker
+/// done) takes only its own time out of the difference, not what the others used meanwhile.
 #[derive(Debug, Clone, Default)]
-pub struct CpuSample(pub BTreeMap<String, f64>);
+pub struct CpuSample(BTreeMap<(String, u32), f64>);
 
 /// Clock ticks per second of /proc's CPU times: `getconf CLK_TCK`, else Linux's usual 100.
 fn ticks_per_second() -> f64 {
@@ -212,8 +214,11 @@ impl CpuSample {
         let hz = ticks_per_second();
         let mut out = BTreeMap::new();
         let mut add = |label: &str, pids: &[u32]| {
-            let t: u64 = pids.iter().filter_map(|p| ticks(*p)).sum();
-            *out.entry(label.to_owned()).or_insert(0.0) += t as f64 / hz;
+            for pid in pids {
+                if let Some(t) = ticks(*pid) {
+                    *out.entry((label.to_owned(), *pid)).or_insert(0.0) += t as f64 / hz;
+                }
+            }
         };
         for (label, pid) in processes {
             add(label, &[*pid]);
@@ -228,16 +233,23 @@ impl CpuSample {
         Self(out)
     }
 
+    /// CPU seconds each label used between `self` and `later`: per process alive at
+    /// `later`, its time then less its time at `self` (all of it, if it started since).
+    pub fn used(&self, later: &CpuSample) -> BTreeMap<String, f64> {
+        let mut out = BTreeMap::new();
+        for ((label, pid), t) in &later.0 {
+            let before = self.0.get(&(label.clone(), *pid)).copied().unwrap_or(0.0);
+            *out.entry(label.clone()).or_insert(0.0) += (t - before).max(0.0);
+        }
+        out
+    }
+
     /// CPU seconds per 1,000 firings of each process between `self` and `later`.
     pub fn per_thousand(&self, later: &CpuSample, firings: usize) -> BTreeMap<String, f64> {
         let k = (firings as f64 / 1000.0).max(f64::MIN_POSITIVE);
-        later
-            .0
-            .iter()
-            .map(|(label, t)| {
-                let used = t - self.0.get(label).copied().unwrap_or(0.0);
-                (label.clone(), (used.max(0.0) / k * 1000.0).round() / 1000.0)
-            })
+        self.used(later)
+            .into_iter()
+            .map(|(label, used)| (label, (used / k * 1000.0).round() / 1000.0))
             .collect()
     }
 }
@@ -413,6 +425,23 @@ mod tests {
     }
 
     #[test]
+    fn a_process_gone_between_samples_takes_only_its_own_time_out() {
+        let at = |entries: &[(&str, u32, f64)]| {
+            CpuSample(
+                entries
+                    .iter()
+                    .map(|(l, p, t)| (((*l).to_owned(), *p), *t))
+                    .collect(),
+            )
+        };
+        // Backend 1 exits with 5 s used; 2 works 0.5 s; 3 starts and works 0.25 s.
+        let before = at(&[("postgres", 1, 5.0), ("postgres", 2, 1.0)]);
+        let after = at(&[("postgres", 2, 1.5), ("postgres", 3, 0.25)]);
+        assert_eq!(before.used(&after)["postgres"], 0.75);
+        assert_eq!(before.per_thousand(&after, 1_000)["postgres"], 0.75);
+    }
+
+    #[test]
     fn this_process_uses_some_cpu() {
         let before = CpuSample::take(&[]);
         let mut x = 0u64;
@@ -421,7 +450,6 @@ mod tests {
         }
         std::hint::black_box(x);
         let after = CpuSample::take(&[]);
-        assert!(after.0["chime-bench"] >= before.0["chime-bench"]);
-        assert!(before.per_thousand(&after, 1000).contains_key("postgres"));
+        assert!(before.used(&after)["chime-bench"] > 0.0);
     }
 }

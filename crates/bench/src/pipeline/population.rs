@@ -344,11 +344,8 @@ pub(super) async fn population(args: &Args) -> anyhow::Result<Outcome> {
             args.population_settle
         ));
     }
-    let per_hour = |p: &str| {
-        (cpu1.0.get(p).copied().unwrap_or(0.0) - cpu0.0.get(p).copied().unwrap_or(0.0)).max(0.0)
-            * 3_600.0
-            / window as f64
-    };
+    let used = cpu0.used(&cpu1);
+    let per_hour = |p: &str| used.get(p).copied().unwrap_or(0.0) * 3_600.0 / window as f64;
     let written_per_hour = written * 3_600.0 / window as f64;
     o.row(
         "migrator upkeep per hour",
@@ -359,7 +356,7 @@ pub(super) async fn population(args: &Args) -> anyhow::Result<Outcome> {
         "",
     );
     let mut cpu_hour = BTreeMap::new();
-    for p in cpu1.0.keys() {
+    for p in used.keys() {
         cpu_hour.insert(p.clone(), (per_hour(p) * 10.0).round() / 10.0);
     }
     // PostgreSQL's share is the firing's and the upkeep's together.
