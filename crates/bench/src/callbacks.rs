@@ -83,6 +83,7 @@ pub async fn run(a: ClientArgs) -> anyhow::Result<()> {
                 parent: None,
                 timer_now: Some(timer.version),
                 unwritten: None,
+                leased: false,
             };
             let (target, timer) = (target.clone(), timer.clone());
             tokio::spawn(async move {

@@ -277,6 +277,9 @@ pub struct ClaimedOccurrence {
     /// An unwritten run taken under a run lease (no row was there): its row is inserted when
     /// it ends.
     pub unwritten: Option<UnwrittenRun>,
+    /// A first attempt taken under its run lease with its row left `pending`: the claim
+    /// wrote nothing, and the outcome moves the row on from `pending`.
+    pub leased: bool,
 }
 
 /// The result of one attempt. Recorded only if the occurrence is still `running` at that
@@ -294,6 +297,9 @@ pub struct Outcome {
     pub next_attempt_at: Option<Timestamp>,
     /// An unwritten run: its row is inserted with this outcome rather than updated.
     pub unwritten: Option<UnwrittenRun>,
+    /// A first attempt taken under its run lease ([`ClaimedOccurrence::leased`]): recorded
+    /// only if its row is still `pending` at the attempt before this one.
+    pub leased: bool,
 }
 
 impl Outcome {
@@ -316,6 +322,7 @@ impl Outcome {
             error,
             next_attempt_at: None,
             unwritten: None,
+            leased: false,
         }
     }
 

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use chime_domain::misfire::{early_skip, overtaken_among};
 use chime_domain::{
-    Claim, ClaimedOccurrence, Clock, EarlySkip, OccurrenceStatus, Outcome, OverlapPolicy, TaskKey,
-    Timer,
+    Claim, ClaimedOccurrence, Clock, DeliveryMode, EarlySkip, OccurrenceStatus, Outcome,
+    OverlapPolicy, TaskKey, Timer,
 };
 use chime_storage::{Exclusive, StoreResult};
 use tokio::sync::mpsc;
@@ -299,11 +299,22 @@ impl Inner {
             }),
             None => (Vec::new(), keys),
         };
+        // Written runs go under leases too where a lease spares the database a write; not
+        // `at_most_once` ones, whose lapsed claim the sweeper must see on the row.
+        let (leased, keys): (Vec<TaskKey>, Vec<TaskKey>) =
+            match self.run_leases.as_ref().filter(|l| l.apart_from_store()) {
+                Some(_) => keys.into_iter().partition(|k| {
+                    timers
+                        .get(&k.timer_id)
+                        .is_some_and(|t| t.spec.delivery != DeliveryMode::AtMostOnce)
+                }),
+                None => (Vec::new(), keys),
+            };
         let claiming = match jobs.first() {
             Some(j) => tracing::info_span!(parent: &j.span, "claim", keys = keys.len()),
             None => tracing::Span::none(),
         };
-        let (claimed, taken) = tokio::join!(
+        let (claimed, taken, first) = tokio::join!(
             async {
                 if keys.is_empty() {
                     return Ok(Vec::new());
@@ -311,11 +322,14 @@ impl Inner {
                 self.occurrences.claim(&keys, claim).await
             }
             .instrument(claiming),
-            self.take_unwritten(&unwritten, timers, claim)
+            self.take_unwritten(&unwritten, timers, claim),
+            self.take_first(&leased, claim)
         );
         let mut claimed: HashMap<TaskKey, ClaimedOccurrence> =
             claimed?.into_iter().map(|c| (c.key, c)).collect();
         claimed.extend(taken?);
+        let first = first?;
+        claimed.extend(first.fired);
         // The batch leaves backfilled occurrences under `skip` or `buffer_one` alone; one
         // statement tells which of the keys it did not claim are those. The rest were taken
         // or finished already: in a burst, the sweeper hands off keys still queued here, and
@@ -323,6 +337,7 @@ impl Inner {
         let unclaimed: Vec<TaskKey> = keys
             .iter()
             .filter(|k| !claimed.contains_key(k))
+            .chain(&first.left)
             .copied()
             .collect();
         let held = if unclaimed.is_empty() {
@@ -377,6 +392,7 @@ impl Inner {
         }
         let outcome = Outcome {
             unwritten: occurrence.unwritten,
+            leased: occurrence.leased,
             ..Outcome::ended(
                 job.key,
                 occurrence.attempt,
@@ -443,6 +459,7 @@ impl Inner {
             };
             let outcome = Outcome {
                 unwritten: occurrence.unwritten,
+                leased: occurrence.leased,
                 ..outcome
             };
             drop(watch);

@@ -24,6 +24,7 @@ mod claim;
 pub mod grpc;
 mod hosts;
 mod lanes;
+mod leased;
 pub mod notify;
 mod outcome;
 mod record;

@@ -169,6 +169,7 @@ mod tests {
                 error: Some("callback answered HTTP 429".into()),
                 next_attempt_at: None,
                 unwritten: None,
+                leased: false,
             },
             retryable,
             retry_after,
@@ -252,6 +253,7 @@ mod tests {
                 parent: None,
                 timer_now: Some(1),
                 unwritten: None,
+                leased: false,
             };
             skip_reason(Some(&t), &c, Timestamp::from_millis(now_ms))
         };
@@ -277,6 +279,7 @@ mod tests {
                     parent: None,
                     timer_now: Some(1),
                     unwritten: None,
+                    leased: false,
                 },
                 Timestamp::from_millis(0)
             )
@@ -300,6 +303,7 @@ mod tests {
             parent: None,
             timer_now: Some(1),
             unwritten: None,
+            leased: false,
         };
         let at = |c: &ClaimedOccurrence, t: &Timer, now_ms| {
             skip_reason(Some(t), c, Timestamp::from_millis(now_ms))

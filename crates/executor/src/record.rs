@@ -36,16 +36,16 @@ fn ended(outcomes: &[Outcome], timers: &[Option<Arc<chime_domain::Timer>>]) -> V
         .collect()
 }
 
-/// Frees the run leases of the unwritten runs among `outcomes`, now that their rows are
-/// written. One that cannot be freed lapses by itself; meanwhile a second offer of the run
-/// finds it held, and then finds its row.
+/// Frees the run leases of the unwritten runs and leased first attempts among `outcomes`,
+/// now that their rows are written. One that cannot be freed lapses by itself; meanwhile a
+/// second offer of the run finds it held, and then finds its row.
 async fn free_written(inner: &Inner, outcomes: &[Outcome]) {
     let Some(leases) = &inner.run_leases else {
         return;
     };
     let runs: Vec<chime_domain::TaskKey> = outcomes
         .iter()
-        .filter(|o| o.unwritten.is_some())
+        .filter(|o| o.unwritten.is_some() || o.leased)
         .map(|o| o.key)
         .collect();
     if let Err(e) = leases.free_runs(&runs).await {

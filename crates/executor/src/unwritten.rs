@@ -2,7 +2,6 @@
 //! leases rather than claimed as rows, and checked again against a timer that changed.
 
 use std::collections::{HashMap, HashSet};
-use std::time::Duration;
 
 use chime_domain::{Claim, ClaimedOccurrence, TaskKey};
 use chime_storage::StoreResult;
@@ -24,10 +23,9 @@ impl Inner {
         let Some(leases) = self.run_leases.as_ref().filter(|_| !runs.is_empty()) else {
             return Ok(Vec::new());
         };
-        let ttl = Duration::from_millis(
-            u64::try_from(claim.lease_until.as_millis() - claim.now.as_millis()).unwrap_or(0),
-        );
-        let flags = leases.take_runs(runs, ttl).await?;
+        let flags = leases
+            .take_runs(runs, crate::leased::lease_ttl(claim))
+            .await?;
         let held: Vec<TaskKey> = runs
             .iter()
             .zip(&flags)
@@ -71,6 +69,7 @@ impl Inner {
                         parent: None,
                         timer_now: a.timer_now,
                         unwritten: Some(t.unwritten()),
+                        leased: false,
                     },
                 ))
             })

@@ -130,10 +130,13 @@ impl Scheduler {
                 SWEEP_LIMIT,
             )
             .await?;
+        let full = overdue.len() == SWEEP_LIMIT as usize;
+        let (overdue, held) = self.in_flight_apart(overdue).await;
         if overdue.is_empty() {
             return Ok((Swept::default(), false));
         }
-        let full = overdue.len() == SWEEP_LIMIT as usize;
+        // Rows passed over as in flight come first again on the next page.
+        let full = full && held == 0;
         let timers = self
             .timers_by_id(overdue.iter().map(|o| o.key.timer_id))
             .await?;
@@ -177,6 +180,46 @@ impl Scheduler {
         metrics::counter!("chime_sweeper_abandoned_total").increment(swept.abandoned);
         let more = full && swept.handed_off == plan.hand_off.len();
         Ok((swept, more))
+    }
+
+    /// `overdue` without the first attempts an executor fires under their run leases
+    /// (their rows stay `pending` while in flight), and how many were passed over. When the
+    /// leases cannot be read every row is kept: a duplicate callback rather than a lost one.
+    async fn in_flight_apart(&self, overdue: Vec<Occurrence>) -> (Vec<Occurrence>, usize) {
+        let Some(leases) = self
+            .index
+            .reads()
+            .run_leases()
+            .filter(|l| l.apart_from_store())
+        else {
+            return (overdue, 0);
+        };
+        let pending: Vec<TaskKey> = overdue
+            .iter()
+            .filter(|o| o.status == OccurrenceStatus::Pending)
+            .map(|o| o.key)
+            .collect();
+        if pending.is_empty() {
+            return (overdue, 0);
+        }
+        let held: std::collections::HashSet<TaskKey> = match leases.runs_held(&pending).await {
+            Ok(flags) => pending
+                .into_iter()
+                .zip(flags)
+                .filter(|(_, h)| *h)
+                .map(|(k, _)| k)
+                .collect(),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read run leases; offering every overdue row");
+                return (overdue, 0);
+            }
+        };
+        let n = held.len();
+        let kept = overdue
+            .into_iter()
+            .filter(|o| o.status != OccurrenceStatus::Pending || !held.contains(&o.key))
+            .collect();
+        (kept, n)
     }
 
     /// The timers named (each once), as they are now.

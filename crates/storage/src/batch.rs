@@ -32,6 +32,10 @@ pub(crate) struct OutcomeColumns {
     pub outputs: Vec<Option<String>>,
     pub errors: Vec<Option<String>>,
     pub next_attempt_ats: Vec<Option<i64>>,
+    /// What the row must hold for the outcome to count: `running` at the attempt, or, for
+    /// a leased first attempt, `pending` at the attempt before.
+    pub from_statuses: Vec<&'static str>,
+    pub from_attempts: Vec<i32>,
 }
 
 impl OutcomeColumns {
@@ -47,6 +51,8 @@ impl OutcomeColumns {
             outputs: Vec::with_capacity(n),
             errors: Vec::with_capacity(n),
             next_attempt_ats: Vec::with_capacity(n),
+            from_statuses: Vec::with_capacity(n),
+            from_attempts: Vec::with_capacity(n),
         };
         for o in outcomes {
             if !o.status.is_outcome() {
@@ -57,8 +63,15 @@ impl OutcomeColumns {
             }
             c.timer_ids.push(o.key.timer_id.get());
             c.run_ats.push(o.key.run_at.as_millis());
-            c.attempts
-                .push(i32::try_from(o.attempt).unwrap_or(i32::MAX));
+            let attempt = i32::try_from(o.attempt).unwrap_or(i32::MAX);
+            c.attempts.push(attempt);
+            let (from, before) = if o.leased {
+                (OccurrenceStatus::Pending, attempt - 1)
+            } else {
+                (OccurrenceStatus::Running, attempt)
+            };
+            c.from_statuses.push(from.as_str());
+            c.from_attempts.push(before);
             c.statuses.push(o.status.as_str());
             c.fired_ats.push(o.fired_at.map(Timestamp::as_millis));
             c.http_statuses.push(o.http_status.map(i32::from));

@@ -190,6 +190,7 @@ fn outcome(k: TaskKey, attempt: u32, status: OccurrenceStatus, fired_at: i64) ->
         error: None,
         next_attempt_at: None,
         unwritten: None,
+        leased: false,
     }
 }
 
@@ -221,6 +222,8 @@ macro_rules! storage_contract {
             insert_is_idempotent,
             newer_version_adopts_pending_rows_only,
             claim_then_record_outcome,
+            first_attempts_are_read_not_claimed,
+            a_leased_outcome_moves_the_pending_row_on_once,
             expired_claim_is_taken_over_and_late_outcome_ignored,
             retrying_is_due_at_next_attempt_and_claimable,
             outcome_must_be_a_final_status,

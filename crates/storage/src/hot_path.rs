@@ -95,6 +95,13 @@ pub trait RunLeases: Send + Sync + 'static {
 
     /// Which of `runs` are held now, in order.
     async fn runs_held(&self, runs: &[TaskKey]) -> StoreResult<Vec<bool>>;
+
+    /// Whether a lease costs the occurrence store nothing (Redis, memory): only then do
+    /// executors also take written runs' first attempts under leases, rather than claim
+    /// their rows ([`crate::OccurrenceStore::first_attempts`]).
+    fn apart_from_store(&self) -> bool {
+        true
+    }
 }
 
 /// An opaque holder token. Only the holder's token can renew or release a lease.

@@ -292,6 +292,13 @@ pub trait OccurrenceStore: Send + Sync + 'static {
     /// [`Self::claim_exclusive`].
     async fn claim(&self, keys: &[TaskKey], claim: Claim) -> StoreResult<Vec<ClaimedOccurrence>>;
 
+    /// Those of `keys` whose rows wait for their first attempt (`pending`, and not a
+    /// backfill left to [`Self::claim_exclusive`]), as [`Self::claim`] would return them but
+    /// with `leased` set, and left as they are: an executor holding the runs' leases
+    /// ([`RunLeases`]) fires them, and their outcomes move the rows on from `pending`
+    /// ([`Outcome::leased`]). One row write per firing fewer than a claim.
+    async fn first_attempts(&self, keys: &[TaskKey]) -> StoreResult<Vec<ClaimedOccurrence>>;
+
     /// Those of `keys` that [`Self::claim`] leaves to [`Self::claim_exclusive`]: backfilled
     /// occurrences under `skip`, `buffer_one` or `cancel_other`, claimable at `now`. One
     /// statement for all the keys a batch claim did not take; most of those were taken or

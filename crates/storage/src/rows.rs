@@ -169,6 +169,18 @@ where
         parent: parent(row)?,
         timer_now: row.opt_i64("timer_now")?,
         unwritten: None,
+        leased: false,
+    })
+}
+
+/// A row of [`claimed`]'s columns for a first attempt taken under its run lease.
+pub(crate) fn leased<R: ChimeRow>(row: &R) -> StoreResult<ClaimedOccurrence>
+where
+    for<'r> &'r str: ColumnIndex<R>,
+{
+    Ok(ClaimedOccurrence {
+        leased: true,
+        ..claimed(row)?
     })
 }
 

@@ -41,6 +41,7 @@ async fn dead_run(gw: &support::TestGateway, id: i64, run_at: i64) -> chime_doma
             error: Some("callback answered HTTP 500".into()),
             next_attempt_at: None,
             unwritten: None,
+            leased: false,
         }])
         .await
         .unwrap();

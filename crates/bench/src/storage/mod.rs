@@ -240,6 +240,7 @@ async fn bench_claim(pg: &DbBench, args: &Args) -> anyhow::Result<Vec<Duration>>
                             error: None,
                             next_attempt_at: None,
                             unwritten: None,
+                            leased: false,
                         })
                         .collect();
                     let recorded = store.record_outcomes(&outcomes).await?;

@@ -8,6 +8,7 @@ mod brokers;
 mod executor;
 mod http;
 mod lanes;
+mod leased;
 mod misfire;
 mod networks;
 mod statements;

@@ -111,6 +111,7 @@ impl Fixture {
             error: None,
             next_attempt_at: None,
             unwritten: None,
+            leased: false,
         };
         self.store
             .record_outcomes(&[

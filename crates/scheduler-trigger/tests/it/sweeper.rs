@@ -318,3 +318,30 @@ async fn shard_workers_leave_misfired_members_to_the_sweeper() {
     let got: Vec<TaskKey> = s.recorder.got().iter().map(|(k, _)| *k).collect();
     assert_eq!(got, vec![fresh[0].0]);
 }
+
+#[tokio::test]
+async fn the_sweeper_passes_over_first_attempts_in_flight_under_their_leases() {
+    let s = setup().await;
+    let t = every_second_timer(&s, "leased", MisfirePolicy::FireAll).await;
+    // Both rows pending and overdue; an executor fires the first under its run lease (its
+    // row stays pending while the callback runs), the second was lost on its way.
+    let keys = overdue(&s, &t, &[4_000, 3_000]).await;
+    let (in_flight, lost) = (keys[0], keys[1]);
+    let leases = s.redis.hot_index().run_leases().unwrap();
+    assert_eq!(
+        leases
+            .take_runs(&[in_flight], Duration::from_secs(30))
+            .await
+            .unwrap(),
+        vec![true]
+    );
+    let swept = sweeper(&s).sweep().await.unwrap();
+    assert_eq!(swept.handed_off, 1);
+    let got: Vec<TaskKey> = s.recorder.got().iter().map(|(k, _)| *k).collect();
+    assert_eq!(got, vec![lost], "not the one in flight");
+    assert_eq!(status(&s, in_flight).await, OccurrenceStatus::Pending);
+    // Its executor gone without an outcome, the lease lapses (freed here): offered again.
+    leases.free_runs(&[in_flight]).await.unwrap();
+    let again = sweeper(&s).sweep().await.unwrap();
+    assert_eq!(again.handed_off, 2);
+}

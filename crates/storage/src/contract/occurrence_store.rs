@@ -3,8 +3,10 @@
 use super::*;
 
 mod dead_letters;
+mod leased;
 mod skips;
 pub use dead_letters::*;
+pub use leased::*;
 pub use skips::*;
 
 async fn status_of(store: &dyn OccurrenceStore, k: TaskKey) -> OccurrenceStatus {

@@ -163,6 +163,25 @@ impl OccurrenceStore for MySqlStore {
         Ok(claimed)
     }
 
+    async fn first_attempts(&self, keys: &[TaskKey]) -> StoreResult<Vec<ClaimedOccurrence>> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let found = sqlx::query(concat!(
+            "SELECT o.timer_id, o.run_at, o.timer_version, o.bucket, o.attempt + 1 AS attempt, \
+               COALESCE(o.next_attempt_at, o.run_at) AS due, o.backfill, o.parent, ",
+            crate::rows::timer_now_col!(),
+            " FROM ",
+            keys_table!(),
+            occurrences_by_key!("k"),
+            " WHERE o.status = 'pending' AND (o.backfill IS NULL OR o.backfill = 'allow_all')"
+        ))
+        .bind(keys_json(keys))
+        .fetch_all(&self.pool)
+        .await?;
+        found.iter().map(rows::leased).collect()
+    }
+
     async fn held_for_exclusive(
         &self,
         keys: &[TaskKey],
@@ -287,7 +306,9 @@ impl OccurrenceStore for MySqlStore {
                 c.http_statuses[i],
                 c.outputs[i],
                 c.errors[i],
-                c.next_attempt_ats[i]
+                c.next_attempt_ats[i],
+                c.from_statuses[i],
+                c.from_attempts[i]
             ])
         }));
         let done = sqlx::query(concat!(
@@ -295,13 +316,14 @@ impl OccurrenceStore for MySqlStore {
                run_at BIGINT PATH '$[1]', attempt INT PATH '$[2]', \
                status VARCHAR(16) PATH '$[3]', fired_at BIGINT PATH '$[4]', \
                http_status INT PATH '$[5]', output LONGTEXT PATH '$[6]', \
-               error LONGTEXT PATH '$[7]', next_attempt_at BIGINT PATH '$[8]')) u",
+               error LONGTEXT PATH '$[7]', next_attempt_at BIGINT PATH '$[8]', \
+               from_status VARCHAR(16) PATH '$[9]', from_attempt INT PATH '$[10]')) u",
             occurrences_by_key!("u"),
-            " SET o.status = u.status, o.fired_at = u.fired_at, \
+            " SET o.status = u.status, o.attempt = u.attempt, o.fired_at = u.fired_at, \
                o.lateness_ms = u.fired_at - o.run_at, o.http_status = u.http_status, \
                o.output = u.output, o.error = u.error, o.next_attempt_at = u.next_attempt_at, \
                o.lease_until = NULL \
-             WHERE o.status = 'running' AND o.attempt = u.attempt"
+             WHERE o.status = u.from_status AND o.attempt = u.from_attempt"
         ))
         .bind(rows)
         .execute(&self.pool)

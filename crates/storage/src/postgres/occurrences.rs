@@ -88,6 +88,33 @@ impl OccurrenceStore for PgStore {
         rows.iter().map(rows::claimed).collect()
     }
 
+    async fn first_attempts(&self, keys: &[TaskKey]) -> StoreResult<Vec<ClaimedOccurrence>> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (ids, run_ats) = split_keys(keys);
+        // One primary-key probe per key, within the batch's days, as the claim's are.
+        let (from, to) = span(&run_ats);
+        let rows = sqlx::query(concat!(
+            "SELECT o.timer_id, o.run_at, o.timer_version, o.bucket, o.attempt + 1 AS attempt, \
+               COALESCE(o.next_attempt_at, o.run_at) AS due, o.backfill, o.parent, ",
+            crate::rows::timer_now_col!(),
+            " FROM UNNEST($1::bigint[], $2::bigint[]) AS k(timer_id, run_at) \
+             CROSS JOIN LATERAL ( \
+               SELECT * FROM occurrences o \
+               WHERE o.timer_id = k.timer_id AND o.run_at = k.run_at \
+                 AND o.run_at BETWEEN $3 AND $4 OFFSET 0) o \
+             WHERE o.status = 'pending' AND (o.backfill IS NULL OR o.backfill = 'allow_all')"
+        ))
+        .bind(ids)
+        .bind(run_ats)
+        .bind(from)
+        .bind(to)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(rows::leased).collect()
+    }
+
     async fn held_for_exclusive(
         &self,
         keys: &[TaskKey],
@@ -205,22 +232,24 @@ impl OccurrenceStore for PgStore {
         let done = sqlx::query(
             "WITH u AS ( \
                SELECT * FROM UNNEST($1::bigint[], $2::bigint[], $3::integer[], $4::text[], \
-                 $5::bigint[], $6::integer[], $7::text[], $8::text[], $9::bigint[]) \
+                 $5::bigint[], $6::integer[], $7::text[], $8::text[], $9::bigint[], \
+                 $12::text[], $13::integer[]) \
                AS u(timer_id, run_at, attempt, status, fired_at, http_status, output, error, \
-                    next_attempt_at)), \
+                    next_attempt_at, from_status, from_attempt)), \
              cand AS ( \
                SELECT x.toid, x.tid, u.* FROM u CROSS JOIN LATERAL ( \
                  SELECT o.tableoid AS toid, o.ctid AS tid FROM occurrences o \
                  WHERE o.timer_id = u.timer_id AND o.run_at = u.run_at \
-                   AND o.status = 'running' AND o.attempt = u.attempt OFFSET 0) x) \
-             UPDATE occurrences o SET status = c.status, fired_at = c.fired_at, \
+                   AND o.status = u.from_status AND o.attempt = u.from_attempt OFFSET 0) x) \
+             UPDATE occurrences o SET status = c.status, attempt = c.attempt, \
+               fired_at = c.fired_at, \
                lateness_ms = c.fired_at - o.run_at, http_status = c.http_status, \
                output = c.output, error = c.error, next_attempt_at = c.next_attempt_at, \
                lease_until = NULL \
              FROM cand c \
              WHERE o.run_at BETWEEN $10 AND $11 AND o.ctid = ANY(ARRAY(SELECT tid FROM cand)) \
                AND o.tableoid = c.toid AND o.ctid = c.tid \
-               AND o.status = 'running' AND o.attempt = c.attempt",
+               AND o.status = c.from_status AND o.attempt = c.from_attempt",
         )
         .bind(cols.timer_ids)
         .bind(cols.run_ats)
@@ -233,6 +262,8 @@ impl OccurrenceStore for PgStore {
         .bind(cols.next_attempt_ats)
         .bind(from)
         .bind(to)
+        .bind(cols.from_statuses)
+        .bind(cols.from_attempts)
         .execute(&self.pool)
         .await?;
         Ok(inserted + done.rows_affected())

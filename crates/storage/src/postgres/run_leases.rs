@@ -87,6 +87,11 @@ impl RunLeases for PgHotPath {
         Ok(())
     }
 
+    /// A lease here is a row write itself: a written run is claimed on its row instead.
+    fn apart_from_store(&self) -> bool {
+        false
+    }
+
     async fn runs_held(&self, runs: &[TaskKey]) -> StoreResult<Vec<bool>> {
         if runs.is_empty() {
             return Ok(Vec::new());

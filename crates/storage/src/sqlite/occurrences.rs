@@ -53,6 +53,24 @@ impl OccurrenceStore for SqliteStore {
         rows.iter().map(rows::claimed).collect()
     }
 
+    async fn first_attempts(&self, keys: &[TaskKey]) -> StoreResult<Vec<ClaimedOccurrence>> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let rows = sqlx::query(concat!(
+            "SELECT o.timer_id, o.run_at, o.timer_version, o.bucket, o.attempt + 1 AS attempt, \
+               COALESCE(o.next_attempt_at, o.run_at) AS due, o.backfill, o.parent, ",
+            crate::rows::timer_now_col!(),
+            " FROM occurrences o \
+             WHERE (o.timer_id, o.run_at) IN (SELECT value ->> 0, value ->> 1 FROM json_each(?1)) \
+               AND o.status = 'pending' AND (o.backfill IS NULL OR o.backfill = 'allow_all')"
+        ))
+        .bind(keys_json(keys))
+        .fetch_all(&self.reader)
+        .await?;
+        rows.iter().map(rows::leased).collect()
+    }
+
     async fn held_for_exclusive(
         &self,
         keys: &[TaskKey],
@@ -153,22 +171,26 @@ impl OccurrenceStore for SqliteStore {
                     c.http_statuses[i],
                     c.outputs[i],
                     c.errors[i],
-                    c.next_attempt_ats[i]
+                    c.next_attempt_ats[i],
+                    c.from_statuses[i],
+                    c.from_attempts[i]
                 ])
             })
             .collect();
         let done = sqlx::query(
-            "UPDATE occurrences SET status = u.status, fired_at = u.fired_at, \
+            "UPDATE occurrences SET status = u.status, attempt = u.attempt, fired_at = u.fired_at, \
                lateness_ms = u.fired_at - occurrences.run_at, http_status = u.http_status, \
                output = u.output, error = u.error, next_attempt_at = u.next_attempt_at, \
                lease_until = NULL \
              FROM (SELECT value ->> 0 AS timer_id, value ->> 1 AS run_at, value ->> 2 AS attempt, \
                           value ->> 3 AS status, value ->> 4 AS fired_at, \
                           value ->> 5 AS http_status, value ->> 6 AS output, \
-                          value ->> 7 AS error, value ->> 8 AS next_attempt_at \
+                          value ->> 7 AS error, value ->> 8 AS next_attempt_at, \
+                          value ->> 9 AS from_status, value ->> 10 AS from_attempt \
                    FROM json_each(?1)) AS u \
              WHERE occurrences.timer_id = u.timer_id AND occurrences.run_at = u.run_at \
-               AND occurrences.status = 'running' AND occurrences.attempt = u.attempt",
+               AND occurrences.status = u.from_status \
+               AND occurrences.attempt = u.from_attempt",
         )
         .bind(serde_json::Value::Array(rows).to_string())
         .execute(&self.writer)

@@ -73,6 +73,9 @@ impl OccurrenceStore for Counting {
         };
         self.inner.claim(keys, claim).await
     }
+    async fn first_attempts(&self, keys: &[TaskKey]) -> StoreResult<Vec<ClaimedOccurrence>> {
+        self.inner.first_attempts(keys).await
+    }
     async fn held_for_exclusive(
         &self,
         keys: &[TaskKey],

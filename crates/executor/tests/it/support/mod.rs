@@ -26,5 +26,6 @@ pub fn claimed(t: &Timer) -> ClaimedOccurrence {
         parent: None,
         timer_now: Some(1),
         unwritten: None,
+        leased: false,
     }
 }
