@@ -101,7 +101,7 @@ impl TimerStore for MySqlStore {
         let mut ids = ids.to_vec();
         ids.sort();
         ids.dedup();
-        sqlx::query(
+        let rows = sqlx::query(
             "SELECT t.id, t.app, t.name, t.spec, t.enabled, t.version, t.bucket, \
                t.created_at, t.updated_at, t.deleted_at, t.paused_reason, t.paused_at, \
                t.paused_by, t.written_ahead \
@@ -111,10 +111,8 @@ impl TimerStore for MySqlStore {
         )
         .bind(Self::ids_json(&ids))
         .fetch_all(&self.pool)
-        .await?
-        .iter()
-        .map(rows::timer)
-        .collect()
+        .await?;
+        rows::timers(&rows)
     }
 
     async fn count_timers(&self, app: &AppName) -> StoreResult<u64> {

@@ -101,7 +101,7 @@ impl TimerStore for PgStore {
         // PostgreSQL makes for a statement's first executions on a connection may hash a
         // scan of the whole table (they did for small timers), and `id = ANY($1)`'s generic
         // plan walked the partial index timers_app_live, every entry of it per call.
-        sqlx::query(concat!(
+        let rows = sqlx::query(concat!(
             "SELECT t.* FROM (SELECT DISTINCT UNNEST($1::bigint[]) AS id) k \
              CROSS JOIN LATERAL (SELECT ",
             timer_cols!(),
@@ -109,10 +109,8 @@ impl TimerStore for PgStore {
         ))
         .bind(ids)
         .fetch_all(&self.pool)
-        .await?
-        .iter()
-        .map(rows::timer)
-        .collect()
+        .await?;
+        rows::timers(&rows)
     }
 
     async fn count_timers(&self, app: &AppName) -> StoreResult<u64> {

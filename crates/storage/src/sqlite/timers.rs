@@ -67,7 +67,7 @@ impl TimerStore for SqliteStore {
         let ids: Vec<i64> = ids.iter().map(|id| id.get()).collect();
         let ids = serde_json::to_string(&ids)
             .map_err(|e| StoreError::internal(format!("encoding timer ids: {e}")))?;
-        sqlx::query(concat!(
+        let rows = sqlx::query(concat!(
             "SELECT ",
             timer_cols!(),
             " FROM timers WHERE id IN (SELECT value FROM json_each(?1)) \
@@ -75,10 +75,8 @@ impl TimerStore for SqliteStore {
         ))
         .bind(ids)
         .fetch_all(&self.reader)
-        .await?
-        .iter()
-        .map(rows::timer)
-        .collect()
+        .await?;
+        rows::timers(&rows)
     }
 
     async fn count_timers(&self, app: &AppName) -> StoreResult<u64> {
