@@ -236,9 +236,8 @@ async fn flushall_on_redis_mid_run() {
     let flushed = now();
     redis.flushall();
     wait_delivered(&sink, &expected, Duration::from_secs(40)).await;
-    // Losing Redis loses leases and shards, not rows: a one-shot's first attempt is under
-    // a run lease only while its callback runs (milliseconds here), and the sweeper offers
-    // a pending row again only once it is `sweep_after` overdue and its lease is not held.
+    // Losing Redis loses leases and shards, not claims: every occurrence is still claimed
+    // once in PostgreSQL, and fast callbacks leave no claim to run out.
     let one_shot_dupes: usize = deliveries(&sink)
         .iter()
         .filter(|(k, v)| expected.contains(*k) && v.len() > 1)

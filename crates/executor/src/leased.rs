@@ -20,10 +20,31 @@ pub(crate) struct Taken {
 }
 
 /// How long a lease taken under `claim` lasts: as long as the claim's lease on a row would.
-pub(crate) fn lease_ttl(claim: Claim) -> std::time::Duration {
+fn lease_ttl(claim: Claim) -> std::time::Duration {
     std::time::Duration::from_millis(
         u64::try_from(claim.lease_until.as_millis() - claim.now.as_millis()).unwrap_or(0),
     )
+}
+
+/// Takes the leases of `runs` for the length of `claim`; the runs now held here. The others
+/// another executor holds (a key offered twice) and are counted as not claimed.
+pub(crate) async fn take_leases(
+    leases: &dyn chime_storage::RunLeases,
+    runs: &[TaskKey],
+    claim: Claim,
+) -> StoreResult<Vec<TaskKey>> {
+    let flags = leases.take_runs(runs, lease_ttl(claim)).await?;
+    let held: Vec<TaskKey> = runs
+        .iter()
+        .zip(&flags)
+        .filter(|(_, taken)| **taken)
+        .map(|(k, _)| *k)
+        .collect();
+    let busy = runs.len() - held.len();
+    if busy > 0 {
+        metrics::counter!("chime_executor_not_claimed_total").increment(busy as u64);
+    }
+    Ok(held)
 }
 
 impl Inner {
@@ -35,24 +56,13 @@ impl Inner {
         let Some(leases) = self.run_leases.as_ref().filter(|_| !runs.is_empty()) else {
             return Ok(Taken::default());
         };
-        let flags = match leases.take_runs(runs, lease_ttl(claim)).await {
-            Ok(flags) => flags,
+        let held = match take_leases(leases.as_ref(), runs, claim).await {
+            Ok(held) => held,
             Err(e) => {
                 tracing::warn!(error = %e, runs = runs.len(), "cannot take run leases; claiming the rows");
                 return self.claim_rows(runs, claim).await;
             }
         };
-        let held: Vec<TaskKey> = runs
-            .iter()
-            .zip(&flags)
-            .filter(|(_, taken)| **taken)
-            .map(|(k, _)| *k)
-            .collect();
-        let busy = runs.len() - held.len();
-        if busy > 0 {
-            // Another executor holds them (a key offered twice): nothing to do here.
-            metrics::counter!("chime_executor_not_claimed_total").increment(busy as u64);
-        }
         if held.is_empty() {
             return Ok(Taken::default());
         }

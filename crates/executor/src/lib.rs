@@ -73,6 +73,9 @@ pub struct ExecutorSettings {
     pub outcome_linger: Duration,
     /// Timers kept between claims ([`timers::TimerCache`]); 0 keeps none.
     pub timer_cache: usize,
+    /// Written runs' first attempts taken under run leases ([`leased`]) where leases live
+    /// apart from the database.
+    pub leased_first_attempts: bool,
 }
 
 /// What a claim must leave before the earliest key of its batch is due: its round trip and
@@ -101,6 +104,7 @@ impl ExecutorSettings {
             claim_linger: config.executor.claim_linger.get(),
             outcome_linger: config.executor.outcome_linger.get(),
             timer_cache: config.executor.timer_cache,
+            leased_first_attempts: config.executor.leased_first_attempts,
         }
     }
 }

@@ -23,20 +23,7 @@ impl Inner {
         let Some(leases) = self.run_leases.as_ref().filter(|_| !runs.is_empty()) else {
             return Ok(Vec::new());
         };
-        let flags = leases
-            .take_runs(runs, crate::leased::lease_ttl(claim))
-            .await?;
-        let held: Vec<TaskKey> = runs
-            .iter()
-            .zip(&flags)
-            .filter(|(_, taken)| **taken)
-            .map(|(k, _)| *k)
-            .collect();
-        let busy = runs.len() - held.len();
-        if busy > 0 {
-            // Another executor has them (a key offered twice): nothing to do here.
-            metrics::counter!("chime_executor_not_claimed_total").increment(busy as u64);
-        }
+        let held = crate::leased::take_leases(leases.as_ref(), runs, claim).await?;
         if held.is_empty() {
             return Ok(Vec::new());
         }

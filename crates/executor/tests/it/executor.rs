@@ -186,26 +186,6 @@ async fn settled(s: &Setup, key: TaskKey) -> Occurrence {
     store.get_occurrence(key).await.unwrap().unwrap()
 }
 
-/// `t` with another retry policy or delivery mode (a new version).
-async fn with_policy(s: &Setup, t: Timer, max_attempts: u32, at_most_once: bool) -> Timer {
-    let mut spec = t.spec.clone();
-    spec.retry = chime_domain::RetryPolicyInput {
-        max_attempts: Some(max_attempts),
-        jitter: Some(false),
-        ..Default::default()
-    }
-    .parse()
-    .unwrap();
-    if at_most_once {
-        spec.delivery = chime_domain::DeliveryMode::AtMostOnce;
-    }
-    s.db.store
-        .update_timer(t.id, None, spec, chime_domain::Horizon::DEFAULT)
-        .await
-        .unwrap()
-        .timer
-}
-
 #[tokio::test]
 async fn failures_are_retried_failed_or_dead_by_kind_and_policy() {
     let s = setup().await;

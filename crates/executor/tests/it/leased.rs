@@ -5,9 +5,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use chime_domain::{OccurrenceStatus, SystemClock, Timer};
+use chime_domain::{OccurrenceStatus, SystemClock};
 use chime_storage::memory::MemoryHotIndex;
-use chime_storage::{HotIndex, OccurrenceStore, TimerStore};
+use chime_storage::{HotIndex, OccurrenceStore};
 
 use crate::support::counting::Counting;
 use crate::support::pg::*;
@@ -19,16 +19,6 @@ fn index() -> Arc<dyn HotIndex> {
     ))
 }
 
-async fn at_most_once(s: &Setup, t: Timer) -> Timer {
-    let mut spec = t.spec.clone();
-    spec.delivery = chime_domain::DeliveryMode::AtMostOnce;
-    s.db.store
-        .update_timer(t.id, None, spec, chime_domain::Horizon::DEFAULT)
-        .await
-        .unwrap()
-        .timer
-}
-
 #[tokio::test]
 async fn a_first_attempt_fires_once_under_its_lease_without_a_claim() {
     let s = setup().await;
@@ -37,8 +27,8 @@ async fn a_first_attempt_fires_once_under_its_lease_without_a_claim() {
     let index = index();
     let leases = index.run_leases().unwrap();
     let counting = Counting::new(s.db.store());
-    let a = executor_with(&s, counting.clone(), Some(index.clone()), 16);
-    let b = executor_with(&s, counting.clone(), Some(index.clone()), 16);
+    let a = executor_configured(&s, counting.clone(), Some(index.clone()), 16, true);
+    let b = executor_configured(&s, counting.clone(), Some(index.clone()), 16, true);
     // Offered twice to one executor and once to another.
     assert_eq!(a.offer(&[key, key]).unwrap().accepted, 2);
     assert_eq!(b.offer(&[key]).unwrap().accepted, 1);
@@ -84,10 +74,10 @@ async fn a_first_attempt_fires_once_under_its_lease_without_a_claim() {
 async fn an_at_most_once_run_is_claimed_on_its_row() {
     let s = setup().await;
     let t = timer(&s, "once", s.sink.url("/delay/700"), &[]).await;
-    let t = at_most_once(&s, t).await;
+    let t = with_policy(&s, t, 3, true).await;
     let key = due_now(&s, &t, 100).await;
     let index = index();
-    let exec = executor_with(&s, s.db.store(), Some(index.clone()), 16);
+    let exec = executor_configured(&s, s.db.store(), Some(index.clone()), 16, true);
     exec.offer(&[key]).unwrap();
     // Its row says `running` while the callback is under way: the sweeper, finding such a
     // row lapsed, fails it rather than fires it again.

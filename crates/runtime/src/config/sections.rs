@@ -341,6 +341,10 @@ pub struct ExecutorConfig {
     /// `executors` roster when no `CHIME_EXECUTOR_ENDPOINTS` is set. `None`: the listening
     /// address, with the machine's own address for an unspecified IP (`0.0.0.0`).
     pub advertise_url: Option<String>,
+    /// With Redis, take written runs' first attempts under run leases instead of claiming
+    /// their rows (one row write per firing fewer). Off until the duplicates it brings
+    /// after a Redis flush and its slower recovery from a killed executor are dealt with.
+    pub leased_first_attempts: bool,
 }
 
 impl Default for ExecutorConfig {
@@ -354,6 +358,7 @@ impl Default for ExecutorConfig {
             outcome_linger: Seconds(Duration::from_millis(50)),
             timer_cache: 16_384,
             advertise_url: None,
+            leased_first_attempts: false,
         }
     }
 }

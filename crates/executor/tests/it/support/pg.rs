@@ -49,8 +49,20 @@ pub fn executor_with(
     index: Option<Arc<dyn chime_storage::HotIndex>>,
     max_in_flight: usize,
 ) -> Arc<Executor> {
+    executor_configured(s, occurrences, index, max_in_flight, false)
+}
+
+/// [`executor_with`], taking written runs' first attempts under run leases if `leasing`.
+pub fn executor_configured(
+    s: &Setup,
+    occurrences: Arc<dyn OccurrenceStore>,
+    index: Option<Arc<dyn chime_storage::HotIndex>>,
+    max_in_flight: usize,
+    leasing: bool,
+) -> Arc<Executor> {
     let mut config = chime_runtime::Config::default();
     config.executor.max_in_flight = max_in_flight;
+    config.executor.leased_first_attempts = leasing;
     // The sink is on loopback.
     config.callbacks.allow_networks = vec!["127.0.0.0/8".into()];
     Executor::start(
@@ -203,4 +215,24 @@ pub async fn occurrence_when(
 
 pub async fn finished(s: &Setup, key: TaskKey) -> Occurrence {
     occurrence_when(s, key, "an outcome", |o| o.status.is_terminal()).await
+}
+
+/// `t` with another retry policy or delivery mode (a new version).
+pub async fn with_policy(s: &Setup, t: Timer, max_attempts: u32, at_most_once: bool) -> Timer {
+    let mut spec = t.spec.clone();
+    spec.retry = chime_domain::RetryPolicyInput {
+        max_attempts: Some(max_attempts),
+        jitter: Some(false),
+        ..Default::default()
+    }
+    .parse()
+    .unwrap();
+    if at_most_once {
+        spec.delivery = chime_domain::DeliveryMode::AtMostOnce;
+    }
+    s.db.store
+        .update_timer(t.id, None, spec, chime_domain::Horizon::DEFAULT)
+        .await
+        .unwrap()
+        .timer
 }
