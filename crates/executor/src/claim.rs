@@ -301,18 +301,17 @@ impl Inner {
         };
         // Written runs go under leases too where a lease spares the database a write; not
         // `at_most_once` ones, whose lapsed claim the sweeper must see on the row.
-        let leasing = self
-            .run_leases
-            .as_ref()
-            .filter(|l| self.settings.leased_first_attempts && l.apart_from_store());
-        let (leased, keys): (Vec<TaskKey>, Vec<TaskKey>) = match leasing {
-            Some(_) => keys.into_iter().partition(|k| {
-                timers
+        let leasing = self.settings.leased_first_attempts
+            && self
+                .run_leases
+                .as_ref()
+                .is_some_and(|l| l.apart_from_store());
+        let (leased, keys): (Vec<TaskKey>, Vec<TaskKey>) = keys.into_iter().partition(|k| {
+            leasing
+                && timers
                     .get(&k.timer_id)
                     .is_some_and(|t| t.spec.delivery != DeliveryMode::AtMostOnce)
-            }),
-            None => (Vec::new(), keys),
-        };
+        });
         let claiming = match jobs.first() {
             Some(j) => tracing::info_span!(parent: &j.span, "claim", keys = keys.len()),
             None => tracing::Span::none(),

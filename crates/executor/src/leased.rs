@@ -54,8 +54,11 @@ impl Inner {
     /// other rows (retries, lapsed claims) are claimed as usual and their leases freed.
     /// Without Redis to hold leases, every run is claimed on its row, so firing goes on.
     pub(crate) async fn take_first(&self, runs: &[TaskKey], claim: Claim) -> StoreResult<Taken> {
-        let Some(leases) = self.run_leases.as_ref().filter(|_| !runs.is_empty()) else {
+        if runs.is_empty() {
             return Ok(Taken::default());
+        }
+        let Some(leases) = self.run_leases.as_ref() else {
+            return self.claim_rows(runs, claim).await;
         };
         let held = match take_leases(leases.as_ref(), runs, claim).await {
             Ok(held) => held,
