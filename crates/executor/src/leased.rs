@@ -2,7 +2,7 @@
 //! instead of claimed on their rows: the lease first, then a read of the row, so a second
 //! taker finds the lease held, and the outcome moves the row on from `pending`. The claim's
 //! row write is spared where a lease costs the database nothing (Redis). Only with
-//! `executor.leased_first_attempts` on (off by default: see docs/pipeline.md, Executor).
+//! `executor.leased_first_attempts` on (the default: see docs/pipeline.md, Executor).
 
 use std::collections::HashSet;
 

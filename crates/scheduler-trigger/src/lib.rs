@@ -377,6 +377,7 @@ impl Scheduler {
             self.timers.clone(),
             self.clock.clone(),
             s.read_limit,
+            s.dispatch_ahead,
         );
         let mut offers = dispatch::Offers::new(s.batch);
         let mut stale = stale::Stale::default();

@@ -18,6 +18,11 @@ enum Source {
     /// minus those already handed off.
     Database {
         sent: HashSet<TaskKey>,
+        /// Rows due before this are left to the migrator's rebuild of the shard and to the
+        /// sweeper: where leases live apart from the database (Redis), a `pending` row due
+        /// before the shard was lost may be a first attempt in flight under a run lease the
+        /// loss took, and offered now it would go twice.
+        rows_from: Timestamp,
         /// Whether finding work there was reported (once per shard: a missing shard with
         /// nothing due, as before the migrator's first step, is not news).
         warned: bool,
@@ -41,6 +46,8 @@ pub(crate) struct ShardReader {
     clock: Arc<dyn chime_domain::Clock>,
     /// Members read at most per call.
     limit: usize,
+    /// How far ahead of due members were handed off before the shard was lost.
+    dispatch_ahead: std::time::Duration,
     source: Source,
 }
 
@@ -52,6 +59,7 @@ impl ShardReader {
         timers: Arc<dyn TimerStore>,
         clock: Arc<dyn chime_domain::Clock>,
         limit: usize,
+        dispatch_ahead: std::time::Duration,
     ) -> Self {
         Self {
             shard,
@@ -60,6 +68,7 @@ impl ShardReader {
             timers,
             clock,
             limit,
+            dispatch_ahead,
             source: Source::HotIndex,
         }
     }
@@ -79,8 +88,18 @@ impl ShardReader {
             }
             metrics::counter!("chime_scheduler_shard_fallbacks_total").increment(1);
             tracing::debug!(%shard, "shard not complete in the hot index; reading the database");
+            let leased_apart = self
+                .index
+                .reads()
+                .run_leases()
+                .is_some_and(|l| l.apart_from_store());
             self.source = Source::Database {
                 sent: HashSet::new(),
+                rows_from: if leased_apart {
+                    self.clock.now().saturating_add(self.dispatch_ahead)
+                } else {
+                    shard.minute_start()
+                },
                 warned: false,
                 unwritten: None,
             };
@@ -97,6 +116,7 @@ impl ShardReader {
         }
         let Source::Database {
             sent,
+            rows_from,
             warned,
             unwritten,
         } = &mut self.source
@@ -108,7 +128,7 @@ impl ShardReader {
             .occurrences
             .due_in_bucket(
                 shard.bucket,
-                shard.minute_start(),
+                shard.minute_start().max(*rows_from),
                 to,
                 (limit + sent.len()) as u32,
             )

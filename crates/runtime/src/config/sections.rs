@@ -342,8 +342,8 @@ pub struct ExecutorConfig {
     /// address, with the machine's own address for an unspecified IP (`0.0.0.0`).
     pub advertise_url: Option<String>,
     /// With Redis, take written runs' first attempts under run leases instead of claiming
-    /// their rows (one row write per firing fewer). Off until the duplicates it brings
-    /// after a Redis flush and its slower recovery from a killed executor are dealt with.
+    /// their rows (one row write per firing fewer). Off, a Redis that loses its data cannot
+    /// bring a written run's callback in flight a second time.
     pub leased_first_attempts: bool,
 }
 
@@ -358,7 +358,7 @@ impl Default for ExecutorConfig {
             outcome_linger: Seconds(Duration::from_millis(50)),
             timer_cache: 16_384,
             advertise_url: None,
-            leased_first_attempts: false,
+            leased_first_attempts: true,
         }
     }
 }

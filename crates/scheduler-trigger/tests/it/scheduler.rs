@@ -334,6 +334,38 @@ async fn a_shard_redis_lost_is_read_from_the_database() {
     run_until_handed_off(&s, 1, &keys, Duration::from_millis(500)).await;
 }
 
+/// Redis lost the shards while first attempts were in flight under their run leases (the
+/// rows still `pending`): what was due before the shards were read from the database is
+/// left to the migrator's rebuild and the sweeper, not offered a second time at once.
+#[tokio::test]
+async fn a_lost_shards_rows_due_before_it_was_lost_are_not_offered_again() {
+    let s = setup().await;
+    let before: Vec<(TaskKey, Bucket)> = keys(10, -900)
+        .into_iter()
+        .map(|(k, _)| {
+            let key = TaskKey::new(TimerId::new(k.timer_id.get() + 500).unwrap(), k.run_at);
+            (
+                key,
+                Bucket::of(key.timer_id, BucketCount::new(BUCKETS).unwrap()),
+            )
+        })
+        .collect();
+    let after = keys(10, 300);
+    let rows: Vec<NewOccurrence> = before
+        .iter()
+        .chain(&after)
+        .map(|(k, b)| NewOccurrence {
+            key: *k,
+            timer_version: 1,
+            bucket: *b,
+            due: None,
+        })
+        .collect();
+    s.db.store.insert_occurrences(&rows).await.unwrap();
+    // The sweeper is off here (`sweep_after` 600 s): only the shard reads could offer them.
+    run_until_handed_off(&s, 1, &after, Duration::from_millis(500)).await;
+}
+
 /// Redis lost the shards, then a writer (a create, a retry) added a member to each: the
 /// shards exist again but nothing built them, so they are read from the database, where
 /// every row is.
