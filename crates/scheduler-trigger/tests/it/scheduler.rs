@@ -127,8 +127,16 @@ pub(crate) async fn index(s: &Setup, keys: &[(TaskKey, Bucket)]) {
         .map(|(k, b)| HotEntry::new(*k, k.run_at, *b))
         .collect();
     s.redis.hot_index().add(&entries).await.unwrap();
-    // As the migrator leaves them: built, so the scheduler reads them from the index.
-    let shards: Vec<ShardKey> = entries.iter().map(|e| e.shard).collect();
+    // As the migrator leaves them: built, so the scheduler reads them from the index; the
+    // next minute's too, as the migrator builds the lead window ahead (a retry indexed just
+    // before a minute ends falls into the next one).
+    let shards: Vec<ShardKey> = entries
+        .iter()
+        .flat_map(|e| {
+            let next = ShardKey::new(e.shard.minute_end(), e.shard.bucket);
+            [e.shard, next]
+        })
+        .collect();
     s.redis.hot_index().touch(&shards).await.unwrap();
 }
 
