@@ -140,6 +140,20 @@ pub(crate) async fn index(s: &Setup, keys: &[(TaskKey, Bucket)]) {
     s.redis.hot_index().touch(&shards).await.unwrap();
 }
 
+/// Writes `keys` as `pending` rows, first attempts not yet fired.
+async fn rows(s: &Setup, keys: &[(TaskKey, Bucket)]) {
+    let rows: Vec<NewOccurrence> = keys
+        .iter()
+        .map(|(k, b)| NewOccurrence {
+            key: *k,
+            timer_version: 1,
+            bucket: *b,
+            due: None,
+        })
+        .collect();
+    s.db.store.insert_occurrences(&rows).await.unwrap();
+}
+
 pub(crate) async fn wait_for_all(s: &Setup, n: usize) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
     while s.recorder.got().len() < n {
@@ -328,16 +342,7 @@ async fn a_shard_redis_lost_is_read_from_the_database() {
     let s = setup().await;
     let keys = keys(20, 300);
     // Rows only: no hot-index member and no shard, as after Redis lost its data.
-    let rows: Vec<NewOccurrence> = keys
-        .iter()
-        .map(|(k, b)| NewOccurrence {
-            key: *k,
-            timer_version: 1,
-            bucket: *b,
-            due: None,
-        })
-        .collect();
-    s.db.store.insert_occurrences(&rows).await.unwrap();
+    rows(&s, &keys).await;
     // They stay pending in the database (no executor claims them), yet go only once.
     run_until_handed_off(&s, 1, &keys, Duration::from_millis(500)).await;
 }
@@ -359,17 +364,8 @@ async fn a_lost_shards_rows_due_before_it_was_lost_are_not_offered_again() {
         })
         .collect();
     let after = keys(10, 300);
-    let rows: Vec<NewOccurrence> = before
-        .iter()
-        .chain(&after)
-        .map(|(k, b)| NewOccurrence {
-            key: *k,
-            timer_version: 1,
-            bucket: *b,
-            due: None,
-        })
-        .collect();
-    s.db.store.insert_occurrences(&rows).await.unwrap();
+    rows(&s, &before).await;
+    rows(&s, &after).await;
     // The sweeper is off here (`sweep_after` 600 s): only the shard reads could offer them.
     run_until_handed_off(&s, 1, &after, Duration::from_millis(500)).await;
 }
@@ -381,16 +377,7 @@ async fn a_lost_shards_rows_due_before_it_was_lost_are_not_offered_again() {
 async fn a_shard_a_writer_recreated_is_still_read_from_the_database() {
     let s = setup().await;
     let keys = keys(20, 300);
-    let rows: Vec<NewOccurrence> = keys
-        .iter()
-        .map(|(k, b)| NewOccurrence {
-            key: *k,
-            timer_version: 1,
-            bucket: *b,
-            due: None,
-        })
-        .collect();
-    s.db.store.insert_occurrences(&rows).await.unwrap();
+    rows(&s, &keys).await;
     let written: Vec<HotEntry> = keys
         .iter()
         .step_by(5)
