@@ -42,7 +42,9 @@ pub fn executor_over(
 }
 
 /// [`executor_over`] beside the hot index `index` (retries go there, and unwritten runs
-/// are taken under its run leases).
+/// are taken under its run leases). Written runs are claimed on their rows, with
+/// `executor.leased_first_attempts` off, so these tests keep covering the claim path now
+/// that the setting is on by default.
 pub fn executor_with(
     s: &Setup,
     occurrences: Arc<dyn OccurrenceStore>,
