@@ -48,22 +48,12 @@ pub(super) async fn beside_burst(args: &Args) -> anyhow::Result<Outcome> {
     )
     .await;
     // Where keys waited or went back, for reading the lateness below.
-    let mut counts = Vec::new();
-    for (nodes, name) in [
-        (&d.cluster.executors, "chime_executor_rejected_full_total"),
-        (&d.cluster.executors, "chime_executor_host_waits_total"),
-        (&d.cluster.executors, "chime_executor_deferred_total"),
-        (
-            &d.cluster.schedulers,
-            "chime_scheduler_handoff_refused_total",
-        ),
-    ] {
-        let mut sum = 0.0;
-        for n in nodes {
-            sum += n.counter(name).await;
-        }
-        counts.push(format!("{} {sum:.0}", name.trim_start_matches("chime_")));
-    }
+    let counts: Vec<String> = d
+        .hand_off_counts()
+        .await
+        .iter()
+        .map(|(name, n)| format!("{name} {n:.0}"))
+        .collect();
     let received = d.sink.received();
     d.stop().await;
     let of_path = |path: &str| {

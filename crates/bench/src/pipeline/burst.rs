@@ -37,6 +37,7 @@ pub(super) async fn burst(args: &Args) -> anyhow::Result<Outcome> {
     .await;
     let cpu1 = CpuSample::take(&d.processes());
     let pg1 = PgCounters::take(pg_pool.as_ref()).await;
+    let counts = d.hand_off_counts().await;
     d.stop().await;
     dump(args, "burst", &ds)?;
 
@@ -82,7 +83,17 @@ pub(super) async fn burst(args: &Args) -> anyhow::Result<Outcome> {
         ),
         "",
     );
+    o.row(
+        "keys refused, waiting, handed back",
+        counts
+            .iter()
+            .map(|(name, n)| format!("{name} {n:.0}"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        "",
+    );
     o.figures = json!({
+        "hand_off_counts": counts.iter().copied().collect::<std::collections::BTreeMap<_, _>>(),
         "postgres_wal_bytes_per_firing": wal,
         "cores_busy_while_draining": cores,
         "timers": n,

@@ -105,6 +105,27 @@ impl Deployment {
         ))
     }
 
+    /// Where keys waited or went back on their way to a callback, summed over the replicas:
+    /// what executors refused or held back, and what schedulers offered again.
+    pub(super) async fn hand_off_counts(&self) -> Vec<(&'static str, f64)> {
+        let c = &self.cluster;
+        let mut counts = Vec::new();
+        for (nodes, name) in [
+            (&c.executors, "chime_executor_rejected_full_total"),
+            (&c.executors, "chime_executor_host_waits_total"),
+            (&c.executors, "chime_executor_deferred_total"),
+            (&c.schedulers, "chime_scheduler_handoff_refused_total"),
+            (&c.schedulers, "chime_scheduler_handoff_deferred_total"),
+        ] {
+            let mut sum = 0.0;
+            for n in nodes {
+                sum += n.counter(name).await;
+            }
+            counts.push((name.trim_start_matches("chime_"), sum));
+        }
+        counts
+    }
+
     pub(super) async fn stop(mut self) {
         self.cluster.stop().await;
     }
