@@ -257,7 +257,8 @@ impl Scheduler {
             offers.full_refusals += 1;
         }
         if wait == s.poll {
-            tracing::warn!(%shard, refused, "every executor is full; retrying");
+            // Full and unreachable look alike from here: `handoff_refused_total` has the reason.
+            tracing::warn!(%shard, refused, "no executor took the keys (every one full, or none reachable); retrying");
         } else {
             tracing::debug!(%shard, refused, "executors refused keys; retrying");
         }
