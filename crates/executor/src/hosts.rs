@@ -330,11 +330,22 @@ mod tests {
         TaskKey::new(TimerId::new(n).unwrap(), Timestamp::from_millis(1_000))
     }
 
+    /// Ten permits, `per_host` callbacks a host and `max_waiting` keys waiting, and the
+    /// backlog's claim queue.
+    fn capped(
+        per_host: usize,
+        max_waiting: usize,
+    ) -> (Arc<Permits>, Arc<Hosts>, UnboundedReceiver<Job>) {
+        let permits = Permits::new(10);
+        let (lanes, _, jobs) = lanes();
+        let clock = Arc::new(SystemClock);
+        let hosts = Hosts::new(per_host, max_waiting, permits.clone(), lanes, None, clock);
+        (permits, hosts, jobs)
+    }
+
     #[tokio::test]
     async fn a_host_at_its_cap_queues_then_defers_and_a_freed_slot_resumes_the_next() {
-        let permits = Permits::new(10);
-        let (lanes, _, mut jobs) = lanes();
-        let hosts = Hosts::new(2, 2, permits.clone(), lanes, None, Arc::new(SystemClock));
+        let (permits, hosts, mut jobs) = capped(2, 2);
         let span = tracing::Span::none();
         let b = Bucket::from_stored(0);
         let run = |n| match hosts.admit("slow:80", key(n), b, false, &span) {
@@ -376,9 +387,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_key_finding_no_permit_waits_while_its_host_runs_and_is_deferred_when_it_does_not() {
-        let permits = Permits::new(10);
-        let (lanes, _, mut jobs) = lanes();
-        let hosts = Hosts::new(2, 10, permits.clone(), lanes, None, Arc::new(SystemClock));
+        let (permits, hosts, mut jobs) = capped(2, 10);
         let span = tracing::Span::none();
         let b = Bucket::from_stored(0);
         let run = |n| match hosts.admit("h:80", key(n), b, false, &span) {
