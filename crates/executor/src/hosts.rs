@@ -15,9 +15,9 @@
 //! full, or no permit and nothing running to try again, is handed back to the hot index a
 //! little later. At a burst's start its host is not measured yet, so thousands queue; the
 //! first answers found it fast and let them all go at once, into permits new offers had
-//! taken meanwhile: handed back, they were a fifth of a 20,000 burst, each 250 ms later and
-//! read, offered and claimed again. Keys on time wait ahead of a backlog's (`chime_domain::BACKLOG_AFTER`) and
-//! resume into their own claim queue. Unclaimed keys are still pending in the database, so
+//! taken meanwhile: handed back, they were up to a third of a 20,000 burst, each 250 ms
+//! later and read, offered and claimed again. Keys on time wait ahead of a backlog's
+//! (`chime_domain::BACKLOG_AFTER`) and resume into their own claim queue. Unclaimed keys are still pending in the database, so
 //! one waiting in an executor that dies is found by the sweeper.
 
 use std::collections::{HashMap, VecDeque};
@@ -182,8 +182,11 @@ impl Hosts {
     }
 
     /// A callback to `host` ended (after `took` ms, if it started): its slot goes to the
-    /// host's next waiting key, if any. A host found fast lets every key waiting for it go at
-    /// once, so they are claimed together rather than one per finished callback.
+    /// host's next waiting key, if any. A host found fast lets its waiting keys go together,
+    /// as many as there are permits free, so they are claimed together rather than one per
+    /// finished callback; the others stay for the next callback to end (taking them all
+    /// each time, and putting back those without a permit, cost every callback's end the
+    /// whole queue in a burst).
     fn release(&self, host: &str, took: Option<i64>) -> Vec<Waiting> {
         let mut state = self.state();
         let mut fast = false;
@@ -196,8 +199,17 @@ impl Hosts {
             *avg = (*avg * 4 + ms) / 5;
             fast = *avg < FAST.as_millis() as u64;
         }
+        if let Some(n) = state.running.get_mut(host) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                state.running.remove(host);
+            }
+        }
         let next: Vec<Waiting> = match state.waiting.get_mut(host) {
-            Some(q) if fast => q.drain(..).collect(),
+            Some(q) if fast => {
+                let free = self.permits.available().max(1);
+                q.drain(..q.len().min(free)).collect()
+            }
             Some(q) => q.pop_front().into_iter().collect(),
             None => Vec::new(),
         };
@@ -206,19 +218,15 @@ impl Hosts {
         if state.waiting.get(host).is_some_and(VecDeque::is_empty) {
             state.waiting.remove(host);
         }
-        if let Some(n) = state.running.get_mut(host) {
-            *n = n.saturating_sub(1);
-            if *n == 0 {
-                state.running.remove(host);
-            }
-        }
         next
     }
 
     /// Sends waiting keys of `host` back to be claimed, each with a permit, in the lane it
     /// came in. From the first that finds no permit on, they wait again at the head of the
     /// queue if a callback of `host` is still running (its end tries again), else they are
-    /// deferred.
+    /// deferred. (Keys resumed just before are on their way to a claim, not yet running:
+    /// deferring the whole queue whenever none was running sent thousands of a burst's
+    /// keys back in its last moments.)
     fn resume(&self, host: &str, next: Vec<Waiting>) {
         let mut next = next.into_iter();
         let mut stuck = Vec::new();
@@ -420,6 +428,32 @@ mod tests {
         assert_eq!(hosts.waiting(), 0, "deferred");
         assert!(jobs.try_recv().is_err());
         drop(job);
+    }
+
+    #[tokio::test]
+    async fn a_host_found_fast_lets_as_many_waiting_keys_go_as_there_are_permits() {
+        let (permits, hosts, mut jobs) = capped(1, 10);
+        let span = tracing::Span::none();
+        let b = Bucket::from_stored(0);
+        let Admission::Run(mut first) = hosts.admit("h:80", key(1), b, false, &span) else {
+            panic!("first runs")
+        };
+        for n in 2..=6 {
+            assert!(matches!(
+                hosts.admit("h:80", key(n), b, false, &span),
+                Admission::Queued
+            ));
+        }
+        let mut held = take_all(&permits);
+        held.truncate(held.len() - 2);
+        assert_eq!(permits.available(), 2);
+        // Answered at once: fast. Two permits free, so two go; three wait, none deferred.
+        first.begin();
+        drop(first);
+        let resumed = [jobs.recv().await.unwrap(), jobs.recv().await.unwrap()];
+        assert_eq!(resumed.each_ref().map(|j| j.key), [key(2), key(3)]);
+        assert!(jobs.try_recv().is_err());
+        assert_eq!(hosts.waiting(), 3);
     }
 
     #[tokio::test]
