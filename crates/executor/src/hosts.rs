@@ -17,8 +17,9 @@
 //! first answers found it fast and let them all go at once, into permits new offers had
 //! taken meanwhile: handed back, they were up to a third of a 20,000 burst, each 250 ms
 //! later and read, offered and claimed again. Keys on time wait ahead of a backlog's
-//! (`chime_domain::BACKLOG_AFTER`) and resume into their own claim queue. Unclaimed keys are still pending in the database, so
-//! one waiting in an executor that dies is found by the sweeper.
+//! (`chime_domain::BACKLOG_AFTER`) and resume into their own claim queue. Unclaimed keys
+//! are still pending in the database, so one waiting in an executor that dies is found by
+//! the sweeper.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -238,7 +239,6 @@ impl Hosts {
                 stuck.push(w);
                 break;
             };
-            let bucket = w.bucket;
             let job = Job {
                 key: w.key,
                 permit,
@@ -246,7 +246,7 @@ impl Hosts {
                 on_time: w.on_time,
             };
             if let Err(lost) = self.lanes.send(job, w.on_time) {
-                self.defer(vec![(lost.key, bucket)]);
+                self.defer(vec![(lost.key, w.bucket)]);
             }
         }
         stuck.extend(next);
@@ -384,6 +384,17 @@ mod tests {
         assert_eq!(hosts.waiting(), 1);
     }
 
+    /// Admits backlog key `n` for `host` (bucket 0, no span).
+    fn admit(hosts: &Arc<Hosts>, host: &str, n: i64) -> Admission {
+        hosts.admit(
+            host,
+            key(n),
+            Bucket::from_stored(0),
+            false,
+            &tracing::Span::none(),
+        )
+    }
+
     /// Takes every free permit, for keys on time due at distinct instants (so no instant's
     /// share stops it), and holds them.
     fn take_all(permits: &Permits) -> Vec<crate::lanes::Permit> {
@@ -396,18 +407,13 @@ mod tests {
     #[tokio::test]
     async fn a_key_finding_no_permit_waits_while_its_host_runs_and_is_deferred_when_it_does_not() {
         let (permits, hosts, mut jobs) = capped(2, 10);
-        let span = tracing::Span::none();
-        let b = Bucket::from_stored(0);
-        let run = |n| match hosts.admit("h:80", key(n), b, false, &span) {
+        let run = |n| match admit(&hosts, "h:80", n) {
             Admission::Run(slot) => slot,
             _ => panic!("{n} runs"),
         };
         let (first, second) = (run(1), run(2));
         for n in [3, 4] {
-            assert!(matches!(
-                hosts.admit("h:80", key(n), b, false, &span),
-                Admission::Queued
-            ));
+            assert!(matches!(admit(&hosts, "h:80", n), Admission::Queued));
         }
         let mut held = take_all(&permits);
         assert_eq!(permits.available(), 0);
@@ -433,16 +439,11 @@ mod tests {
     #[tokio::test]
     async fn a_host_found_fast_lets_as_many_waiting_keys_go_as_there_are_permits() {
         let (permits, hosts, mut jobs) = capped(1, 10);
-        let span = tracing::Span::none();
-        let b = Bucket::from_stored(0);
-        let Admission::Run(mut first) = hosts.admit("h:80", key(1), b, false, &span) else {
+        let Admission::Run(mut first) = admit(&hosts, "h:80", 1) else {
             panic!("first runs")
         };
         for n in 2..=6 {
-            assert!(matches!(
-                hosts.admit("h:80", key(n), b, false, &span),
-                Admission::Queued
-            ));
+            assert!(matches!(admit(&hosts, "h:80", n), Admission::Queued));
         }
         let mut held = take_all(&permits);
         held.truncate(held.len() - 2);

@@ -110,18 +110,32 @@ impl Deployment {
     pub(super) async fn hand_off_counts(&self) -> Vec<(&'static str, f64)> {
         let c = &self.cluster;
         let mut counts = Vec::new();
-        for (nodes, name) in [
-            (&c.executors, "chime_executor_rejected_full_total"),
-            (&c.executors, "chime_executor_host_waits_total"),
-            (&c.executors, "chime_executor_deferred_total"),
-            (&c.schedulers, "chime_scheduler_handoff_refused_total"),
-            (&c.schedulers, "chime_scheduler_handoff_deferred_total"),
+        for (nodes, names) in [
+            (
+                &c.executors,
+                &[
+                    "chime_executor_rejected_full_total",
+                    "chime_executor_host_waits_total",
+                    "chime_executor_deferred_total",
+                ][..],
+            ),
+            (
+                &c.schedulers,
+                &[
+                    "chime_scheduler_handoff_refused_total",
+                    "chime_scheduler_handoff_deferred_total",
+                ][..],
+            ),
         ] {
-            let mut sum = 0.0;
+            // One scrape per replica, every counter read from it.
+            let mut scraped = Vec::new();
             for n in nodes {
-                sum += n.counter(name).await;
+                scraped.push(n.metrics().await);
             }
-            counts.push((name.trim_start_matches("chime_"), sum));
+            for name in names {
+                let sum = scraped.iter().map(|t| materialize::counter(t, name)).sum();
+                counts.push((name.trim_start_matches("chime_"), sum));
+            }
         }
         counts
     }
