@@ -357,3 +357,66 @@ async fn lag_is_how_late_the_oldest_key_not_handed_off_is() {
     stop.cancel();
     run.await.unwrap();
 }
+
+/// Executors with room for `room` keys at once, each held `holds` after it is taken, that
+/// say how much room is free; every key offered and taken is counted.
+struct Metered {
+    room: usize,
+    holds: Duration,
+    in_flight: Arc<Mutex<usize>>,
+    offered: Mutex<usize>,
+    taken: Mutex<usize>,
+}
+
+#[async_trait]
+impl Handoff for Metered {
+    async fn hand_off(&self, keys: &[TaskKey]) -> usize {
+        let n = {
+            let mut in_flight = self.in_flight.lock().unwrap();
+            let n = keys.len().min(self.room - *in_flight);
+            *in_flight += n;
+            n
+        };
+        *self.offered.lock().unwrap() += keys.len();
+        *self.taken.lock().unwrap() += n;
+        let (in_flight, holds) = (self.in_flight.clone(), self.holds);
+        tokio::spawn(async move {
+            tokio::time::sleep(holds).await;
+            *in_flight.lock().unwrap() -= n;
+        });
+        n
+    }
+
+    async fn backlog_room(&self) -> Option<usize> {
+        Some(self.room - *self.in_flight.lock().unwrap())
+    }
+}
+
+#[tokio::test]
+async fn a_burst_is_offered_no_more_than_executors_say_they_have_room_for() {
+    let (db, redis) = (testkit::pg().await, testkit::redis().await);
+    let now = SystemClock.now();
+    let burst: Vec<_> = (0..400)
+        .map(|i| key(1_000 + i, now.add_millis(300)))
+        .collect();
+    built(&redis, burst.iter()).await;
+    // Room for 20 keys, each held 20 ms: the burst drains in about 400 ms.
+    let executors = Arc::new(Metered {
+        room: 20,
+        holds: Duration::from_millis(20),
+        in_flight: Arc::new(Mutex::new(0)),
+        offered: Mutex::new(0),
+        taken: Mutex::new(0),
+    });
+    let (stop, run) = start(&db, &redis, executors.clone(), settings());
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while *executors.taken.lock().unwrap() < burst.len() {
+        assert!(tokio::time::Instant::now() < deadline, "not all handed off");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    stop.cancel();
+    run.await.unwrap();
+    // Offered whole, the burst had most of its keys refused, many of them again and again.
+    let refused = *executors.offered.lock().unwrap() - burst.len();
+    assert!(refused <= 20, "{refused} keys refused");
+}
