@@ -66,7 +66,7 @@ impl Handoff for LocalExecutor {
     }
 
     async fn backlog_room(&self) -> Option<usize> {
-        Some(self.0.room().map(|r| r.backlog_room).unwrap_or(0))
+        Some(self.0.backlog_room())
     }
 }
 

@@ -30,15 +30,6 @@ impl ExecutorService for ExecutorGrpc {
         &self,
         request: Request<ExecuteRequest>,
     ) -> Result<Response<ExecuteResponse>, Status> {
-        if request.get_ref().tasks.is_empty() {
-            // A scheduler asking how much room there is, every few ms while a backlog
-            // waits: answered without a span or metrics.
-            let room = self
-                .executor
-                .room()
-                .map_err(|e| Status::unavailable(e.to_string()))?;
-            return Ok(Response::new(answer(room)));
-        }
         // The scheduler's hand-off span is the parent (traceparent in the metadata).
         let span = tracing::info_span!(
             "execute",
@@ -63,7 +54,11 @@ impl ExecutorService for ExecutorGrpc {
             .executor
             .offer_in(&keys, on_time, span)
             .map_err(|e| Status::unavailable(e.to_string()))?;
-        Ok(Response::new(answer(offered)))
+        Ok(Response::new(ExecuteResponse {
+            accepted: u32::try_from(offered.accepted).unwrap_or(u32::MAX),
+            available: u32::try_from(offered.available).unwrap_or(u32::MAX),
+            backlog_room: Some(u32::try_from(offered.backlog_room).unwrap_or(u32::MAX)),
+        }))
     }
 
     async fn forward(
@@ -94,15 +89,6 @@ impl ExecutorService for ExecutorGrpc {
             None => Default::default(),
         };
         Ok(Response::new(listed))
-    }
-}
-
-fn answer(offered: crate::Offered) -> ExecuteResponse {
-    let n = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
-    ExecuteResponse {
-        accepted: n(offered.accepted),
-        available: n(offered.available),
-        backlog_room: Some(n(offered.backlog_room)),
     }
 }
 

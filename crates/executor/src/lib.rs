@@ -121,7 +121,7 @@ pub struct Offered {
     pub accepted: usize,
     /// Room left afterwards.
     pub available: usize,
-    /// Room left afterwards for a backlog's keys ([`Executor::room`]).
+    /// Room left afterwards for a backlog's keys ([`Executor::backlog_room`]).
     pub backlog_room: usize,
 }
 
@@ -338,17 +338,13 @@ impl Executor {
         })
     }
 
-    /// The room an offer now would find, taking nothing: schedulers offer a backlog no
-    /// more than its `backlog_room`, instead of offering it whole and having most refused.
-    pub fn room(&self) -> Result<Offered, Stopping> {
+    /// How many of a backlog's keys an offer now would take, at most: schedulers offer a
+    /// backlog no more than this, instead of offering it all and having most refused.
+    pub fn backlog_room(&self) -> usize {
         if self.stopping.load(Ordering::Acquire) {
-            return Err(Stopping);
+            return 0;
         }
-        Ok(Offered {
-            accepted: 0,
-            available: self.permits.available(),
-            backlog_room: self.permits.backlog_room(self.inner.clock.now()),
-        })
+        self.permits.backlog_room(self.inner.clock.now())
     }
 
     /// Keys accepted and not finished yet.
