@@ -64,10 +64,6 @@ impl Handoff for LocalExecutor {
             .map(|o| o.accepted)
             .unwrap_or(0)
     }
-
-    async fn backlog_room(&self) -> Option<usize> {
-        Some(self.0.backlog_room())
-    }
 }
 
 /// `/v1/echo`: a callback target for trying Chime out. Logs what arrived and how late.

@@ -57,7 +57,6 @@ impl ExecutorService for ExecutorGrpc {
         Ok(Response::new(ExecuteResponse {
             accepted: u32::try_from(offered.accepted).unwrap_or(u32::MAX),
             available: u32::try_from(offered.available).unwrap_or(u32::MAX),
-            backlog_room: Some(u32::try_from(offered.backlog_room).unwrap_or(u32::MAX)),
         }))
     }
 

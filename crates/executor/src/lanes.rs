@@ -152,12 +152,17 @@ impl Permits {
             self.last_on_time
                 .fetch_max(now.as_millis(), Ordering::Relaxed);
         }
-        let alone = self.alone(now);
+        let quiet = i64::try_from(QUIET.as_millis()).unwrap_or(i64::MAX);
+        let alone = now
+            .as_millis()
+            .saturating_sub(self.last_on_time.load(Ordering::Relaxed))
+            >= quiet;
         let instant = self.instants.take(at, !on_time && at > now, alone)?;
         let backlog = if on_time {
             None
         } else {
-            if !alone && self.backlog_held() >= self.backlog_beside {
+            let held = self.backlog_alone - self.backlog.available_permits();
+            if !alone && held >= self.backlog_beside {
                 return None;
             }
             Some(self.backlog.clone().try_acquire_owned().ok()?)
@@ -168,31 +173,6 @@ impl Permits {
             _backlog: backlog,
             _instant: instant,
         })
-    }
-
-    /// Whether a backlog is alone at `now`: no key on time asked for a permit for [`QUIET`].
-    fn alone(&self, now: Timestamp) -> bool {
-        let quiet = i64::try_from(QUIET.as_millis()).unwrap_or(i64::MAX);
-        now.as_millis()
-            .saturating_sub(self.last_on_time.load(Ordering::Relaxed))
-            >= quiet
-    }
-
-    fn backlog_held(&self) -> usize {
-        self.backlog_alone - self.backlog.available_permits()
-    }
-
-    /// How many more of a backlog's keys would find a permit at `now` (fewer if they are
-    /// due at one instant that already holds its share): what a scheduler may offer
-    /// without being refused.
-    pub(crate) fn backlog_room(&self, now: Timestamp) -> usize {
-        let cap = if self.alone(now) {
-            self.backlog_alone
-        } else {
-            self.backlog_beside
-        };
-        cap.saturating_sub(self.backlog_held())
-            .min(self.available())
     }
 
     /// Permits free (for keys on time; a backlog's may have fewer).
@@ -361,45 +341,6 @@ mod tests {
         let quiet = burst.saturating_add(QUIET);
         let more = permits.try_take(false, Timestamp::from_millis(5_000), quiet);
         assert!(more.is_some());
-    }
-
-    #[test]
-    fn the_backlog_room_is_what_a_backlog_would_still_find() {
-        let permits = Permits::new(16);
-        let now = later();
-        assert_eq!(permits.backlog_room(now), 12, "alone: three quarters");
-        let mut at = 0;
-        let backlog: Vec<Permit> = (0..5)
-            .map(|_| {
-                at += 1;
-                permits.try_take(false, Timestamp::from_millis(at), now)
-            })
-            .collect::<Option<_>>()
-            .unwrap();
-        assert_eq!(permits.backlog_room(now), 7);
-        // Beside a key on time a backlog holds a quarter: it already holds more.
-        let on_time = permits.try_take(true, Timestamp::from_millis(at + 1), now);
-        assert!(on_time.is_some());
-        assert_eq!(permits.backlog_room(now), 0);
-        drop(backlog);
-        assert_eq!(
-            permits.backlog_room(now),
-            4,
-            "a quarter beside keys on time"
-        );
-        // Keys on time holding every permit leave no room at all.
-        let rest: Vec<Permit> = std::iter::from_fn(|| {
-            at += 1;
-            permits.try_take(true, Timestamp::from_millis(at + 1), now)
-        })
-        .collect();
-        assert_eq!(rest.len(), 15);
-        assert_eq!(permits.backlog_room(now), 0);
-        assert!(
-            permits
-                .try_take(false, Timestamp::from_millis(1), now)
-                .is_none()
-        );
     }
 
     #[test]

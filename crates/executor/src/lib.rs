@@ -121,8 +121,6 @@ pub struct Offered {
     pub accepted: usize,
     /// Room left afterwards.
     pub available: usize,
-    /// Room left afterwards for a backlog's keys ([`Executor::backlog_room`]).
-    pub backlog_room: usize,
 }
 
 struct Job {
@@ -334,17 +332,7 @@ impl Executor {
         Ok(Offered {
             accepted,
             available: self.permits.available(),
-            backlog_room: self.permits.backlog_room(now),
         })
-    }
-
-    /// How many of a backlog's keys an offer now would take, at most: schedulers offer a
-    /// backlog no more than this, instead of offering it all and having most refused.
-    pub fn backlog_room(&self) -> usize {
-        if self.stopping.load(Ordering::Acquire) {
-            return 0;
-        }
-        self.permits.backlog_room(self.inner.clock.now())
     }
 
     /// Keys accepted and not finished yet.

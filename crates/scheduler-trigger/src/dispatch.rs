@@ -6,8 +6,8 @@ use std::collections::VecDeque;
 use chime_domain::{BURST_KEYS, Backlog, ShardKey, TaskKey, Timestamp};
 use tokio_util::sync::CancellationToken;
 
+use crate::Scheduler;
 use crate::shard::{Member, ShardReader};
-use crate::{Scheduler, room};
 
 /// How one round of hand-offs from a shard ended.
 pub(crate) struct Round {
@@ -139,36 +139,22 @@ impl Scheduler {
                 .take_while(|(_, d)| *d <= horizon)
                 .count();
             let room = (s.batch - on_time).min(offers.window);
-            let wanted = backlog
+            let late = backlog
                 .iter()
                 .take(room)
                 .take_while(|(_, d)| *d <= horizon)
                 .count();
-            // No more of the backlog than executors have room for (`room.rs`): the rest
-            // stays in Redis instead of being taken out, refused and put back.
-            let late = self
-                .backlog_room
-                .take(wanted, &*self.handoff, now, || {
-                    self.ownership_now().members().len()
-                })
-                .await;
             let batch: Vec<Member> = timely
                 .drain(..on_time)
                 .chain(backlog.drain(..late))
                 .collect();
             // A full batch, or a full window of backlog, leaves keys already in the window:
-            // those go at once; a backlog cut short by the room waits for it to be asked
-            // again.
-            earliest = if late < wanted {
-                now.saturating_add(room::FRESH)
-            } else if batch.len() == s.batch || (late > 0 && late == room) {
+            // those go at once.
+            earliest = if batch.len() == s.batch || (late > 0 && late == room) {
                 now
             } else {
                 now.saturating_add(every)
             };
-            if batch.is_empty() {
-                continue;
-            }
             // A refused batch waits before the next offer, but not past the next key on time.
             let next_on_time = timely.front().map(|(_, d)| d.add_millis(-ahead));
             let ordered = Ordered {

@@ -28,12 +28,6 @@ pub trait Handoff: Send + Sync + 'static {
         let _ = on_time;
         self.hand_off(keys).await
     }
-
-    /// How many of a backlog's keys the executors would take now, in all; `None` when they
-    /// do not say, and a backlog is offered whole.
-    async fn backlog_room(&self) -> Option<usize> {
-        None
-    }
 }
 
 /// The executor fleet over gRPC. Each batch starts at the next replica in turn; what one
@@ -94,29 +88,7 @@ impl Handoff for GrpcExecutors {
     async fn hand_off_ordered(&self, keys: &[TaskKey], on_time: usize) -> usize {
         self.send(keys, Some(on_time)).await
     }
-
-    /// Asks every replica at once with an offer of no keys. One that does not answer in
-    /// time, or is stopping, has no room; one that does not say (an older version) makes
-    /// the whole fleet's room unknown.
-    async fn backlog_room(&self) -> Option<usize> {
-        let replicas = self.fleet.replicas().await;
-        let asks = replicas.iter().map(|replica| async move {
-            let mut client = ExecutorServiceClient::new(replica.channel.clone());
-            let ask = client.execute(ExecuteRequest {
-                tasks: Vec::new(),
-                on_time: None,
-            });
-            match tokio::time::timeout(ROOM_ASK_TIMEOUT, ask).await {
-                Ok(Ok(answer)) => answer.into_inner().backlog_room.map(|n| n as usize),
-                _ => Some(0),
-            }
-        });
-        futures::future::join_all(asks).await.into_iter().sum()
-    }
 }
-
-/// How long a replica has to say how much room it has.
-const ROOM_ASK_TIMEOUT: Duration = Duration::from_millis(250);
 
 impl GrpcExecutors {
     /// Offers `keys` replica by replica; `on_time`, when known, says how many of them, from
@@ -269,10 +241,6 @@ impl Handoff for Merged {
     /// backlog.
     async fn hand_off(&self, keys: &[TaskKey]) -> usize {
         self.hand_off_ordered(keys, 0).await
-    }
-
-    async fn backlog_room(&self) -> Option<usize> {
-        self.inner.backlog_room().await
     }
 
     async fn hand_off_ordered(&self, keys: &[TaskKey], on_time: usize) -> usize {

@@ -15,7 +15,6 @@ mod dispatch;
 pub mod handoff;
 mod lag;
 mod ownership;
-mod room;
 mod shard;
 mod stale;
 mod sweeper;
@@ -123,8 +122,6 @@ pub struct Scheduler {
     lag: lag::Lag,
     /// Timers read to skip lagging shards' stale runs.
     stale: stale::TimerCache,
-    /// This replica's share of the executors' room for a backlog.
-    backlog_room: room::BacklogRoom,
 }
 
 /// A shard worker and how to stop it when its bucket goes to a peer.
@@ -254,7 +251,6 @@ impl Scheduler {
             held_now: Mutex::new(Vec::new()),
             lag: lag::Lag::default(),
             stale: stale::TimerCache::default(),
-            backlog_room: room::BacklogRoom::default(),
         })
     }
 

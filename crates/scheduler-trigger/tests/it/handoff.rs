@@ -15,8 +15,6 @@ use tonic::{Request, Response, Status};
 #[derive(Default)]
 struct BacklogFull {
     calls: Mutex<Vec<usize>>,
-    /// The backlog room it reports; `None` as an executor before the field.
-    room: Option<u32>,
 }
 
 #[tonic::async_trait]
@@ -30,7 +28,6 @@ impl ExecutorService for BacklogFull {
         Ok(Response::new(ExecuteResponse {
             accepted: request.on_time.unwrap_or(0),
             available: 100,
-            backlog_room: self.room,
         }))
     }
 
@@ -55,22 +52,16 @@ fn keys(n: i64) -> Vec<TaskKey> {
         .collect()
 }
 
-/// Serves `executor` on a free loopback port; returns its URL.
-async fn serve(executor: Arc<BacklogFull>) -> String {
+#[tokio::test]
+async fn a_refused_backlog_is_given_back_at_once_and_refused_keys_on_time_are_retried() {
+    let executor = Arc::new(BacklogFull::default());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(
         tonic::transport::Server::builder()
-            .add_service(ExecutorServiceServer::from_arc(executor))
+            .add_service(ExecutorServiceServer::from_arc(executor.clone()))
             .serve_with_incoming(chime_proto::incoming(listener)),
     );
-    url
-}
-
-#[tokio::test]
-async fn a_refused_backlog_is_given_back_at_once_and_refused_keys_on_time_are_retried() {
-    let executor = Arc::new(BacklogFull::default());
-    let url = serve(executor.clone()).await;
     let fleet = GrpcExecutors::new(Endpoints::Static(vec![url])).await;
 
     // Four on time and six of a backlog: the backlog's refusal is the shard's to retry,
@@ -82,28 +73,4 @@ async fn a_refused_backlog_is_given_back_at_once_and_refused_keys_on_time_are_re
     executor.calls.lock().unwrap().clear();
     assert_eq!(fleet.hand_off(&keys(10)).await, 0);
     assert_eq!(executor.calls.lock().unwrap().len(), 3);
-}
-
-#[tokio::test]
-async fn the_backlog_room_is_the_sum_of_what_replicas_report_asked_without_keys() {
-    let room = |n| {
-        Arc::new(BacklogFull {
-            room: n,
-            ..Default::default()
-        })
-    };
-    let (a, b) = (room(Some(7)), room(Some(5)));
-    // A port nothing listens on: a replica that cannot answer has no room.
-    let gone = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let gone_url = format!("http://{}", gone.local_addr().unwrap());
-    drop(gone);
-    let urls = vec![serve(a.clone()).await, serve(b.clone()).await, gone_url];
-    let fleet = GrpcExecutors::new(Endpoints::Static(urls)).await;
-    assert_eq!(fleet.backlog_room().await, Some(12));
-    assert_eq!(*a.calls.lock().unwrap(), vec![0], "asked with no keys");
-
-    // One replica of a version that does not say: the room is not known.
-    let urls = vec![serve(a).await, serve(room(None)).await];
-    let fleet = GrpcExecutors::new(Endpoints::Static(urls)).await;
-    assert_eq!(fleet.backlog_room().await, None);
 }
