@@ -24,6 +24,9 @@ const SWEEP_LIMIT: u32 = 2_000;
 /// one-shots behind them waiting for a minute.
 const MAX_PAGES: usize = 10;
 
+/// How long a sweep offers again what full executors refuse, and what ends it early.
+type Patience<'a> = Option<(&'a CancellationToken, chime_domain::Timestamp)>;
+
 /// What one sweep did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Swept {
@@ -33,6 +36,15 @@ pub struct Swept {
     pub skipped: u64,
     /// `at_most_once` occurrences whose executor died mid-delivery: `failed`, not retried.
     pub abandoned: u64,
+}
+
+/// One page of a sweep.
+struct Page {
+    swept: Swept,
+    /// The page was full and executors took all it offered: another may follow.
+    more: bool,
+    /// Rows passed over as in flight; they come first again on the next page.
+    held: usize,
 }
 
 /// Where each overdue occurrence goes.
@@ -69,9 +81,20 @@ impl Scheduler {
                 check.reset();
                 continue;
             }
+            // A sweep offers what executors refuse again, and pages on past rows in flight,
+            // until the next is due.
+            let until = self
+                .clock
+                .now()
+                .saturating_add(self.settings.sweep_interval);
+            let mut wait = self.settings.refused_retry;
             for _ in 0..MAX_PAGES {
-                match self.sweep_page().await {
-                    Ok((s, more)) => {
+                match self.sweep_page(Some((&stop, until))).await {
+                    Ok(Page {
+                        swept: s,
+                        more,
+                        held,
+                    }) => {
                         if s != Swept::default() {
                             tracing::info!(
                                 handed_off = s.handed_off,
@@ -82,6 +105,20 @@ impl Scheduler {
                         }
                         if !more || stop.is_cancelled() {
                             break;
+                        }
+                        if held > 0 {
+                            // The rows in flight come first again on the next page: read it
+                            // once executors had a moment to claim them, longer each time
+                            // nothing else was there.
+                            let at = self.clock.now().saturating_add(wait);
+                            if at > until || !self.pause_until(at, &stop).await {
+                                break;
+                            }
+                            wait = if s.handed_off == 0 {
+                                (wait * 2).min(self.settings.poll)
+                            } else {
+                                self.settings.refused_retry
+                            };
                         }
                     }
                     Err(e) => {
@@ -115,12 +152,43 @@ impl Scheduler {
 
     /// One page of a sweep: the oldest overdue occurrences.
     pub async fn sweep(&self) -> StoreResult<Swept> {
-        Ok(self.sweep_page().await?.0)
+        Ok(self.sweep_page(None).await?.swept)
     }
 
-    /// One page, and whether another may follow at once: this one was full and executors
-    /// took all of it.
-    async fn sweep_page(&self) -> StoreResult<(Swept, bool)> {
+    /// Hands `keys` off batch by batch; returns how many executors took. What full
+    /// executors refuse is offered again as they free room, until the sweep's time is up
+    /// (`patience`: until when, and what stops it early; with none, not at all); the rest
+    /// stay overdue in the database, for the next sweep. Offered once a sweep, the tail of a burst too large to drain within the
+    /// misfire threshold (left to the sweeper by the shards) went at what executors had
+    /// room for once a second: a 200,000 burst drained at a third of the speed the cores
+    /// allowed, one of them idle.
+    async fn hand_off_page(&self, keys: &[TaskKey], patience: Patience<'_>) -> usize {
+        let s = self.settings;
+        let mut wait = s.refused_retry;
+        let mut taken = 0;
+        while taken < keys.len() {
+            let batch = &keys[taken..(taken + s.batch).min(keys.len())];
+            let accepted = self.handoff.hand_off(batch).await;
+            taken += accepted;
+            if accepted == batch.len() {
+                wait = s.refused_retry;
+                continue;
+            }
+            let Some((stop, until)) = patience else { break };
+            let at = self.clock.now().saturating_add(wait);
+            if at > until || !self.pause_until(at, stop).await {
+                break;
+            }
+            // Doubled while nothing is taken, as a shard backs off from full executors.
+            if accepted == 0 {
+                wait = (wait * 2).min(s.poll);
+            }
+        }
+        taken
+    }
+
+    /// One page. `patience`: see [`Scheduler::hand_off_page`].
+    async fn sweep_page(&self, patience: Patience<'_>) -> StoreResult<Page> {
         let now = self.clock.now();
         let overdue = self
             .occurrences
@@ -133,10 +201,12 @@ impl Scheduler {
         let full = overdue.len() == SWEEP_LIMIT as usize;
         let (overdue, held) = self.in_flight_apart(overdue).await;
         if overdue.is_empty() {
-            return Ok((Swept::default(), false));
+            return Ok(Page {
+                swept: Swept::default(),
+                more: full,
+                held,
+            });
         }
-        // Rows passed over as in flight come first again on the next page.
-        let full = full && held == 0;
         let timers = self
             .timers_by_id(overdue.iter().map(|o| o.key.timer_id))
             .await?;
@@ -167,19 +237,15 @@ impl Scheduler {
         if !finished.is_empty() {
             self.timers.remove_finished(&finished, now).await?;
         }
-        for batch in plan.hand_off.chunks(self.settings.batch) {
-            let accepted = self.handoff.hand_off(batch).await;
-            swept.handed_off += accepted;
-            if accepted < batch.len() {
-                // The rest stay overdue in the database: the next sweep offers them again.
-                break;
-            }
-        }
+        swept.handed_off = self.hand_off_page(&plan.hand_off, patience).await;
         metrics::counter!("chime_sweeper_handed_off_total").increment(swept.handed_off as u64);
         metrics::counter!("chime_sweeper_skipped_total").increment(swept.skipped);
         metrics::counter!("chime_sweeper_abandoned_total").increment(swept.abandoned);
-        let more = full && swept.handed_off == plan.hand_off.len();
-        Ok((swept, more))
+        Ok(Page {
+            swept,
+            more: full && swept.handed_off == plan.hand_off.len(),
+            held,
+        })
     }
 
     /// `overdue` without the first attempts an executor fires under their run leases

@@ -345,3 +345,134 @@ async fn the_sweeper_passes_over_first_attempts_in_flight_under_their_leases() {
     let again = sweeper(&s).sweep().await.unwrap();
     assert_eq!(again.handed_off, 2);
 }
+
+/// Executors with room for a few keys a call: each call takes at most `per_call`.
+struct Trickle {
+    per_call: usize,
+    taken: std::sync::Mutex<usize>,
+}
+
+#[async_trait::async_trait]
+impl chime_scheduler::Handoff for Trickle {
+    async fn hand_off(&self, keys: &[TaskKey]) -> usize {
+        let n = keys.len().min(self.per_call);
+        *self.taken.lock().unwrap() += n;
+        n
+    }
+}
+
+#[tokio::test]
+async fn a_sweep_offers_what_full_executors_refused_again_as_they_free_room() {
+    let s = setup().await;
+    let t = every_second_timer(&s, "t", MisfirePolicy::FireAll).await;
+    let ago: Vec<i64> = (0..60).map(|i| 3_000 + i).collect();
+    overdue(&s, &t, &ago).await;
+    let executors = Arc::new(Trickle {
+        per_call: 5,
+        taken: std::sync::Mutex::new(0),
+    });
+    let mut settings = settings();
+    settings.sweep_after = Duration::from_secs(2);
+    settings.misfire_threshold = Duration::from_secs(10);
+    // The next sweep is a minute away: only this one can hand the rows off in time.
+    settings.sweep_interval = Duration::from_secs(60);
+    let sched = Scheduler::new(
+        s.db.store(),
+        s.redis.hot_index(),
+        s.redis.leases(),
+        s.db.store(),
+        executors.clone(),
+        Arc::new(SystemClock),
+        settings,
+    );
+    let stop = CancellationToken::new();
+    let run = tokio::spawn(sched.run(stop.clone(), Duration::from_secs(5)));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while *executors.taken.lock().unwrap() < ago.len() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} of {} handed off by the first sweep",
+            executors.taken.lock().unwrap(),
+            ago.len()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    stop.cancel();
+    run.await.unwrap();
+}
+
+/// Executors that claim what they take, as real ones do: claimed rows leave the overdue.
+struct Claiming {
+    store: Arc<dyn OccurrenceStore>,
+    got: std::sync::Mutex<Vec<TaskKey>>,
+}
+
+#[async_trait::async_trait]
+impl chime_scheduler::Handoff for Claiming {
+    async fn hand_off(&self, keys: &[TaskKey]) -> usize {
+        let now = SystemClock.now();
+        let lease = Claim {
+            now,
+            lease_until: now.add_millis(60_000),
+        };
+        self.store.claim(keys, lease).await.unwrap();
+        self.got.lock().unwrap().extend_from_slice(keys);
+        keys.len()
+    }
+}
+
+#[tokio::test]
+async fn a_sweep_pages_on_past_rows_in_flight() {
+    let s = setup().await;
+    let t = every_second_timer(&s, "behind", MisfirePolicy::FireAll).await;
+    // The oldest row lost on its way; most of a page in flight under run leases; and rows
+    // behind them that no executor has.
+    let ago: Vec<i64> = (0..2_050).map(|i| 9_000 - i).collect();
+    let keys = overdue(&s, &t, &ago).await;
+    let (lost, rest) = keys.split_at(1);
+    let (in_flight, behind) = rest.split_at(1_999);
+    let leases = s.redis.hot_index().run_leases().unwrap();
+    let taken = leases
+        .take_runs(in_flight, Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert!(taken.iter().all(|t| *t));
+    let executors = Arc::new(Claiming {
+        store: s.db.store(),
+        got: std::sync::Mutex::new(Vec::new()),
+    });
+    let mut settings = settings();
+    settings.sweep_after = Duration::from_secs(2);
+    settings.misfire_threshold = Duration::from_secs(600);
+    // The next sweep is a minute away: only this one can reach the rows behind.
+    settings.sweep_interval = Duration::from_secs(60);
+    let sched = Scheduler::new(
+        s.db.store(),
+        s.redis.hot_index(),
+        s.redis.leases(),
+        s.db.store(),
+        executors.clone(),
+        Arc::new(SystemClock),
+        settings,
+    );
+    let stop = CancellationToken::new();
+    let run = tokio::spawn(sched.run(stop.clone(), Duration::from_secs(5)));
+    let got = |k: &TaskKey| executors.got.lock().unwrap().contains(k);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !got(&lost[0]) {
+        assert!(tokio::time::Instant::now() < deadline, "no sweep");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // The first page read, the executor of the rows in flight is gone and their leases
+    // lapse (freed here): the sweep offers them, and then the rows behind.
+    leases.free_runs(in_flight).await.unwrap();
+    while !behind.iter().all(got) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the rows behind a page of rows in flight waited for the next sweep"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    stop.cancel();
+    run.await.unwrap();
+}
