@@ -158,10 +158,10 @@ impl Scheduler {
     /// Hands `keys` off batch by batch; returns how many executors took. What full
     /// executors refuse is offered again as they free room, until the sweep's time is up
     /// (`patience`: until when, and what stops it early; with none, not at all); the rest
-    /// stay overdue in the database, for the next sweep. Offered once a sweep, the tail of a burst too large to drain within the
-    /// misfire threshold (left to the sweeper by the shards) went at what executors had
-    /// room for once a second: a 200,000 burst drained at a third of the speed the cores
-    /// allowed, one of them idle.
+    /// stay overdue in the database, for the next sweep. Offered once a sweep, the tail of
+    /// a burst too large to drain within the misfire threshold (left to the sweeper by the
+    /// shards) went at what executors had room for once a second: a 200,000 burst drained
+    /// at a third of the speed the cores allowed, one of them idle.
     async fn hand_off_page(&self, keys: &[TaskKey], patience: Patience<'_>) -> usize {
         let s = self.settings;
         let mut wait = s.refused_retry;

@@ -346,6 +346,30 @@ async fn the_sweeper_passes_over_first_attempts_in_flight_under_their_leases() {
     assert_eq!(again.handed_off, 2);
 }
 
+/// Starts a scheduler handing off to `executors` whose next sweep after the first is a
+/// minute away: only the first can hand off what these tests look for in time.
+fn first_sweep_only(
+    s: &Setup,
+    executors: Arc<dyn chime_scheduler::Handoff>,
+) -> (CancellationToken, tokio::task::JoinHandle<()>) {
+    let mut settings = settings();
+    settings.sweep_after = Duration::from_secs(2);
+    settings.misfire_threshold = Duration::from_secs(600);
+    settings.sweep_interval = Duration::from_secs(60);
+    let sched = Scheduler::new(
+        s.db.store(),
+        s.redis.hot_index(),
+        s.redis.leases(),
+        s.db.store(),
+        executors,
+        Arc::new(SystemClock),
+        settings,
+    );
+    let stop = CancellationToken::new();
+    let run = tokio::spawn(sched.run(stop.clone(), Duration::from_secs(5)));
+    (stop, run)
+}
+
 /// Executors with room for a few keys a call: each call takes at most `per_call`.
 struct Trickle {
     per_call: usize,
@@ -371,22 +395,7 @@ async fn a_sweep_offers_what_full_executors_refused_again_as_they_free_room() {
         per_call: 5,
         taken: std::sync::Mutex::new(0),
     });
-    let mut settings = settings();
-    settings.sweep_after = Duration::from_secs(2);
-    settings.misfire_threshold = Duration::from_secs(10);
-    // The next sweep is a minute away: only this one can hand the rows off in time.
-    settings.sweep_interval = Duration::from_secs(60);
-    let sched = Scheduler::new(
-        s.db.store(),
-        s.redis.hot_index(),
-        s.redis.leases(),
-        s.db.store(),
-        executors.clone(),
-        Arc::new(SystemClock),
-        settings,
-    );
-    let stop = CancellationToken::new();
-    let run = tokio::spawn(sched.run(stop.clone(), Duration::from_secs(5)));
+    let (stop, run) = first_sweep_only(&s, executors.clone());
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     while *executors.taken.lock().unwrap() < ago.len() {
         assert!(
@@ -441,22 +450,7 @@ async fn a_sweep_pages_on_past_rows_in_flight() {
         store: s.db.store(),
         got: std::sync::Mutex::new(Vec::new()),
     });
-    let mut settings = settings();
-    settings.sweep_after = Duration::from_secs(2);
-    settings.misfire_threshold = Duration::from_secs(600);
-    // The next sweep is a minute away: only this one can reach the rows behind.
-    settings.sweep_interval = Duration::from_secs(60);
-    let sched = Scheduler::new(
-        s.db.store(),
-        s.redis.hot_index(),
-        s.redis.leases(),
-        s.db.store(),
-        executors.clone(),
-        Arc::new(SystemClock),
-        settings,
-    );
-    let stop = CancellationToken::new();
-    let run = tokio::spawn(sched.run(stop.clone(), Duration::from_secs(5)));
+    let (stop, run) = first_sweep_only(&s, executors.clone());
     let got = |k: &TaskKey| executors.got.lock().unwrap().contains(k);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     while !got(&lost[0]) {
