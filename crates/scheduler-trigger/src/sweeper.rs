@@ -44,7 +44,7 @@ struct Page {
     /// The page was full and executors took all it offered: another may follow.
     more: bool,
     /// Rows passed over as in flight; they come first again on the next page.
-    held: usize,
+    in_flight: usize,
 }
 
 /// Where each overdue occurrence goes.
@@ -81,52 +81,7 @@ impl Scheduler {
                 check.reset();
                 continue;
             }
-            // A sweep offers what executors refuse again, and pages on past rows in flight,
-            // until the next is due.
-            let until = self
-                .clock
-                .now()
-                .saturating_add(self.settings.sweep_interval);
-            let mut wait = self.settings.refused_retry;
-            for _ in 0..MAX_PAGES {
-                match self.sweep_page(Some((&stop, until))).await {
-                    Ok(Page {
-                        swept: s,
-                        more,
-                        held,
-                    }) => {
-                        if s != Swept::default() {
-                            tracing::info!(
-                                handed_off = s.handed_off,
-                                skipped = s.skipped,
-                                abandoned = s.abandoned,
-                                "sweeper recovered overdue occurrences"
-                            );
-                        }
-                        if !more || stop.is_cancelled() {
-                            break;
-                        }
-                        if held > 0 {
-                            // The rows in flight come first again on the next page: read it
-                            // once executors had a moment to claim them, longer each time
-                            // nothing else was there.
-                            let at = self.clock.now().saturating_add(wait);
-                            if at > until || !self.pause_until(at, &stop).await {
-                                break;
-                            }
-                            wait = if s.handed_off == 0 {
-                                (wait * 2).min(self.settings.poll)
-                            } else {
-                                self.settings.refused_retry
-                            };
-                        }
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "sweep failed");
-                        break;
-                    }
-                }
-            }
+            self.sweep_pages(&stop).await;
             match self.check_unwritten(&mut check).await {
                 Ok(c) => {
                     metrics::counter!("chime_sweeper_unwritten_checked_total")
@@ -147,6 +102,52 @@ impl Scheduler {
         }
         if held {
             let _ = self.leases.release(LEASE, &self.token).await;
+        }
+    }
+
+    /// One sweep: pages of the oldest overdue rows while each is full and taken whole, at
+    /// most [`MAX_PAGES`]. What full executors refuse is offered again, and rows in flight
+    /// are read past, until the next sweep is due.
+    async fn sweep_pages(&self, stop: &CancellationToken) {
+        let until = self
+            .clock
+            .now()
+            .saturating_add(self.settings.sweep_interval);
+        let mut wait = self.settings.refused_retry;
+        for _ in 0..MAX_PAGES {
+            let page = match self.sweep_page(Some((stop, until))).await {
+                Ok(page) => page,
+                Err(e) => {
+                    tracing::warn!(error = %e, "sweep failed");
+                    return;
+                }
+            };
+            let s = page.swept;
+            if s != Swept::default() {
+                tracing::info!(
+                    handed_off = s.handed_off,
+                    skipped = s.skipped,
+                    abandoned = s.abandoned,
+                    "sweeper recovered overdue occurrences"
+                );
+            }
+            if !page.more || stop.is_cancelled() {
+                return;
+            }
+            if page.in_flight == 0 {
+                continue;
+            }
+            // The rows in flight come first again on the next page: read it once executors
+            // had a moment to claim them, longer each time nothing else was there.
+            let at = self.clock.now().saturating_add(wait);
+            if at > until || !self.pause_until(at, stop).await {
+                return;
+            }
+            wait = if s.handed_off == 0 {
+                (wait * 2).min(self.settings.poll)
+            } else {
+                self.settings.refused_retry
+            };
         }
     }
 
@@ -204,7 +205,7 @@ impl Scheduler {
             return Ok(Page {
                 swept: Swept::default(),
                 more: full,
-                held,
+                in_flight: held,
             });
         }
         let timers = self
@@ -244,7 +245,7 @@ impl Scheduler {
         Ok(Page {
             swept,
             more: full && swept.handed_off == plan.hand_off.len(),
-            held,
+            in_flight: held,
         })
     }
 

@@ -370,6 +370,18 @@ fn first_sweep_only(
     (stop, run)
 }
 
+/// Waits up to 10 s for `done`, failing with `what`.
+async fn eventually(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !done() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not within 10 s: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 /// Executors with room for a few keys a call: each call takes at most `per_call`.
 struct Trickle {
     per_call: usize,
@@ -396,16 +408,10 @@ async fn a_sweep_offers_what_full_executors_refused_again_as_they_free_room() {
         taken: std::sync::Mutex::new(0),
     });
     let (stop, run) = first_sweep_only(&s, executors.clone());
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while *executors.taken.lock().unwrap() < ago.len() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{} of {} handed off by the first sweep",
-            executors.taken.lock().unwrap(),
-            ago.len()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually("every row handed off by the first sweep", || {
+        *executors.taken.lock().unwrap() >= ago.len()
+    })
+    .await;
     stop.cancel();
     run.await.unwrap();
 }
@@ -452,21 +458,15 @@ async fn a_sweep_pages_on_past_rows_in_flight() {
     });
     let (stop, run) = first_sweep_only(&s, executors.clone());
     let got = |k: &TaskKey| executors.got.lock().unwrap().contains(k);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while !got(&lost[0]) {
-        assert!(tokio::time::Instant::now() < deadline, "no sweep");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    eventually("a sweep", || got(&lost[0])).await;
     // The first page read, the executor of the rows in flight is gone and their leases
     // lapse (freed here): the sweep offers them, and then the rows behind.
     leases.free_runs(in_flight).await.unwrap();
-    while !behind.iter().all(got) {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the rows behind a page of rows in flight waited for the next sweep"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually(
+        "the rows behind a page of rows in flight, before the next sweep",
+        || behind.iter().all(got),
+    )
+    .await;
     stop.cancel();
     run.await.unwrap();
 }
