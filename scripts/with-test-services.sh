@@ -93,10 +93,19 @@ start_postgres() {
     say "starting a throwaway PostgreSQL on port $port (max_connections=300)"
     as_pg "$initdb" -D "$pg_dir/data" -U postgres -A trust --no-sync >"$scratch/initdb.log" 2>&1 ||
         { cat "$scratch/initdb.log" >&2; exit 1; }
+    # pg_stat_statements, where the server ships it, lets the bench say which statements
+    # its PostgreSQL time per firing went to.
+    local statements=""
+    if [[ -f $(dirname "$(dirname "$(readlink -f "$initdb")")")/lib/pg_stat_statements.so ]]; then
+        statements="-c shared_preload_libraries=pg_stat_statements"
+    fi
     as_pg "$pg_ctl" -D "$pg_dir/data" -l "$pg_dir/server.log" -w -t 60 \
-        -o "-p $port -k $pg_dir -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300" \
+        -o "-p $port -k $pg_dir -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300 $statements" \
         start >/dev/null || { cat "$pg_dir/server.log" >&2; exit 1; }
     db_url="postgres://postgres@127.0.0.1:$port/postgres"
+    if [[ -n $statements ]]; then
+        psql "$db_url" -qc 'CREATE EXTENSION IF NOT EXISTS pg_stat_statements' >/dev/null 2>&1 || true
+    fi
 }
 
 start_redis() {

@@ -27,6 +27,7 @@ pub(super) async fn burst(args: &Args) -> anyhow::Result<Outcome> {
     until(due - 200).await;
     let pg_pool = d._db.pg().ok().map(|f| f.store.pool().clone());
     let pg0 = PgCounters::take(pg_pool.as_ref()).await;
+    let statements0 = PgStatements::take(pg_pool.as_ref()).await;
     let cpu0 = CpuSample::take(&d.processes());
     let ds = collect(
         &d,
@@ -37,6 +38,7 @@ pub(super) async fn burst(args: &Args) -> anyhow::Result<Outcome> {
     .await;
     let cpu1 = CpuSample::take(&d.processes());
     let pg1 = PgCounters::take(pg_pool.as_ref()).await;
+    let statements1 = PgStatements::take(pg_pool.as_ref()).await;
     let counts = d.hand_off_counts().await;
     d.stop().await;
     dump(args, "burst", &ds)?;
@@ -105,5 +107,6 @@ pub(super) async fn burst(args: &Args) -> anyhow::Result<Outcome> {
         "sent_split": split,
         "cpu_seconds_per_1000": cpu,
     });
+    statements_row(&mut o, statements0.zip(statements1), delivered);
     Ok(o)
 }

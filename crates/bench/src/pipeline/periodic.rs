@@ -124,6 +124,7 @@ pub(super) async fn periodic(
     }
     let pg_pool = d._db.pg().ok().map(|f| f.store.pool().clone());
     let pg0 = PgCounters::take(pg_pool.as_ref()).await;
+    let statements0 = PgStatements::take(pg_pool.as_ref()).await;
     let cpu0 = CpuSample::take(&d.processes());
     let mut watched = d.processes();
     watched.extend(
@@ -160,6 +161,7 @@ pub(super) async fn periodic(
     until(end).await;
     let cpu1 = CpuSample::take(&d.processes());
     let pg1 = PgCounters::take(pg_pool.as_ref()).await;
+    let statements1 = PgStatements::take(pg_pool.as_ref()).await;
     let (rss, events) = memory.await?;
     let api = match creating {
         Some(task) => task.await??,
@@ -203,6 +205,7 @@ pub(super) async fn periodic(
         "measured_from_second": (measured_from - start) as f64 / 1000.0,
         "cpu_seconds_per_1000": cpu,
     });
+    statements_row(&mut o, statements0.zip(statements1), measured);
     Ok(Periodic {
         o,
         ds,
