@@ -100,7 +100,7 @@ impl PgStatements {
 }
 
 /// The report's row: the costliest statements, each as µs per firing and its start.
-pub(super) fn describe(top: &[StatementTime]) -> String {
+fn describe(top: &[StatementTime]) -> String {
     top.iter()
         .take(3)
         .map(|s| {
@@ -172,6 +172,40 @@ mod tests {
         assert_eq!(top[1].exec_us_per_firing, 1_000.0);
         assert_eq!(top[1].rows_per_firing, 2.0);
         assert!(describe(&top).starts_with("4000.0 µs UPDATE b…; 1000.0 µs SELECT a…"));
+    }
+
+    /// Against the test server: with the extension loaded (the throwaway PostgreSQL of
+    /// `make test`), a statement run between two samples is counted; without it, no sample.
+    #[tokio::test]
+    async fn samples_count_the_statements_run_between_them_on_a_real_server() {
+        let pool = sqlx::PgPool::connect(&chime_storage::testkit::database_url())
+            .await
+            .expect("the test PostgreSQL");
+        let loaded: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'pg_stat_statements')",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        let before = PgStatements::take(Some(&pool)).await;
+        assert_eq!(before.is_some(), loaded);
+        let Some(before) = before else { return };
+        for i in 0..3 {
+            sqlx::query("SELECT $1::int + 1 AS pgstatements_probe")
+                .bind(i)
+                .execute(&pool)
+                .await
+                .unwrap();
+        }
+        let after = PgStatements::take(Some(&pool)).await.unwrap();
+        let (id, probe) = after
+            .0
+            .iter()
+            .find(|(_, t)| t.text.contains("pgstatements_probe"))
+            .expect("the probe is recorded");
+        let earlier = before.0.get(id).map_or(0, |t| t.calls);
+        assert_eq!(probe.calls - earlier, 3);
+        assert!(probe.exec_ms > 0.0);
     }
 
     #[test]
