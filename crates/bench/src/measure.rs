@@ -155,6 +155,31 @@ pub fn split_windows(
         .collect()
 }
 
+/// The seconds (by scheduled time, from `start_ms`) whose p99 lateness passed `limit_ms`,
+/// each with how late it was and where: one such second alone fails its 10-s window's p99
+/// once a tenth of its firings are late, so a slow window is read here.
+pub fn late_seconds(deliveries: &[Delivery], start_ms: i64, limit_ms: i64) -> Vec<LateSecond> {
+    by_window(deliveries, start_ms, 1_000)
+        .into_iter()
+        .filter_map(|(second, ds)| {
+            let lateness = Lateness::of(ds.iter().copied());
+            (lateness.p99_ms > limit_ms).then(|| LateSecond {
+                second,
+                lateness,
+                sent_split: SentSplit::of(ds),
+            })
+        })
+        .collect()
+}
+
+/// One second of [`late_seconds`].
+#[derive(Debug, Clone, Serialize)]
+pub struct LateSecond {
+    pub second: i64,
+    pub lateness: Lateness,
+    pub sent_split: Option<SentSplit>,
+}
+
 /// `deliveries` grouped by window of `window_ms` by scheduled time, keyed by the window's
 /// number from `start_ms`.
 fn by_window(
@@ -406,6 +431,18 @@ mod tests {
         assert_eq!(w.len(), 2);
         assert_eq!((w[0].0, w[0].1.count, w[0].1.max_ms), (0, 1, 2));
         assert_eq!((w[1].0, w[1].1.count, w[1].1.max_ms), (10, 2, 30));
+    }
+
+    #[test]
+    fn late_seconds_name_only_the_seconds_past_the_limit() {
+        let mut ds: Vec<Delivery> = (0..100)
+            .map(|i| d(&format!("on{i}"), 1_000 + i, 1_002 + i))
+            .collect();
+        ds.extend((0..100).map(|i| d(&format!("late{i}"), 3_000 + i, 3_080 + i)));
+        let late = late_seconds(&ds, 1_000, 50);
+        assert_eq!(late.len(), 1, "{late:?}");
+        assert_eq!((late[0].second, late[0].lateness.p99_ms), (2, 80));
+        assert!(late_seconds(&ds, 1_000, 80).is_empty());
     }
 
     #[test]

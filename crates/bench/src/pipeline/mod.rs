@@ -24,8 +24,9 @@ use serde_json::{Value, json};
 use chime_bench::deploy::cluster::{Cluster, Spec};
 use chime_bench::deploy::{Service, free_port, log_dir};
 use chime_bench::measure::{
-    CpuSample, Delivery, Lateness, RssTrace, SentSplit, deliveries, distinct_and_duplicates,
-    drain_per_second, git_commit, nearest_rank, pids_named, split_windows, total_but_sink, windows,
+    CpuSample, Delivery, LateSecond, Lateness, RssTrace, SentSplit, deliveries,
+    distinct_and_duplicates, drain_per_second, git_commit, late_seconds, nearest_rank, pids_named,
+    split_windows, total_but_sink, windows,
 };
 use chime_test_support::sink::Sink;
 

@@ -451,6 +451,14 @@ fn timed_windows(run: Periodic, limit_ms: i64) -> Outcome {
         );
         o.figures["worst_window_split"] = json!(split);
     }
+    // A window fails on a few slow seconds: which, how many firings each, and where late.
+    let late = late_seconds(&ds, start, limit_ms);
+    o.row(
+        &format!("seconds with p99 over {limit_ms} ms"),
+        describe_late(&late),
+        "none",
+    );
+    o.figures["late_seconds"] = json!(late);
     for (process, secs) in &cpu {
         o.row(
             &format!("cpu {process}"),
@@ -502,6 +510,31 @@ fn timed_windows(run: Periodic, limit_ms: i64) -> Outcome {
     o.figures["postgres_events"] = json!(events);
     o.figures["rss"] = json!({"growth": growth, "trace": rss});
     o
+}
+
+/// `late` as "at 3 s: p50 2 / p99 96 ms (sent late 75), …", the first ten.
+fn describe_late(late: &[LateSecond]) -> String {
+    if late.is_empty() {
+        return "none".into();
+    }
+    let mut text: Vec<String> = late
+        .iter()
+        .take(10)
+        .map(|s| {
+            let sent = s
+                .sent_split
+                .map(|x| format!(" (sent late {})", x.before_send.p99_ms))
+                .unwrap_or_default();
+            format!(
+                "at {} s: p50 {} / p99 {} ms{sent}",
+                s.second, s.lateness.p50_ms, s.lateness.p99_ms
+            )
+        })
+        .collect();
+    if late.len() > 10 {
+        text.push(format!("{} more", late.len() - 10));
+    }
+    text.join(", ")
 }
 
 pub(super) async fn sparse(args: &Args) -> anyhow::Result<Outcome> {
