@@ -451,7 +451,7 @@ fn timed_windows(run: Periodic, limit_ms: i64) -> Outcome {
         );
         o.figures["worst_window_split"] = json!(split);
     }
-    // A window fails on a few slow seconds: which, how many firings each, and where late.
+    // A window fails on a few slow seconds: which, and whether late before the send.
     let late = late_seconds(&ds, start, limit_ms);
     o.row(
         &format!("seconds with p99 over {limit_ms} ms"),
@@ -554,4 +554,36 @@ pub(super) async fn sparse(args: &Args) -> anyhow::Result<Outcome> {
     lateness_row(&mut o, "lateness", &l, "p99 ≤ 10 ms");
     o.figures["lateness"] = json!(l);
     Ok(o)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn second(second: i64, p99_ms: i64) -> LateSecond {
+        LateSecond {
+            second,
+            lateness: Lateness {
+                count: 10,
+                p50_ms: 1,
+                p90_ms: p99_ms,
+                p99_ms,
+                max_ms: p99_ms,
+            },
+            sent_split: None,
+        }
+    }
+
+    #[test]
+    fn slow_seconds_are_listed_ten_at_most() {
+        assert_eq!(describe_late(&[]), "none");
+        assert_eq!(describe_late(&[second(3, 96)]), "at 3 s: p50 1 / p99 96 ms");
+        let many: Vec<LateSecond> = (0..12).map(|s| second(s, 60)).collect();
+        let text = describe_late(&many);
+        assert!(
+            text.starts_with("at 0 s: ") && text.ends_with(", 2 more"),
+            "{text}"
+        );
+        assert!(!text.contains("at 10 s"), "{text}");
+    }
 }
