@@ -76,7 +76,7 @@ lint: ## rustfmt check, clippy with warnings denied (building every target), and
 fmt: ## Format the code
 	$(CARGO) fmt --all
 
-bench: ## Pipeline benchmark on release binaries: burst, callbacks alone (callback-floor), every-second beside a burst, steady (10 min), every-second, overload, sparse, materialize, api, purge, workers, population (10M timers) (BENCH_ARGS); writes target/bench/pipeline.json
+bench: ## Pipeline benchmark on release binaries: burst, callbacks alone (callback-floor), callbacks each recorded by one row update (durable-floor), every-second beside a burst, steady (10 min), every-second, overload, sparse, materialize, api, purge, workers, population (10M timers) (BENCH_ARGS); writes target/bench/pipeline.json
 	$(CARGO) build --release --workspace --bins
 	$(TEST_SERVICES) target/release/chime-bench pipeline $(BENCH_ARGS)
 

@@ -51,9 +51,11 @@ def figures(report):
         for peer, v in row.items():
             if isinstance(v, dict) and "chime_advantage" in v:
                 out[f"{base}.{peer}"] = float(v["chime_advantage"])
-    share = report.get("burst_share_of_callback_floor")
-    if isinstance(share, (int, float)):
-        out["burst_share_of_callback_floor"] = float(share)
+    for name in ("burst_share_of_callback_floor", "burst_share_of_durable_floor",
+                 "durable_floor_share_of_callback_floor"):
+        share = report.get(name)
+        if isinstance(share, (int, float)):
+            out[name] = float(share)
     # Steady's and every-second's CPU and worst window beside the callbacks alone.
     out.update(leaves(report.get("beside_paced_floor") or {}, "beside_paced_floor"))
     return out

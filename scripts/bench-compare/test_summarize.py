@@ -26,6 +26,8 @@ def report(drain, p99, bullmq_ratio, share, steady_cpu=None):
         "comparison": [{"scenario": "burst", "measure": "drain", "chime": drain,
                         "bullmq": {"value": 2000, "chime_advantage": bullmq_ratio}}],
         "burst_share_of_callback_floor": share,
+        "burst_share_of_durable_floor": None,
+        "durable_floor_share_of_callback_floor": 0.9,
         "beside_paced_floor": {"steady": {"rate_per_second": 5000, "cpu_over_floor": 2.5,
                                           "worst_window_p99_ms": 40,
                                           "floor_worst_window_p99_ms": None}},
@@ -41,6 +43,9 @@ class Figures(unittest.TestCase):
         self.assertEqual(f["peer.bullmq.burst.drain_per_second"], 2000)
         self.assertEqual(f["vs.burst.drain.bullmq"], 5.0)
         self.assertEqual(f["burst_share_of_callback_floor"], 0.4)
+        self.assertEqual(f["durable_floor_share_of_callback_floor"], 0.9)
+        # A share the run could not compute is left out.
+        self.assertNotIn("burst_share_of_durable_floor", f)
         self.assertEqual(f["beside_paced_floor.steady.cpu_over_floor"], 2.5)
         self.assertEqual(f["beside_paced_floor.steady.worst_window_p99_ms"], 40)
         # A floor figure the run did not have is left out, not taken for a zero.

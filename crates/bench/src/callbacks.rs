@@ -1,7 +1,9 @@
 //! One client of the bench's callback-floor and paced-floor scenarios
 //! (`chime-bench-callbacks`): an executor's share of a burst of callbacks, or of a steady
 //! rate of them each sent at its own due instant, with the executor's own client and request
-//! (`HttpTarget::deliver`) and nothing around them (no claim, outcome or database).
+//! (`HttpTarget::deliver`) and nothing around them (no claim, outcome or database); or, for
+//! durable-floor, with each delivered callback then recorded by one row update in
+//! PostgreSQL, a batch at a time, as the least a durable timer service writes per firing.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -38,7 +40,14 @@ pub struct ClientArgs {
     /// due at `--start-ms` (a burst).
     #[arg(long)]
     pub rate: Option<f64>,
+    /// A PostgreSQL URL whose `durable_floor` table holds a pending row per callback of this
+    /// client: each delivered callback's row is then updated, a batch at a time.
+    #[arg(long)]
+    pub record: Option<String>,
 }
+
+/// The most rows one update of `durable_floor` records, as an executor's outcome batch.
+const RECORD_BATCH: usize = 1_000;
 
 /// How far ahead of its due instant a paced callback's task starts, as a scheduler hands a
 /// key off ahead (`scheduler.dispatch_ahead`) and the executor then waits for the due time.
@@ -51,6 +60,20 @@ pub async fn run(a: ClientArgs) -> anyhow::Result<()> {
     config.callbacks.allow_networks = vec!["127.0.0.0/8".into()];
     let target = Arc::new(HttpTarget::new(CallbackSettings::from_config(&config))?);
     let timer = Arc::new(floor_timer(&a.url)?);
+    // Connected before the start, so that the records cost their writes, not a connection.
+    // The pool is kept open until this process exits: its backend's CPU is read after `done`.
+    let (record_tx, recorder, _pool) = match &a.record {
+        Some(url) => {
+            let pool = sqlx::postgres::PgPoolOptions::new()
+                .max_connections(1)
+                .connect(url)
+                .await?;
+            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+            let recorder = tokio::spawn(record(pool.clone(), rx));
+            (Some(tx), Some(recorder), Some(pool))
+        }
+        None => (None, None, None),
+    };
     let wait = a.start_ms - SystemClock.now().as_millis();
     if wait > 0 {
         tokio::time::sleep(Duration::from_millis(wait as u64)).await;
@@ -91,19 +114,59 @@ pub async fn run(a: ClientArgs) -> anyhow::Result<()> {
                     wait_until(at, Duration::ZERO).await;
                 }
                 let attempt = target.deliver(&timer, occurrence, &SystemClock).await;
-                attempt.outcome.status == OccurrenceStatus::Succeeded
+                (id, attempt.outcome.status == OccurrenceStatus::Succeeded)
             })
         })
         .buffer_unordered(a.concurrency.max(1))
-        .filter(|succeeded| std::future::ready(!matches!(succeeded, Ok(true))))
+        .filter_map(|sent| {
+            let delivered = match sent {
+                Ok((id, true)) => {
+                    if let Some(tx) = &record_tx {
+                        let _ = tx.send(id);
+                    }
+                    true
+                }
+                _ => false,
+            };
+            std::future::ready((!delivered).then_some(()))
+        })
         .count()
         .await;
-    println!("done {failed}");
+    drop(record_tx);
+    // A delivered callback whose row was not recorded counts as failed.
+    let unrecorded = match recorder {
+        Some(r) => (a.count - failed).saturating_sub(r.await?? as usize),
+        None => 0,
+    };
+    println!("done {}", failed + unrecorded);
     let mut rest = String::new();
     let _ = BufReader::new(tokio::io::stdin())
         .read_line(&mut rest)
         .await;
     Ok(())
+}
+
+/// Records each delivered callback's row as an executor records outcomes: whatever has
+/// arrived, up to a batch, in one update by primary key. Returns the rows updated.
+async fn record(
+    pool: sqlx::PgPool,
+    mut delivered: tokio::sync::mpsc::UnboundedReceiver<i64>,
+) -> anyhow::Result<u64> {
+    let mut ids = Vec::with_capacity(RECORD_BATCH);
+    let mut written = 0;
+    while delivered.recv_many(&mut ids, RECORD_BATCH).await > 0 {
+        written += sqlx::query(
+            "UPDATE durable_floor f SET status = 'succeeded', attempt = 1, finished_at = $2 \
+             FROM UNNEST($1::bigint[]) AS k(id) WHERE f.id = k.id AND f.status = 'pending'",
+        )
+        .bind(&ids)
+        .bind(SystemClock.now().as_millis())
+        .execute(&pool)
+        .await?
+        .rows_affected();
+        ids.clear();
+    }
+    Ok(written)
 }
 
 /// Sleeps until `ahead` before `at` by the system clock.

@@ -5,6 +5,11 @@
 //! most this machine delivers over HTTP whatever Chime does around each callback: the
 //! ceiling a burst's drain is judged against. Paced, at the periodic scenarios' rates, it
 //! is the floor of their cost and lateness.
+//!
+//! durable-floor: the same burst with each delivered callback then recorded by one row update
+//! in PostgreSQL, a batch at a time: what these cores give any timer service that records
+//! every firing durably, whatever its design, and so the ceiling a durable burst's drain
+//! meets before Chime's own work is counted.
 
 use std::process::Stdio;
 
@@ -20,7 +25,15 @@ pub(super) async fn callback_floor(args: &Args) -> anyhow::Result<Outcome> {
     let sink = Sink::start_lean().await?;
     // Time for the clients to start and build their HTTP client.
     let start_ms = now_ms() + 2_000;
-    let mut run = Clients::start(&sink.url("/floor"), n, clients, concurrency, start_ms, None)?;
+    let mut run = Clients::start(
+        &sink.url("/floor"),
+        n,
+        clients,
+        concurrency,
+        start_ms,
+        None,
+        None,
+    )?;
     until(start_ms - 200).await;
     run.mark();
     let (failed, cpu) = run
@@ -85,6 +98,7 @@ pub(super) async fn paced_floor(args: &Args) -> anyhow::Result<Outcome> {
             concurrency,
             start_ms,
             Some(per_client),
+            None,
         )?;
         until(start_ms - 200).await;
         run.mark();
@@ -146,16 +160,108 @@ pub(super) async fn paced_floor(args: &Args) -> anyhow::Result<Outcome> {
     Ok(o)
 }
 
+/// durable-floor: callback-floor's burst with each delivered callback's row then updated in
+/// PostgreSQL (`chime-bench-callbacks --record`), the rows written before the start as a
+/// burst's timers are. Its CPU counts PostgreSQL's beside the clients'.
+pub(super) async fn durable_floor(args: &Args) -> anyhow::Result<Outcome> {
+    let mut o = Outcome::new("durable-floor");
+    let n = args.burst;
+    let clients = args.executors.max(1);
+    let concurrency = chime_runtime::Config::default().executor.max_per_host;
+    let db = testkit::pg_unmigrated().await;
+    let pool = db.store.pool();
+    sqlx::query(
+        "CREATE TABLE durable_floor (id bigint PRIMARY KEY, run_at bigint NOT NULL, \
+         status text NOT NULL DEFAULT 'pending', attempt int NOT NULL DEFAULT 0, \
+         finished_at bigint)",
+    )
+    .execute(pool)
+    .await?;
+    for c in 0..clients {
+        // The ids `chime-bench-callbacks --client c` sends.
+        let count = n / clients + usize::from(c < n % clients);
+        let first = c as i64 * 1_000_000_000 + 1;
+        sqlx::query(
+            "INSERT INTO durable_floor (id, run_at) \
+             SELECT g, 0 FROM generate_series($1::bigint, $2::bigint) g",
+        )
+        .bind(first)
+        .bind(first + count as i64 - 1)
+        .execute(pool)
+        .await?;
+    }
+    sqlx::query("ANALYZE durable_floor").execute(pool).await?;
+    let sink = Sink::start_lean().await?;
+    let start_ms = now_ms() + 2_000;
+    let mut run = Clients::start(
+        &sink.url("/durable"),
+        n,
+        clients,
+        concurrency,
+        start_ms,
+        None,
+        Some(&db.url()),
+    )?;
+    until(start_ms - 200).await;
+    run.mark();
+    let (failed, cpu) = run
+        .finish(Duration::from_secs(60 + n as u64 / 1_000), n)
+        .await?;
+    let recorded: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM durable_floor WHERE status = 'succeeded'")
+            .fetch_one(pool)
+            .await?;
+    let received = sink.received();
+    let delivered = received.len();
+    if delivered < n || failed > 0 || recorded < n as i64 {
+        o.failed.push(format!(
+            "{delivered} of {n} callbacks received, {recorded} recorded, {failed} failed"
+        ));
+    }
+    let last = received.iter().map(|r| r.at_ms).max().unwrap_or(start_ms);
+    let rate = delivered as f64 / ((last - start_ms).max(1) as f64 / 1000.0);
+    let total = total_but_sink(&cpu);
+    let with_sink: f64 = cpu.values().sum();
+    o.row(
+        "callbacks, each recorded",
+        format!("{rate:.0}/s ({clients} clients, {concurrency} in flight each)"),
+        "",
+    );
+    o.row(
+        "cpu",
+        format!(
+            "{total:.3} s / 1,000 callbacks with PostgreSQL, {with_sink:.3} with the sink: {:.2} cores busy",
+            with_sink * rate / 1_000.0
+        ),
+        "",
+    );
+    o.figures = json!({
+        "callbacks": n,
+        "delivered": delivered,
+        "recorded": recorded,
+        "failed": failed,
+        "clients": clients,
+        "in_flight_per_client": concurrency,
+        "callbacks_per_second": rate,
+        "cores_busy": with_sink * rate / 1_000.0,
+        "cpu_seconds_per_1000": cpu,
+    });
+    Ok(o)
+}
+
 /// The `chime-bench-callbacks` processes of one floor run, with the CPU they have used.
 struct Clients {
     children: Vec<tokio::process::Child>,
     pids: Vec<(String, u32)>,
     cpu0: CpuSample,
+    /// Recording in PostgreSQL: its CPU is the floor's too.
+    recording: bool,
 }
 
 impl Clients {
     /// Starts `clients` processes sharing `n` callbacks to `url` from `start_ms`, each with
-    /// `concurrency` in flight at most, all at once or (`rate`) paced per client.
+    /// `concurrency` in flight at most, all at once or (`rate`) paced per client, each
+    /// delivered callback recorded in the database at `record` if given.
     fn start(
         url: &str,
         n: usize,
@@ -163,6 +269,7 @@ impl Clients {
         concurrency: usize,
         start_ms: i64,
         rate: Option<f64>,
+        record: Option<&str>,
     ) -> anyhow::Result<Self> {
         // Beside this binary: the executor's client with the executor's allocator.
         let exe = std::env::current_exe()?.with_file_name("chime-bench-callbacks");
@@ -178,6 +285,9 @@ impl Clients {
                 .args(["--client", &c.to_string()]);
             if let Some(rate) = rate {
                 command.args(["--rate", &rate.to_string()]);
+            }
+            if let Some(db) = record {
+                command.args(["--record", db]);
             }
             let child = command
                 .stdin(Stdio::piped())
@@ -202,6 +312,7 @@ impl Clients {
             pids,
             // Set by `mark`, once the clients are up.
             cpu0: CpuSample::default(),
+            recording: record.is_some(),
         })
     }
 
@@ -243,7 +354,11 @@ impl Clients {
             .cpu0
             .per_thousand(&cpu1, n)
             .into_iter()
-            .filter(|(label, _)| label.starts_with("callbacks-") || label == "chime-bench")
+            .filter(|(label, _)| {
+                label.starts_with("callbacks-")
+                    || label == "chime-bench"
+                    || (self.recording && label == "postgres")
+            })
             .collect();
         Ok((failed, cpu))
     }

@@ -85,6 +85,10 @@ pub enum Scenario {
     /// their cost and lateness.
     #[value(name = "paced-floor")]
     PacedFloor,
+    /// The callback floor with each callback then recorded by one row update in PostgreSQL:
+    /// the ceiling of any durable timer service on this machine.
+    #[value(name = "durable-floor")]
+    DurableFloor,
     /// steady with timers created by batch before the first firing, their phases spread by
     /// `start_at` and their runs ended by `end_at`: not how users make them.
     #[value(name = "steady-bounded")]
@@ -104,7 +108,7 @@ pub struct Args {
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "burst,callback-floor,paced-floor,beside-burst,steady,every-second,overload,sparse,materialize,api,purge,workers,population"
+        default_value = "burst,callback-floor,durable-floor,paced-floor,beside-burst,steady,every-second,overload,sparse,materialize,api,purge,workers,population"
     )]
     pub scenarios: Vec<Scenario>,
     /// burst (and workers, once to workers and once over HTTP): one-shot timers due at the
@@ -351,8 +355,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 s,
                 Scenario::Materialize | Scenario::Purge | Scenario::Population
             );
-            if matches!(s, Scenario::CallbackFloor | Scenario::PacedFloor)
-                && setup != Setup::PostgresRedis
+            if matches!(
+                s,
+                Scenario::CallbackFloor | Scenario::DurableFloor | Scenario::PacedFloor
+            ) && setup != Setup::PostgresRedis
             {
                 eprintln!(
                     "scenario {s:?} on {}: skipped (no database: run once)",
@@ -383,6 +389,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 Scenario::Population => population(&args).await,
                 Scenario::BesideBurst => beside_burst(&args).await,
                 Scenario::CallbackFloor => callback_floor(&args).await,
+                Scenario::DurableFloor => durable_floor(&args).await,
                 Scenario::PacedFloor => paced_floor(&args).await,
                 Scenario::Overload => overload(&args).await,
             }
@@ -450,10 +457,24 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         side_by_side(&args.setups, &outcomes);
     }
     let comparison = (!peer_outcomes.is_empty()).then(|| compare(&outcomes, &peer_outcomes));
-    let floor_share = burst_share_of_floor(&outcomes);
+    let floor_share = burst_share_of(&outcomes, "callback-floor");
     if let Some(share) = floor_share {
         println!(
             "burst drain / callback floor: {:.0} % (the callbacks alone, on this machine now)",
+            share * 100.0
+        );
+    }
+    let durable_share = burst_share_of(&outcomes, "durable-floor");
+    let durable_of_floor = durable_share_of_callback_floor(&outcomes);
+    if let Some(share) = durable_share {
+        println!(
+            "burst drain / durable floor: {:.0} % (the callbacks each recorded by one row update)",
+            share * 100.0
+        );
+    }
+    if let Some(share) = durable_of_floor {
+        println!(
+            "durable floor / callback floor: {:.0} % (the most a burst that records each firing drains)",
             share * 100.0
         );
     }
@@ -510,6 +531,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         },
         "comparison": comparison,
         "burst_share_of_callback_floor": floor_share,
+        "burst_share_of_durable_floor": durable_share,
+        "durable_floor_share_of_callback_floor": durable_of_floor,
         "beside_paced_floor": paced,
         "targets_met": missed.is_empty(),
     });
@@ -532,17 +555,66 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The burst's drain rate over the callback floor's, when both ran on PostgreSQL + Redis:
-/// how much of what this machine can deliver over HTTP Chime drains, a figure that holds
-/// from one day's machine to another's better than either rate.
-fn burst_share_of_floor(outcomes: &[Outcome]) -> Option<f64> {
-    let figure = |scenario: &str, name: &str| {
-        outcomes
-            .iter()
-            .find(|o| o.scenario == scenario && o.setup == Setup::PostgresRedis)
-            .and_then(|o| o.figures.get(name)?.as_f64())
-    };
-    let drain = figure("burst", "drain_per_second")?;
-    let floor = figure("callback-floor", "callbacks_per_second")?;
+/// `name` of `scenario`'s figures, when it ran on PostgreSQL + Redis.
+fn figure_of(outcomes: &[Outcome], scenario: &str, name: &str) -> Option<f64> {
+    outcomes
+        .iter()
+        .find(|o| o.scenario == scenario && o.setup == Setup::PostgresRedis)
+        .and_then(|o| o.figures.get(name)?.as_f64())
+}
+
+/// The burst's drain rate over a floor's (`callback-floor` or `durable-floor`), when both ran
+/// on PostgreSQL + Redis: how much of what this machine can deliver Chime drains, a figure
+/// that holds from one day's machine to another's better than either rate.
+fn burst_share_of(outcomes: &[Outcome], floor: &str) -> Option<f64> {
+    let drain = figure_of(outcomes, "burst", "drain_per_second")?;
+    let floor = figure_of(outcomes, floor, "callbacks_per_second")?;
     (floor > 0.0).then(|| drain / floor)
+}
+
+/// The durable floor's rate over the callback floor's: what recording each callback by one
+/// row update leaves of the callbacks alone, the most a durable burst can drain as a share of
+/// the callback floor.
+fn durable_share_of_callback_floor(outcomes: &[Outcome]) -> Option<f64> {
+    let durable = figure_of(outcomes, "durable-floor", "callbacks_per_second")?;
+    let floor = figure_of(outcomes, "callback-floor", "callbacks_per_second")?;
+    (floor > 0.0).then(|| durable / floor)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outcome(scenario: &'static str, figures: Value) -> Outcome {
+        let mut o = Outcome::new(scenario);
+        o.figures = figures;
+        o
+    }
+
+    #[test]
+    fn the_burst_is_set_against_each_floor_and_the_durable_floor_against_the_callbacks() {
+        let outcomes = [
+            outcome("burst", json!({"drain_per_second": 20_000.0})),
+            outcome("callback-floor", json!({"callbacks_per_second": 50_000.0})),
+            outcome("durable-floor", json!({"callbacks_per_second": 40_000.0})),
+        ];
+        let share = |f: Option<f64>| (f.unwrap() * 1_000.0).round() / 1_000.0;
+        assert_eq!(share(burst_share_of(&outcomes, "callback-floor")), 0.4);
+        assert_eq!(share(burst_share_of(&outcomes, "durable-floor")), 0.5);
+        assert_eq!(share(durable_share_of_callback_floor(&outcomes)), 0.8);
+    }
+
+    #[test]
+    fn without_a_floor_or_on_another_setup_there_is_no_share() {
+        let burst = || outcome("burst", json!({"drain_per_second": 20_000.0}));
+        let floor = || outcome("callback-floor", json!({"callbacks_per_second": 5e4}));
+        let elsewhere = || {
+            let mut o = outcome("durable-floor", json!({"callbacks_per_second": 4e4}));
+            o.setup = Setup::MariadbRedis;
+            o
+        };
+        assert!(burst_share_of(&[burst()], "durable-floor").is_none());
+        assert!(burst_share_of(&[burst(), elsewhere(), floor()], "durable-floor").is_none());
+        assert!(durable_share_of_callback_floor(&[elsewhere(), floor()]).is_none());
+    }
 }
