@@ -18,32 +18,85 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use super::*;
 
 pub(super) async fn callback_floor(args: &Args) -> anyhow::Result<Outcome> {
-    let mut o = Outcome::new("callback-floor");
+    burst_floor(args, None).await
+}
+
+/// durable-floor: callback-floor's burst with each delivered callback's row then updated in
+/// PostgreSQL (`chime-bench-callbacks --record`), the rows written before the start as a
+/// burst's timers are. Its CPU counts PostgreSQL's beside the clients'.
+pub(super) async fn durable_floor(args: &Args) -> anyhow::Result<Outcome> {
+    let db = testkit::pg_unmigrated().await;
+    let pool = db.store.pool();
+    sqlx::query(
+        "CREATE TABLE durable_floor (id bigint PRIMARY KEY, run_at bigint NOT NULL, \
+         status text NOT NULL DEFAULT 'pending', attempt int NOT NULL DEFAULT 0, \
+         finished_at bigint)",
+    )
+    .execute(pool)
+    .await?;
+    let clients = args.executors.max(1);
+    for c in 0..clients {
+        // The ids `chime-bench-callbacks --client c` sends.
+        let count = args.burst / clients + usize::from(c < args.burst % clients);
+        let first = c as i64 * 1_000_000_000 + 1;
+        sqlx::query(
+            "INSERT INTO durable_floor (id, run_at) \
+             SELECT g, 0 FROM generate_series($1::bigint, $2::bigint) g",
+        )
+        .bind(first)
+        .bind(first + count as i64 - 1)
+        .execute(pool)
+        .await?;
+    }
+    sqlx::query("ANALYZE durable_floor").execute(pool).await?;
+    burst_floor(args, Some(&db)).await
+}
+
+/// A burst of `--burst` callbacks from one client process per executor, each recording its
+/// callbacks in `durable`'s `durable_floor` table when given.
+async fn burst_floor(args: &Args, durable: Option<&testkit::PgFixture>) -> anyhow::Result<Outcome> {
+    let (scenario, path, what) = match durable {
+        None => ("callback-floor", "/floor", "callbacks alone"),
+        Some(_) => ("durable-floor", "/durable", "callbacks, each recorded"),
+    };
+    let mut o = Outcome::new(scenario);
     let n = args.burst;
     let clients = args.executors.max(1);
     let concurrency = chime_runtime::Config::default().executor.max_per_host;
     let sink = Sink::start_lean().await?;
+    let record = durable.map(|db| db.url());
     // Time for the clients to start and build their HTTP client.
     let start_ms = now_ms() + 2_000;
     let mut run = Clients::start(
-        &sink.url("/floor"),
+        &sink.url(path),
         n,
         clients,
         concurrency,
         start_ms,
         None,
-        None,
+        record.as_deref(),
     )?;
     until(start_ms - 200).await;
     run.mark();
     let (failed, cpu) = run
         .finish(Duration::from_secs(60 + n as u64 / 1_000), n)
         .await?;
+    let recorded = match durable {
+        Some(db) => Some(
+            sqlx::query_scalar::<_, i64>(
+                "SELECT count(*) FROM durable_floor WHERE status = 'succeeded'",
+            )
+            .fetch_one(db.store.pool())
+            .await? as usize,
+        ),
+        None => None,
+    };
     let received = sink.received();
     let delivered = received.len();
-    if delivered < n || failed > 0 {
+    if delivered < n || failed > 0 || recorded.is_some_and(|r| r < n) {
+        let recorded = recorded.map_or(String::new(), |r| format!(", {r} recorded"));
         o.failed.push(format!(
-            "{delivered} of {n} callbacks received, {failed} failed"
+            "{delivered} of {n} callbacks received{recorded}, {failed} failed"
         ));
     }
     let last = received.iter().map(|r| r.at_ms).max().unwrap_or(start_ms);
@@ -51,21 +104,27 @@ pub(super) async fn callback_floor(args: &Args) -> anyhow::Result<Outcome> {
     let clients_cpu = total_but_sink(&cpu);
     let with_sink: f64 = cpu.values().sum();
     let cores = with_sink * rate / 1_000.0;
+    let with_db = if durable.is_some() {
+        " with PostgreSQL"
+    } else {
+        ""
+    };
     o.row(
-        "callbacks alone",
+        what,
         format!("{rate:.0}/s ({clients} clients, {concurrency} in flight each)"),
         "",
     );
     o.row(
         "cpu",
         format!(
-            "{clients_cpu:.3} s / 1,000 callbacks, {with_sink:.3} with the sink: {cores:.2} cores busy"
+            "{clients_cpu:.3} s / 1,000 callbacks{with_db}, {with_sink:.3} with the sink: {cores:.2} cores busy"
         ),
         "",
     );
     o.figures = json!({
         "callbacks": n,
         "delivered": delivered,
+        "recorded": recorded,
         "failed": failed,
         "clients": clients,
         "in_flight_per_client": concurrency,
@@ -157,95 +216,6 @@ pub(super) async fn paced_floor(args: &Args) -> anyhow::Result<Outcome> {
     figures.insert("clients".into(), json!(clients));
     figures.insert("seconds".into(), json!(args.floor_duration));
     o.figures = serde_json::Value::Object(figures);
-    Ok(o)
-}
-
-/// durable-floor: callback-floor's burst with each delivered callback's row then updated in
-/// PostgreSQL (`chime-bench-callbacks --record`), the rows written before the start as a
-/// burst's timers are. Its CPU counts PostgreSQL's beside the clients'.
-pub(super) async fn durable_floor(args: &Args) -> anyhow::Result<Outcome> {
-    let mut o = Outcome::new("durable-floor");
-    let n = args.burst;
-    let clients = args.executors.max(1);
-    let concurrency = chime_runtime::Config::default().executor.max_per_host;
-    let db = testkit::pg_unmigrated().await;
-    let pool = db.store.pool();
-    sqlx::query(
-        "CREATE TABLE durable_floor (id bigint PRIMARY KEY, run_at bigint NOT NULL, \
-         status text NOT NULL DEFAULT 'pending', attempt int NOT NULL DEFAULT 0, \
-         finished_at bigint)",
-    )
-    .execute(pool)
-    .await?;
-    for c in 0..clients {
-        // The ids `chime-bench-callbacks --client c` sends.
-        let count = n / clients + usize::from(c < n % clients);
-        let first = c as i64 * 1_000_000_000 + 1;
-        sqlx::query(
-            "INSERT INTO durable_floor (id, run_at) \
-             SELECT g, 0 FROM generate_series($1::bigint, $2::bigint) g",
-        )
-        .bind(first)
-        .bind(first + count as i64 - 1)
-        .execute(pool)
-        .await?;
-    }
-    sqlx::query("ANALYZE durable_floor").execute(pool).await?;
-    let sink = Sink::start_lean().await?;
-    let start_ms = now_ms() + 2_000;
-    let mut run = Clients::start(
-        &sink.url("/durable"),
-        n,
-        clients,
-        concurrency,
-        start_ms,
-        None,
-        Some(&db.url()),
-    )?;
-    until(start_ms - 200).await;
-    run.mark();
-    let (failed, cpu) = run
-        .finish(Duration::from_secs(60 + n as u64 / 1_000), n)
-        .await?;
-    let recorded: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM durable_floor WHERE status = 'succeeded'")
-            .fetch_one(pool)
-            .await?;
-    let received = sink.received();
-    let delivered = received.len();
-    if delivered < n || failed > 0 || recorded < n as i64 {
-        o.failed.push(format!(
-            "{delivered} of {n} callbacks received, {recorded} recorded, {failed} failed"
-        ));
-    }
-    let last = received.iter().map(|r| r.at_ms).max().unwrap_or(start_ms);
-    let rate = delivered as f64 / ((last - start_ms).max(1) as f64 / 1000.0);
-    let total = total_but_sink(&cpu);
-    let with_sink: f64 = cpu.values().sum();
-    o.row(
-        "callbacks, each recorded",
-        format!("{rate:.0}/s ({clients} clients, {concurrency} in flight each)"),
-        "",
-    );
-    o.row(
-        "cpu",
-        format!(
-            "{total:.3} s / 1,000 callbacks with PostgreSQL, {with_sink:.3} with the sink: {:.2} cores busy",
-            with_sink * rate / 1_000.0
-        ),
-        "",
-    );
-    o.figures = json!({
-        "callbacks": n,
-        "delivered": delivered,
-        "recorded": recorded,
-        "failed": failed,
-        "clients": clients,
-        "in_flight_per_client": concurrency,
-        "callbacks_per_second": rate,
-        "cores_busy": with_sink * rate / 1_000.0,
-        "cpu_seconds_per_1000": cpu,
-    });
     Ok(o)
 }
 
