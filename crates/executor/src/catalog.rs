@@ -81,6 +81,11 @@ pub const METRICS: &[MetricSpec] = &[
         "Callback start minus the occurrence's due time.",
     ),
     (
+        "chime_executor_claim_seconds",
+        Histogram,
+        "Time one claim round took, from a batch of accepted keys to their callbacks started or waiting for their due time; rounds run one after another, so a long one holds the keys behind it.",
+    ),
+    (
         "chime_executor_in_flight",
         Gauge,
         "Accepted task keys not finished yet (at most executor.max_in_flight).",

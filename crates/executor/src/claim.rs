@@ -36,12 +36,14 @@ pub(crate) async fn claim_loop(inner: Arc<Inner>, mut jobs: mpsc::UnboundedRecei
         gather(&inner, &mut jobs, &mut batch).await;
         let mut pending = std::mem::take(&mut batch);
         let mut backoff = Backoff::new();
+        let round = std::time::Instant::now();
         let claimed = loop {
             match inner.clone().claim_and_fire(&mut pending).await {
                 Err(e) if e.is_retryable() => backoff.pause("claim", &e).await,
                 done => break done,
             }
         };
+        metrics::histogram!("chime_executor_claim_seconds").record(round.elapsed().as_secs_f64());
         if let Err(e) = claimed {
             // Left pending in the database: the sweeper hands them out again.
             tracing::error!(error = %e, keys = pending.len(), "claim failed; dropping batch");
