@@ -380,6 +380,32 @@ pub(super) fn beside_paced_floor(
     (!out.is_empty()).then_some(Value::Object(out))
 }
 
+/// `name` of `scenario`'s figures, when it ran on PostgreSQL + Redis.
+fn figure_of(outcomes: &[Outcome], scenario: &str, name: &str) -> Option<f64> {
+    outcomes
+        .iter()
+        .find(|o| o.scenario == scenario && o.setup == Setup::PostgresRedis)
+        .and_then(|o| o.figures.get(name)?.as_f64())
+}
+
+/// The burst's drain rate over a floor's (`callback-floor` or `durable-floor`), when both ran
+/// on PostgreSQL + Redis: how much of what this machine can deliver Chime drains, a figure
+/// that holds from one day's machine to another's better than either rate.
+pub(super) fn burst_share_of(outcomes: &[Outcome], floor: &str) -> Option<f64> {
+    let drain = figure_of(outcomes, "burst", "drain_per_second")?;
+    let floor = figure_of(outcomes, floor, "callbacks_per_second")?;
+    (floor > 0.0).then(|| drain / floor)
+}
+
+/// The durable floor's rate over the callback floor's: what recording each callback by one
+/// row update leaves of the callbacks alone, the most a durable burst can drain as a share of
+/// the callback floor.
+pub(super) fn durable_share_of_callback_floor(outcomes: &[Outcome]) -> Option<f64> {
+    let durable = figure_of(outcomes, "durable-floor", "callbacks_per_second")?;
+    let floor = figure_of(outcomes, "callback-floor", "callbacks_per_second")?;
+    (floor > 0.0).then(|| durable / floor)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -427,5 +453,32 @@ mod tests {
         assert!(beside_paced_floor(std::slice::from_ref(&steady), 300, 200).is_none());
         let other_rate = outcome("paced-floor", json!({"at_5000": floor(5000, 0.1, 8)}));
         assert!(beside_paced_floor(&[other_rate, steady], 300, 200).is_none());
+    }
+
+    #[test]
+    fn the_burst_is_set_against_each_floor_and_the_durable_floor_against_the_callbacks() {
+        let outcomes = [
+            outcome("burst", json!({"drain_per_second": 20_000.0})),
+            outcome("callback-floor", json!({"callbacks_per_second": 50_000.0})),
+            outcome("durable-floor", json!({"callbacks_per_second": 40_000.0})),
+        ];
+        let share = |f: Option<f64>| (f.unwrap() * 1_000.0).round() / 1_000.0;
+        assert_eq!(share(burst_share_of(&outcomes, "callback-floor")), 0.4);
+        assert_eq!(share(burst_share_of(&outcomes, "durable-floor")), 0.5);
+        assert_eq!(share(durable_share_of_callback_floor(&outcomes)), 0.8);
+    }
+
+    #[test]
+    fn without_a_floor_or_on_another_setup_there_is_no_share() {
+        let burst = || outcome("burst", json!({"drain_per_second": 20_000.0}));
+        let floor = || outcome("callback-floor", json!({"callbacks_per_second": 5e4}));
+        let elsewhere = || {
+            let mut o = outcome("durable-floor", json!({"callbacks_per_second": 4e4}));
+            o.setup = Setup::MariadbRedis;
+            o
+        };
+        assert!(burst_share_of(&[burst()], "durable-floor").is_none());
+        assert!(burst_share_of(&[burst(), elsewhere(), floor()], "durable-floor").is_none());
+        assert!(durable_share_of_callback_floor(&[elsewhere(), floor()]).is_none());
     }
 }
