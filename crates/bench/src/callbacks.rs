@@ -94,7 +94,7 @@ pub async fn run(a: ClientArgs) -> anyhow::Result<()> {
             i
         })
         .map(|i| {
-            let id = a.client * 1_000_000_000 + i as i64 + 1;
+            let id = callback_id(a.client, i);
             let at = due(i);
             let occurrence = ClaimedOccurrence {
                 key: TaskKey::new(TimerId::new(id).unwrap_or(timer.id), at),
@@ -118,17 +118,12 @@ pub async fn run(a: ClientArgs) -> anyhow::Result<()> {
             })
         })
         .buffer_unordered(a.concurrency.max(1))
-        .filter_map(|sent| {
-            let delivered = match sent {
-                Ok((id, true)) => {
-                    if let Some(tx) = &record_tx {
-                        let _ = tx.send(id);
-                    }
-                    true
-                }
-                _ => false,
-            };
-            std::future::ready((!delivered).then_some(()))
+        .filter(|sent| {
+            // Delivered: recorded if asked; the rest are counted as failed.
+            if let (Ok((id, true)), Some(tx)) = (sent, &record_tx) {
+                let _ = tx.send(*id);
+            }
+            std::future::ready(!matches!(sent, Ok((_, true))))
         })
         .count()
         .await;
@@ -144,6 +139,11 @@ pub async fn run(a: ClientArgs) -> anyhow::Result<()> {
         .read_line(&mut rest)
         .await;
     Ok(())
+}
+
+/// The id of client `client`'s `i`-th callback: clients' ids never meet.
+pub fn callback_id(client: i64, i: usize) -> i64 {
+    client * 1_000_000_000 + i as i64 + 1
 }
 
 /// Records each delivered callback's row as an executor records outcomes: whatever has

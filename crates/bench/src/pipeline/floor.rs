@@ -15,6 +15,8 @@ use std::process::Stdio;
 
 use tokio::io::{AsyncBufReadExt, BufReader};
 
+use chime_bench::callbacks::callback_id;
+
 use super::*;
 
 pub(super) async fn callback_floor(args: &Args) -> anyhow::Result<Outcome> {
@@ -37,14 +39,13 @@ pub(super) async fn durable_floor(args: &Args) -> anyhow::Result<Outcome> {
     let clients = args.executors.max(1);
     for c in 0..clients {
         // The ids `chime-bench-callbacks --client c` sends.
-        let count = args.burst / clients + usize::from(c < args.burst % clients);
-        let first = c as i64 * 1_000_000_000 + 1;
+        let count = client_share(args.burst, clients, c);
         sqlx::query(
             "INSERT INTO durable_floor (id, run_at) \
              SELECT g, 0 FROM generate_series($1::bigint, $2::bigint) g",
         )
-        .bind(first)
-        .bind(first + count as i64 - 1)
+        .bind(callback_id(c as i64, 0))
+        .bind(callback_id(c as i64, count - 1))
         .execute(pool)
         .await?;
     }
@@ -219,6 +220,11 @@ pub(super) async fn paced_floor(args: &Args) -> anyhow::Result<Outcome> {
     Ok(o)
 }
 
+/// Client `c`'s share of `n` callbacks among `clients`: the first `n % clients` take one more.
+fn client_share(n: usize, clients: usize, c: usize) -> usize {
+    n / clients + usize::from(c < n % clients)
+}
+
 /// The `chime-bench-callbacks` processes of one floor run, with the CPU they have used.
 struct Clients {
     children: Vec<tokio::process::Child>,
@@ -245,7 +251,7 @@ impl Clients {
         let exe = std::env::current_exe()?.with_file_name("chime-bench-callbacks");
         let mut children = Vec::new();
         for c in 0..clients {
-            let count = n / clients + usize::from(c < n % clients);
+            let count = client_share(n, clients, c);
             let mut command = tokio::process::Command::new(&exe);
             command
                 .args(["--url", url])
@@ -342,12 +348,7 @@ pub(super) fn beside_paced_floor(
     rate: usize,
     fast_rate: usize,
 ) -> Option<Value> {
-    let of = |scenario: &str| {
-        outcomes
-            .iter()
-            .find(|o| o.scenario == scenario && o.setup == Setup::PostgresRedis)
-            .map(|o| &o.figures)
-    };
+    let of = |scenario: &str| figures_of(outcomes, scenario);
     let floor = of("paced-floor")?;
     let cpu_total = |f: &Value| -> Option<f64> {
         f["cpu_total_per_1000"].as_f64().or_else(|| {
@@ -380,30 +381,41 @@ pub(super) fn beside_paced_floor(
     (!out.is_empty()).then_some(Value::Object(out))
 }
 
-/// `name` of `scenario`'s figures, when it ran on PostgreSQL + Redis.
-fn figure_of(outcomes: &[Outcome], scenario: &str, name: &str) -> Option<f64> {
+/// `scenario`'s figures, when it ran on PostgreSQL + Redis.
+pub(super) fn figures_of<'a>(outcomes: &'a [Outcome], scenario: &str) -> Option<&'a Value> {
     outcomes
         .iter()
         .find(|o| o.scenario == scenario && o.setup == Setup::PostgresRedis)
-        .and_then(|o| o.figures.get(name)?.as_f64())
+        .map(|o| &o.figures)
 }
 
-/// The burst's drain rate over a floor's (`callback-floor` or `durable-floor`), when both ran
-/// on PostgreSQL + Redis: how much of what this machine can deliver Chime drains, a figure
-/// that holds from one day's machine to another's better than either rate.
+/// `scenario`'s rate (its figure `rate`) over `floor`'s callbacks per second, when both ran
+/// on PostgreSQL + Redis.
+fn share_of(outcomes: &[Outcome], scenario: &str, rate: &str, floor: &str) -> Option<f64> {
+    let rate = figures_of(outcomes, scenario)?.get(rate)?.as_f64()?;
+    let floor = figures_of(outcomes, floor)?
+        .get("callbacks_per_second")?
+        .as_f64()?;
+    (floor > 0.0).then(|| rate / floor)
+}
+
+/// The burst's drain rate over a floor's (`callback-floor` or `durable-floor`): how much of
+/// what this machine can deliver Chime drains, a figure that holds from one day's machine
+/// to another's better than either rate.
 pub(super) fn burst_share_of(outcomes: &[Outcome], floor: &str) -> Option<f64> {
-    let drain = figure_of(outcomes, "burst", "drain_per_second")?;
-    let floor = figure_of(outcomes, floor, "callbacks_per_second")?;
-    (floor > 0.0).then(|| drain / floor)
+    share_of(outcomes, "burst", "drain_per_second", floor)
 }
 
 /// The durable floor's rate over the callback floor's: what recording each callback by one
 /// row update leaves of the callbacks alone, the most a durable burst can drain as a share of
 /// the callback floor.
 pub(super) fn durable_share_of_callback_floor(outcomes: &[Outcome]) -> Option<f64> {
-    let durable = figure_of(outcomes, "durable-floor", "callbacks_per_second")?;
-    let floor = figure_of(outcomes, "callback-floor", "callbacks_per_second")?;
-    (floor > 0.0).then(|| durable / floor)
+    share_of(
+        outcomes,
+        "durable-floor",
+        "callbacks_per_second",
+        "callback-floor",
+    )
 }
 
 #[cfg(test)]

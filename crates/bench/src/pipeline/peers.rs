@@ -460,11 +460,7 @@ pub(super) fn compare(chime: &[Outcome], peers: &[(Peer, Outcome)]) -> Value {
     println!();
     let mut rows = Vec::new();
     for c in COMPARED {
-        let Some(ours) = chime
-            .iter()
-            .find(|o| o.scenario == c.scenario && o.setup == Setup::PostgresRedis)
-            .and_then(|o| (c.pick)(&o.figures))
-        else {
+        let Some(ours) = figures_of(chime, c.scenario).and_then(c.pick) else {
             continue;
         };
         print!("{:<8} {:<26} {:>10}", c.scenario, c.measure, figure(ours));
