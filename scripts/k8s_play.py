@@ -4,7 +4,9 @@ Builds an image from this tree's binaries with deploy/Dockerfile's runtime stage
 migrate Job and the Deployments on a podman network of their own, waits for every readiness
 probe, creates a timer through the gateway and receives its callback, then fires 500
 one-shots while the executors go from 2 to 3 and one executor pod is deleted: none may be
-lost. Lost and duplicated counts come from the callback sink's own record.
+lost. Lost and duplicated counts come from the callback sink's own record. Pods are removed
+by name, before each play (a pod an interrupted run left, planted on purpose before the
+Deployments) and after the run, which fails if one is left.
 
 Podman is not Kubernetes; what it lacks is bridged here and nowhere in k8s/ (docs/deploy.md,
 "Running the manifests locally"):
@@ -233,6 +235,27 @@ def containers(prefix, stopped=False):
     return sorted(n for n in names if n.startswith(prefix) and not n.endswith("-infra"))
 
 
+def pod_prefixes(docs):
+    """The names the pods of these manifests get: `<name>-pod-<i>` for a Deployment's replicas."""
+    return tuple(d["metadata"]["name"] + ("-pod-" if d["kind"] == "Deployment" else "")
+                 for d in docs if d["kind"] in ("Deployment", "Pod"))
+
+
+def pods(prefixes):
+    return [n for n in podman("pod", "ps", "--format", "{{.Name}}").splitlines()
+            if n.startswith(prefixes)]
+
+
+def remove_pods(prefixes):
+    """Removes the pods these prefixes name, one by one. Not `kube down` or `kube play
+    --replace`: podman 4.3 stops at a Deployment's first replica that is already gone (the
+    deleted executor's), leaving the replicas after it behind to fail the next play."""
+    gone = pods(prefixes)
+    for name in gone:
+        podman("pod", "rm", "-f", "-t", "5", name, check=False)
+    return gone
+
+
 def readiness_urls(deployments):
     """Each running container's readinessProbe as a URL on its pod IP."""
     urls = {}
@@ -278,7 +301,7 @@ def main():
     database_url = os.environ["CHIME_TEST_DATABASE_URL"]
     os.makedirs(WORK, exist_ok=True)
     network, tag, db = f"chime-play-{RUN}", f"localhost/chime:play-{RUN}", f"chime_play_{RUN}"
-    cleanups = []
+    cleanups, played_prefixes, ok = [], [], False
     try:
         size = build_image(tag, bins)
         cleanups.append(lambda: podman("rmi", "-f", tag, check=False))
@@ -334,10 +357,13 @@ def main():
 
         def play(name, docs):
             path = dump(name, configmaps + docs)
-            cleanups.append(lambda: podman("kube", "down", path, check=False))
-            # --replace: a pod of the same name left by a run whose clean-up did not finish
-            # (seen once: "pod already exists") is removed first instead of failing the play.
-            podman("kube", "play", "--replace", "--network", network, path)
+            prefixes = pod_prefixes(docs)
+            played_prefixes.extend(prefixes)
+            cleanups.append(lambda: remove_pods(prefixes))
+            stale = remove_pods(prefixes)
+            if stale:
+                say(f"removed pods an earlier run left behind: {', '.join(stale)}")
+            podman("kube", "play", "--network", network, path)
 
         play("migrate.yaml", [migrate])
         job = f"{migrate['metadata']['name']}-{migrate['spec']['containers'][0]['name']}"
@@ -348,6 +374,9 @@ def main():
             sys.exit(f"k8s-play: the migration exited {code}:\n{podman('logs', job)}")
         say("migrate Job: schema applied")
 
+        # What a run stopped before its clean-up leaves (CI once failed on it: "pod already
+        # exists"): a pod named as an executor replica. The play must remove it, not fail.
+        podman("pod", "create", "--name", "chime-executor-pod-1")
         t0 = time.monotonic()
         play("deployments.yaml", deployments)
         urls = wait_ready(deployments)
@@ -439,6 +468,7 @@ def main():
               f"lost 0, duplicates {dups}, lateness p50 {p50:.0f} ms p99 {p99:.0f} ms; "
               f"outcomes per live executor {per_executor}; "
               f"{time.monotonic() - started:.0f}s in all", flush=True)
+        ok = True
     finally:
         for name in containers("chime-", stopped=True):
             keep_logs(name)
@@ -447,6 +477,9 @@ def main():
                 undo()
             except Exception as e:  # cleanup goes on whatever one step did
                 print(f"k8s-play: cleanup: {e}", file=sys.stderr)
+        left = pods(tuple(played_prefixes))
+        if ok and left:
+            sys.exit(f"k8s-play: the clean-up left pods behind: {', '.join(left)}")
 
 
 def _millis(rfc3339):
