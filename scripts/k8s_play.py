@@ -242,7 +242,7 @@ def pod_prefixes(docs):
 
 
 def pods(prefixes):
-    return [n for n in podman("pod", "ps", "--format", "{{.Name}}").splitlines()
+    return [n for n in podman("pod", "ps", "--format", "{{.Name}}", check=False).splitlines()
             if n.startswith(prefixes)]
 
 
