@@ -236,14 +236,16 @@ def containers(prefix, stopped=False):
 
 
 def pod_prefixes(docs):
-    """The names the pods of these manifests get: `<name>-pod-<i>` for a Deployment's replicas."""
+    """What the pods of these manifests are named: a Pod by its name, a Deployment's
+    replicas `<name>-pod-<i>` (matched by the prefix `<name>-pod-`)."""
     return tuple(d["metadata"]["name"] + ("-pod-" if d["kind"] == "Deployment" else "")
                  for d in docs if d["kind"] in ("Deployment", "Pod"))
 
 
 def pods(prefixes):
-    return [n for n in podman("pod", "ps", "--format", "{{.Name}}", check=False).splitlines()
-            if n.startswith(prefixes)]
+    names = podman("pod", "ps", "--format", "{{.Name}}", check=False).splitlines()
+    return [n for n in names
+            if any(n == p or (p.endswith("-pod-") and n.startswith(p)) for p in prefixes)]
 
 
 def remove_pods(prefixes):
@@ -377,6 +379,7 @@ def main():
         # What a run stopped before its clean-up leaves (CI once failed on it: "pod already
         # exists"): a pod named as an executor replica. The play must remove it, not fail.
         podman("pod", "create", "--name", "chime-executor-pod-1")
+        cleanups.append(lambda: podman("pod", "rm", "-f", "chime-executor-pod-1", check=False))
         t0 = time.monotonic()
         play("deployments.yaml", deployments)
         urls = wait_ready(deployments)
