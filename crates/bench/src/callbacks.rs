@@ -118,13 +118,13 @@ pub async fn run(a: ClientArgs) -> anyhow::Result<()> {
             })
         })
         .buffer_unordered(a.concurrency.max(1))
-        .filter(|sent| {
-            // Delivered: recorded if asked; the rest are counted as failed.
+        // Delivered: recorded if asked; the rest are counted as failed.
+        .inspect(|sent| {
             if let (Ok((id, true)), Some(tx)) = (sent, &record_tx) {
                 let _ = tx.send(*id);
             }
-            std::future::ready(!matches!(sent, Ok((_, true))))
         })
+        .filter(|sent| std::future::ready(!matches!(sent, Ok((_, true)))))
         .count()
         .await;
     drop(record_tx);

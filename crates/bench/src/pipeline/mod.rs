@@ -458,25 +458,28 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     }
     let comparison = (!peer_outcomes.is_empty()).then(|| compare(&outcomes, &peer_outcomes));
     let floor_share = burst_share_of(&outcomes, "callback-floor");
-    if let Some(share) = floor_share {
-        println!(
-            "burst drain / callback floor: {:.0} % (the callbacks alone, on this machine now)",
-            share * 100.0
-        );
-    }
     let durable_share = burst_share_of(&outcomes, "durable-floor");
     let durable_of_floor = durable_share_of_callback_floor(&outcomes);
-    if let Some(share) = durable_share {
-        println!(
-            "burst drain / durable floor: {:.0} % (the callbacks each recorded by one row update)",
-            share * 100.0
-        );
-    }
-    if let Some(share) = durable_of_floor {
-        println!(
-            "durable floor / callback floor: {:.0} % (the most a burst that records each firing drains)",
-            share * 100.0
-        );
+    for (share, ratio, gloss) in [
+        (
+            floor_share,
+            "burst drain / callback floor",
+            "the callbacks alone, on this machine now",
+        ),
+        (
+            durable_share,
+            "burst drain / durable floor",
+            "the callbacks each recorded by one row update",
+        ),
+        (
+            durable_of_floor,
+            "durable floor / callback floor",
+            "the most a burst that records each firing drains",
+        ),
+    ] {
+        if let Some(share) = share {
+            println!("{ratio}: {:.0} % ({gloss})", share * 100.0);
+        }
     }
     let paced = beside_paced_floor(&outcomes, args.rate, args.fast_rate);
     for (scenario, f) in paced.iter().filter_map(|v| v.as_object()).flatten() {
