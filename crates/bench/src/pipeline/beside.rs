@@ -48,12 +48,7 @@ pub(super) async fn beside_burst(args: &Args) -> anyhow::Result<Outcome> {
     )
     .await;
     // Where keys waited or went back, for reading the lateness below.
-    let counts: Vec<String> = d
-        .hand_off_counts()
-        .await
-        .iter()
-        .map(|(name, n)| format!("{name} {n:.0}"))
-        .collect();
+    let counts = Deployment::hand_off_line(&d.hand_off_counts().await);
     let received = d.sink.received();
     d.stop().await;
     let of_path = |path: &str| {
@@ -104,7 +99,7 @@ pub(super) async fn beside_burst(args: &Args) -> anyhow::Result<Outcome> {
         "",
     );
     lateness_row(&mut o, "burst lateness", &Lateness::of(&burst), "");
-    o.row("keys refused, waiting, handed back", counts.join(", "), "");
+    o.row("keys refused, waiting, handed back", counts, "");
     lateness_row(&mut o, "every second, before the burst", &l_before, "");
     lateness_row(
         &mut o,

@@ -140,6 +140,15 @@ impl Deployment {
         counts
     }
 
+    /// [`Self::hand_off_counts`] as one line of a report.
+    pub(super) fn hand_off_line(counts: &[(&'static str, f64)]) -> String {
+        counts
+            .iter()
+            .map(|(name, n)| format!("{name} {n:.0}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
     pub(super) async fn stop(mut self) {
         self.cluster.stop().await;
     }

@@ -152,5 +152,6 @@ pub(super) fn counter(text: &str, name: &str) -> f64 {
     text.lines()
         .filter(|l| l.starts_with(name))
         .filter_map(|l| l.split_whitespace().last()?.parse::<f64>().ok())
-        .sum()
+        // From +0: a float `sum` of nothing is -0, printed "-0".
+        .fold(0.0, |a, b| a + b)
 }

@@ -179,6 +179,8 @@ pub(super) async fn periodic(
             Duration::from_secs(2),
         )
         .await;
+    // Where keys waited or went back on their way, for reading the lateness.
+    let hand_offs = d.hand_off_counts().await;
     d.stop().await;
     dump(args, name, &ds)?;
     let (delivered, duplicates) = report_delivery(&mut o, rate, firing.took(), expected, &ds);
@@ -204,7 +206,13 @@ pub(super) async fn periodic(
         "create_seconds": firing.took().as_secs_f64(),
         "measured_from_second": (measured_from - start) as f64 / 1000.0,
         "cpu_seconds_per_1000": cpu,
+        "hand_off_counts": hand_offs.iter().copied().collect::<std::collections::BTreeMap<_, _>>(),
     });
+    o.row(
+        "hand-offs that waited or went back",
+        Deployment::hand_off_line(&hand_offs),
+        "",
+    );
     statements_row(&mut o, statements0.zip(statements1), measured);
     Ok(Periodic {
         o,
