@@ -155,3 +155,16 @@ pub(super) fn counter(text: &str, name: &str) -> f64 {
         // From +0: a float `sum` of nothing is -0, printed "-0".
         .fold(0.0, |a, b| a + b)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::counter;
+
+    #[test]
+    fn a_counter_sums_its_series_and_reads_zero_when_absent() {
+        let text = "# HELP x\nchime_a_total{reason=\"full\"} 3\nchime_a_total{reason=\"gone\"} 4\nchime_b_total 9\n";
+        assert_eq!(counter(text, "chime_a_total"), 7.0);
+        // Printed as a report prints it: an absent counter is "0", never "-0".
+        assert_eq!(format!("{:.0}", counter(text, "chime_c_total")), "0");
+    }
+}
