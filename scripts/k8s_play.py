@@ -378,8 +378,9 @@ def main():
 
         # What a run stopped before its clean-up leaves (CI once failed on it: "pod already
         # exists"): a pod named as an executor replica. The play must remove it, not fail.
-        podman("pod", "create", "--name", "chime-executor-pod-1")
-        cleanups.append(lambda: podman("pod", "rm", "-f", "chime-executor-pod-1", check=False))
+        planted = "chime-executor-pod-1"
+        podman("pod", "create", "--name", planted)
+        cleanups.append(lambda: podman("pod", "rm", "-f", planted, check=False))
         t0 = time.monotonic()
         play("deployments.yaml", deployments)
         urls = wait_ready(deployments)
@@ -480,8 +481,8 @@ def main():
                 undo()
             except Exception as e:  # cleanup goes on whatever one step did
                 print(f"k8s-play: cleanup: {e}", file=sys.stderr)
-        left = pods(tuple(played_prefixes))
-        if ok and left:
+        left = pods(tuple(played_prefixes)) if ok else []
+        if left:
             sys.exit(f"k8s-play: the clean-up left pods behind: {', '.join(left)}")
 
 
