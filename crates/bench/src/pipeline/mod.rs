@@ -43,7 +43,9 @@ mod periodic;
 mod pgstatements;
 mod pgwork;
 mod population;
+mod pressure;
 mod purge;
+mod timed;
 mod unbounded;
 mod workers;
 
@@ -61,6 +63,7 @@ use pgstatements::{PgStatements, statements_row};
 use pgwork::*;
 use population::*;
 use purge::*;
+use timed::*;
 use unbounded::*;
 use workers::*;
 
