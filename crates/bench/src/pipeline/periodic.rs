@@ -110,17 +110,7 @@ pub(super) async fn periodic(
     let (start, end) = (firing.start, firing.start + seconds as i64 * 1000);
     let gather = Gather::start(d.sink.clone(), start, end);
     // From before the first firing, so the window of the creates has its figure too.
-    let pressure = tokio::spawn(async move {
-        let mut p = super::pressure::Pressure::default();
-        let mut tick = tokio::time::interval(Duration::from_secs(1));
-        while now_ms() < end + 1_000 {
-            tick.tick().await;
-            if p.sample().is_none() {
-                break;
-            }
-        }
-        p
-    });
+    let pressure = tokio::spawn(super::pressure::Pressure::read_until(end + 1_000));
     // CPU is measured from the last create on: creating timers is the api scenario's.
     let firing = firing.created().await?;
     let measured_from = now_ms().max(start);

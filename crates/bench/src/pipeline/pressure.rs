@@ -33,9 +33,22 @@ pub(super) struct WindowPressure {
 }
 
 impl Pressure {
-    /// Takes one reading; `None` where the kernel has no pressure file (then nothing is
-    /// reported).
-    pub fn sample(&mut self) -> Option<()> {
+    /// Reads once a second until `end_ms` (Unix ms); stops at once where the kernel has no
+    /// pressure file, and then nothing is reported.
+    pub async fn read_until(end_ms: i64) -> Self {
+        let mut p = Self::default();
+        let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+        while now_ms() < end_ms {
+            tick.tick().await;
+            if p.sample().is_none() {
+                break;
+            }
+        }
+        p
+    }
+
+    /// Takes one reading; `None` where the kernel has no pressure file.
+    fn sample(&mut self) -> Option<()> {
         let text = std::fs::read_to_string(PSI_CPU).ok()?;
         let some_us = some_total(&text)?;
         self.readings.push(Reading {
@@ -49,15 +62,14 @@ impl Pressure {
     /// its share of time under pressure (the counter read at the window's edges, taken
     /// linearly between the nearest readings).
     pub fn windows(&self, start_ms: i64, window_ms: i64) -> Vec<WindowPressure> {
-        let (Some(first), Some(last)) = (self.readings.first(), self.readings.last()) else {
+        let Some(last) = self.readings.last() else {
             return Vec::new();
         };
         let mut out = Vec::new();
         let mut from = start_ms;
         while from + window_ms <= last.at_ms {
-            if from >= first.at_ms
-                && let (Some(a), Some(b)) = (self.at(from), self.at(from + window_ms))
-            {
+            // `at` has no value before the first reading: such a window is left out.
+            if let (Some(a), Some(b)) = (self.at(from), self.at(from + window_ms)) {
                 out.push(WindowPressure {
                     from_second: (from - start_ms) / 1000,
                     some: ((b - a) / (window_ms as f64 * 1000.0)).clamp(0.0, 1.0),
@@ -68,14 +80,14 @@ impl Pressure {
         out
     }
 
-    /// The counter at `at_ms`, between the readings around it.
+    /// The counter at `at_ms`, between the readings around it; `None` outside them.
     fn at(&self, at_ms: i64) -> Option<f64> {
         let i = self.readings.partition_point(|r| r.at_ms < at_ms);
         let after = self.readings.get(i)?;
-        if after.at_ms == at_ms || i == 0 {
-            return (after.at_ms == at_ms).then_some(after.some_us as f64);
+        if after.at_ms == at_ms {
+            return Some(after.some_us as f64);
         }
-        let before = self.readings[i - 1];
+        let before = self.readings.get(i.checked_sub(1)?)?;
         let span = (after.at_ms - before.at_ms) as f64;
         let part = (at_ms - before.at_ms) as f64 / span;
         Some(before.some_us as f64 + part * (after.some_us as f64 - before.some_us as f64))
