@@ -207,6 +207,17 @@ async fn timers_fire_once_on_time_in_chime_dev() {
 }
 
 async fn scenario(mode: Mode, mut cluster: Cluster) {
+    // Every process runs on small pages (chime_runtime::memory): huge ones cost an
+    // executor a sixth of its CPU zeroing them as a burst began.
+    for s in &cluster.services {
+        let off = chime_runtime::memory::huge_pages_off(s.pid());
+        assert_ne!(
+            off,
+            Some(false),
+            "{} runs with transparent huge pages",
+            s.name
+        );
+    }
     let sink = Sink::start().await.unwrap();
     let client = chime_test_support::deploy::api_client().build().unwrap();
     let rest = cluster.rest.clone();

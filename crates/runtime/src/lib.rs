@@ -6,6 +6,7 @@ pub mod auth;
 mod build_info;
 mod config;
 pub mod fleet;
+pub mod memory;
 mod roster;
 mod shutdown;
 mod telemetry;

@@ -79,6 +79,7 @@ impl CommonArgs {
         let Some(config) = self.load_or_dump(defaults, &mut std::io::stdout())? else {
             return Ok(());
         };
+        crate::memory::without_huge_pages();
         build_runtime(config.worker_threads, default)?.block_on(async {
             crate::init_tracing(&config.log);
             service(config).await
