@@ -12,9 +12,9 @@
 //! remembers to set it.
 
 /// Turns transparent huge pages off for this process (and what it starts), whatever its
-/// allocator advises. [`crate::CommonArgs::run`] calls it before the runtime starts, so
-/// every service and `chime dev` run so; a kernel that refuses is reported on stderr and
-/// changes nothing else.
+/// allocator advises. [`crate::CommonArgs::run_over`] (which `run` goes through) calls it
+/// before the runtime starts, so every service and `chime dev` run so; a kernel that
+/// refuses is reported on stderr and changes nothing else.
 pub fn without_huge_pages() {
     #[cfg(target_os = "linux")]
     if let Err(e) = rustix::thread::disable_transparent_huge_pages(true) {
