@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::Job;
-use crate::lanes::{Lanes, Permits};
+use crate::lanes::{Lanes, Permit, Permits};
 use chime_domain::{Bucket, Clock, TaskKey};
 use chime_storage::{HotEntry, HotWrites};
 
@@ -101,9 +101,18 @@ impl Drop for HostSlot {
                 .as_millis()
                 .saturating_sub(s.as_millis())
         });
-        let next = self.hosts.release(&self.host, took);
-        self.hosts.resume(&self.host, next);
+        let released = self.hosts.release(&self.host, took);
+        self.hosts.resume(released);
     }
+}
+
+/// What one callback's end lets go of its host's queue.
+#[derive(Default)]
+struct Released {
+    /// Keys that took an in-flight permit: on to their claim.
+    resumed: Vec<(Waiting, Permit)>,
+    /// Keys with no permit and no callback of their host running to try again for them.
+    deferred: Vec<Waiting>,
 }
 
 impl Hosts {
@@ -184,11 +193,18 @@ impl Hosts {
 
     /// A callback to `host` ended (after `took` ms, if it started): its slot goes to the
     /// host's next waiting key, if any. A host found fast lets its waiting keys go together,
-    /// as many as there are permits free, so they are claimed together rather than one per
-    /// finished callback; the others stay for the next callback to end (taking them all
-    /// each time, and putting back those without a permit, cost every callback's end the
-    /// whole queue in a burst).
-    fn release(&self, host: &str, took: Option<i64>) -> Vec<Waiting> {
+    /// as many as take a permit, so they are claimed together rather than one per finished
+    /// callback. Each takes its permit here, from the head of the queue, and the first that
+    /// finds none stops the round in its place: the next callback to end tries again (taking
+    /// as many as the free permits out and putting back those that found none moved
+    /// hundreds of keys at every callback's end in a burst, whose keys are held to their
+    /// instant's share while other permits stand free). Keys on time wait ahead of a
+    /// backlog's and resume into their own claim queue. When none of the host's callbacks
+    /// runs, the keys this round would have let go that found no permit are deferred: no
+    /// end is left to try again for them. (Keys resumed just before are on their way to a
+    /// claim, not yet running: deferring the whole queue whenever none was running sent
+    /// thousands of a burst's keys back in its last moments.)
+    fn release(&self, host: &str, took: Option<i64>) -> Released {
         let mut state = self.state();
         let mut fast = false;
         if let Some(ms) = took {
@@ -200,45 +216,56 @@ impl Hosts {
             *avg = (*avg * 4 + ms) / 5;
             fast = *avg < FAST.as_millis() as u64;
         }
+        let mut running = 0;
         if let Some(n) = state.running.get_mut(host) {
             *n = n.saturating_sub(1);
+            running = *n;
             if *n == 0 {
                 state.running.remove(host);
             }
         }
-        let next: Vec<Waiting> = match state.waiting.get_mut(host) {
-            Some(q) if fast => {
-                let free = self.permits.available().max(1);
-                q.drain(..q.len().min(free)).collect()
-            }
-            Some(q) => q.pop_front().into_iter().collect(),
-            None => Vec::new(),
+        let mut out = Released::default();
+        let Some(queue) = state.waiting.get_mut(host) else {
+            return out;
         };
+        let round = if fast {
+            queue.len().min(self.permits.available().max(1))
+        } else {
+            1
+        };
+        let now = self.clock.now();
+        while out.resumed.len() < round {
+            let Some(w) = queue.pop_front() else { break };
+            match self.permits.try_take(w.on_time, w.key.run_at, now) {
+                Some(permit) => out.resumed.push((w, permit)),
+                None => {
+                    queue.push_front(w);
+                    if running == 0 {
+                        let rest = (round - out.resumed.len()).min(queue.len());
+                        out.deferred.extend(queue.drain(..rest));
+                    }
+                    break;
+                }
+            }
+        }
         // Resumed keys pass `admit` again on their way to the claim.
-        state.waiting_total -= next.len();
-        if state.waiting.get(host).is_some_and(VecDeque::is_empty) {
+        let left = queue.is_empty();
+        state.waiting_total -= out.resumed.len() + out.deferred.len();
+        if left {
             state.waiting.remove(host);
         }
-        next
+        out
     }
 
-    /// Sends waiting keys of `host` back to be claimed, each with a permit, in the lane it
-    /// came in. From the first that finds no permit on, they wait again at the head of the
-    /// queue if a callback of `host` is still running (its end tries again), else they are
-    /// deferred. (Keys resumed just before are on their way to a claim, not yet running:
-    /// deferring the whole queue whenever none was running sent thousands of a burst's
-    /// keys back in its last moments.)
-    fn resume(&self, host: &str, next: Vec<Waiting>) {
-        let mut next = next.into_iter();
-        let mut stuck = Vec::new();
-        for w in next.by_ref() {
-            let Some(permit) = self
-                .permits
-                .try_take(w.on_time, w.key.run_at, self.clock.now())
-            else {
-                stuck.push(w);
-                break;
-            };
+    /// Sends the keys a callback's end let go back to be claimed, each with its permit, in
+    /// the lane it came in, and hands back those deferred.
+    fn resume(&self, released: Released) {
+        let mut deferred: Vec<(TaskKey, Bucket)> = released
+            .deferred
+            .into_iter()
+            .map(|w| (w.key, w.bucket))
+            .collect();
+        for (w, permit) in released.resumed {
             let job = Job {
                 key: w.key,
                 permit,
@@ -246,24 +273,10 @@ impl Hosts {
                 on_time: w.on_time,
             };
             if let Err(lost) = self.lanes.send(job, w.on_time) {
-                self.defer(vec![(lost.key, w.bucket)]);
+                deferred.push((lost.key, w.bucket));
             }
         }
-        stuck.extend(next);
-        if stuck.is_empty() {
-            return;
-        }
-        let mut state = self.state();
-        if state.running.get(host).is_some_and(|n| *n > 0) {
-            state.waiting_total += stuck.len();
-            let queue = state.waiting.entry(host.to_owned()).or_default();
-            for w in stuck.into_iter().rev() {
-                queue.push_front(w);
-            }
-            return;
-        }
-        drop(state);
-        self.defer(stuck.into_iter().map(|w| (w.key, w.bucket)).collect());
+        self.defer(deferred);
     }
 
     /// Hands keys back to the hot index, due [`DEFER`] from now. Without one (or if the
@@ -455,6 +468,41 @@ mod tests {
         assert_eq!(resumed.each_ref().map(|j| j.key), [key(2), key(3)]);
         assert!(jobs.try_recv().is_err());
         assert_eq!(hosts.waiting(), 3);
+    }
+
+    #[tokio::test]
+    async fn keys_held_to_their_instants_share_keep_their_place_while_other_permits_stand_free() {
+        let (permits, hosts, mut jobs) = capped(2, 10);
+        let run = |n| match admit(&hosts, "h:80", n) {
+            Admission::Run(mut slot) => {
+                slot.begin();
+                slot
+            }
+            _ => panic!("{n} runs"),
+        };
+        let (first, second) = (run(1), run(2));
+        for n in 3..=7 {
+            assert!(matches!(admit(&hosts, "h:80", n), Admission::Queued));
+        }
+        // The waiting keys' instant holds its whole share (a backlog alone: 7 of 10), three
+        // permits stand free for other instants.
+        let now = SystemClock.now();
+        let mut held: Vec<_> = (0..)
+            .map_while(|_| permits.try_take(false, key(1).run_at, now))
+            .collect();
+        assert_eq!((held.len(), permits.available()), (7, 3));
+        // Fast, and three permits free, but none for these keys: all keep their place.
+        drop(first);
+        assert!(jobs.try_recv().is_err());
+        assert_eq!(hosts.waiting(), 5, "nothing deferred while the host runs");
+        // One of the instant's permits comes back: the head takes it, the next stays.
+        held.pop();
+        drop(second);
+        assert_eq!(jobs.recv().await.unwrap().key, key(3));
+        assert!(jobs.try_recv().is_err());
+        // Nothing of the host runs now: the rest of that round (as many as were free) is
+        // handed back; what is left waits.
+        assert_eq!(hosts.waiting(), 1);
     }
 
     #[tokio::test]
