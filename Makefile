@@ -56,6 +56,7 @@ test: ## Run every test, against real PostgreSQL and Redis (started here if none
 	$(BUILD)
 	$(TEST_SERVICES) $(TEST_CMD)
 	python3 -m unittest discover -s scripts/bench-compare -p 'test_*.py'
+	python3 -m unittest discover -s scripts/profile -p 'test_*.py'
 	@# The browser tests wait for what a page shows, not for the clock, and use ports of their
 	@# own: they run beside the end-to-end tests, their output after them.
 	@mkdir -p target; scripts/console-test.sh > target/console-test.log 2>&1 & console=$$!; \
