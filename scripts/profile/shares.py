@@ -29,7 +29,7 @@ TASKS = [
     ("gRPC", r"^tonic::|^h2::|chime_executor::grpc"),
     ("Redis connections", r"^fred::"),
     ("PostgreSQL connections", r"^sqlx_core|^sqlx_postgres"),
-    ("scheduler", r"^chime_scheduler_trigger::"),
+    ("scheduler", r"^chime_scheduler(_trigger)?::"),
     ("runtime", r"tokio::runtime::(io|time|driver)|worker::Context::(park|maintenance)"),
 ]
 
