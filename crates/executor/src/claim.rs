@@ -164,12 +164,24 @@ impl Inner {
         Ok(())
     }
 
-    /// The timers of `jobs`, from the cache or the database (then cached if they fire soon).
+    /// The timers of `jobs`: those carried from an earlier claim (keys that waited for their
+    /// host), then the cache's, then the database's (cached if they fire soon). A carried or
+    /// cached timer is checked against the version each claim reports
+    /// ([`Self::refresh_changed`]).
     async fn timers_of(&self, jobs: &[Job]) -> StoreResult<Timers> {
-        let mut ids: Vec<_> = jobs.iter().map(|j| j.key.timer_id).collect();
+        let carried: Timers = jobs
+            .iter()
+            .filter_map(|j| j.timer.as_ref().map(|t| (t.id, t.clone())))
+            .collect();
+        let mut ids: Vec<_> = jobs
+            .iter()
+            .map(|j| j.key.timer_id)
+            .filter(|id| !carried.contains_key(id))
+            .collect();
         ids.sort_unstable();
         ids.dedup();
         let (mut timers, missing) = self.cache.lookup(&ids);
+        timers.extend(carried);
         if !missing.is_empty() {
             let read: Vec<Arc<Timer>> = self
                 .timers
@@ -262,6 +274,7 @@ impl Inner {
                 timer.bucket,
                 job.on_time,
                 &job.span,
+                Some(timer),
             ) {
                 hosts::Admission::Run(slot) => {
                     slots.insert(job.key, slot);

@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use crate::Job;
 use crate::lanes::{Lanes, Permit, Permits};
-use chime_domain::{Bucket, Clock, TaskKey};
+use chime_domain::{Bucket, Clock, TaskKey, Timer};
 use chime_storage::{HotEntry, HotWrites};
 
 /// Callbacks answered within this (moving average) make a host fast: not held to the cap.
@@ -46,6 +46,10 @@ pub(crate) struct Waiting {
     span: tracing::Span,
     /// Not part of a backlog when it came: it waits ahead of those that were.
     on_time: bool,
+    /// Its timer as read for the claim it waits to join, carried to that claim: a burst's
+    /// one-shots are not cached (they do not fire again), and reading each waiting key's
+    /// timer again made a fifth more timer reads than firings.
+    timer: Option<Arc<Timer>>,
 }
 
 #[derive(Default)]
@@ -146,6 +150,7 @@ impl Hosts {
         bucket: Bucket,
         on_time: bool,
         span: &tracing::Span,
+        timer: Option<&Arc<Timer>>,
     ) -> Admission {
         let mut state = self.state();
         let fast = state
@@ -185,6 +190,7 @@ impl Hosts {
                 bucket,
                 span: span.clone(),
                 on_time,
+                timer: timer.cloned(),
             },
         );
         metrics::counter!("chime_executor_host_waits_total").increment(1);
@@ -271,6 +277,7 @@ impl Hosts {
                 permit,
                 span: w.span,
                 on_time: w.on_time,
+                timer: w.timer,
             };
             if let Err(lost) = self.lanes.send(job, w.on_time) {
                 deferred.push((lost.key, w.bucket));
@@ -369,22 +376,22 @@ mod tests {
         let (permits, hosts, mut jobs) = capped(2, 2);
         let span = tracing::Span::none();
         let b = Bucket::from_stored(0);
-        let run = |n| match hosts.admit("slow:80", key(n), b, false, &span) {
+        let run = |n| match hosts.admit("slow:80", key(n), b, false, &span, None) {
             Admission::Run(slot) => Some(slot),
             _ => None,
         };
         let first = run(1).unwrap();
         let _second = run(2).unwrap();
         assert!(matches!(
-            hosts.admit("slow:80", key(3), b, false, &span),
+            hosts.admit("slow:80", key(3), b, false, &span, None),
             Admission::Queued
         ));
         assert!(matches!(
-            hosts.admit("slow:80", key(4), b, false, &span),
+            hosts.admit("slow:80", key(4), b, false, &span, None),
             Admission::Queued
         ));
         assert!(matches!(
-            hosts.admit("slow:80", key(5), b, false, &span),
+            hosts.admit("slow:80", key(5), b, false, &span, None),
             Admission::Defer
         ));
         // Another host is not held up.
@@ -405,6 +412,7 @@ mod tests {
             Bucket::from_stored(0),
             false,
             &tracing::Span::none(),
+            None,
         )
     }
 
@@ -513,18 +521,18 @@ mod tests {
         let span = tracing::Span::none();
         let b = Bucket::from_stored(0);
         // `key(n)` is long overdue: a backlog.
-        let Admission::Run(first) = hosts.admit("slow:80", key(1), b, false, &span) else {
+        let Admission::Run(first) = hosts.admit("slow:80", key(1), b, false, &span, None) else {
             panic!("first runs")
         };
         for n in [2, 3] {
             assert!(matches!(
-                hosts.admit("slow:80", key(n), b, false, &span),
+                hosts.admit("slow:80", key(n), b, false, &span, None),
                 Admission::Queued
             ));
         }
         let on_time = TaskKey::new(TimerId::new(9).unwrap(), SystemClock.now());
         assert!(matches!(
-            hosts.admit("slow:80", on_time, b, true, &span),
+            hosts.admit("slow:80", on_time, b, true, &span, None),
             Admission::Queued
         ));
         drop(first);
@@ -541,7 +549,7 @@ mod tests {
         let hosts = Hosts::new(1, 4, permits, lanes, None, Arc::new(clock.clone()));
         let span = tracing::Span::none();
         let b = Bucket::from_stored(0);
-        let admit = |n| hosts.admit("h:80", key(n), b, false, &span);
+        let admit = |n| hosts.admit("h:80", key(n), b, false, &span, None);
         // Not measured yet: capped.
         let Admission::Run(mut first) = admit(1) else {
             panic!("first runs")
@@ -570,7 +578,7 @@ mod tests {
 
     fn run_other(hosts: &Arc<Hosts>, span: &tracing::Span) -> bool {
         matches!(
-            hosts.admit("fast:80", key(9), Bucket::from_stored(0), false, span),
+            hosts.admit("fast:80", key(9), Bucket::from_stored(0), false, span, None),
             Admission::Run(_)
         )
     }

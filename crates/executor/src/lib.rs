@@ -130,6 +130,8 @@ struct Job {
     span: tracing::Span,
     /// Not part of a backlog: claimed, and waiting for its host, ahead of those that are.
     on_time: bool,
+    /// Its timer, when a claim read it before the key waited for its host.
+    timer: Option<Arc<chime_domain::Timer>>,
 }
 
 struct Done {
@@ -317,6 +319,7 @@ impl Executor {
                 permit,
                 span: span.clone(),
                 on_time,
+                timer: None,
             };
             if self.lanes.send(job, on_time).is_err() {
                 break;

@@ -6,6 +6,7 @@
 
 mod brokers;
 mod executor;
+mod hosts;
 mod http;
 mod lanes;
 mod leased;

@@ -2,6 +2,7 @@
 
 pub mod counting;
 pub mod pg;
+pub mod timers;
 
 use chime_domain::{CallbackInput, ClaimedOccurrence, Clock, SystemClock, TaskKey, Timer};
 
