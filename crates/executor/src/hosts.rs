@@ -39,6 +39,24 @@ const MAX_MEASURED: usize = 4096;
 /// How much later a key handed back to the hot index is due again.
 pub(crate) const DEFER: Duration = Duration::from_millis(250);
 
+/// The most of its callback's own bytes (body and headers) a waiting key's timer may hold
+/// for the key to carry it to its claim. Thousands of keys may wait
+/// (4 × `executor.max_in_flight`), so a timer with a large body is read again instead: the
+/// waiting keys' timers stay within a few tens of MiB.
+const CARRY_UP_TO: usize = 1024;
+
+/// Whether a waiting key keeps `timer` for its claim ([`CARRY_UP_TO`]).
+fn worth_carrying(timer: &Timer) -> bool {
+    let callback = &timer.spec.callback;
+    let body = callback.body.as_ref().map_or(0, |b| b.as_str().len());
+    let headers: usize = callback
+        .headers
+        .iter()
+        .map(|(k, v)| k.len() + v.len())
+        .sum();
+    body + headers <= CARRY_UP_TO
+}
+
 /// A key waiting for its host, without a permit.
 pub(crate) struct Waiting {
     key: TaskKey,
@@ -48,7 +66,8 @@ pub(crate) struct Waiting {
     on_time: bool,
     /// Its timer as read for the claim it waits to join, carried to that claim: a burst's
     /// one-shots are not cached (they do not fire again), and reading each waiting key's
-    /// timer again made a fifth more timer reads than firings.
+    /// timer again made a fifth more timer reads than firings. Only small timers
+    /// ([`CARRY_UP_TO`]).
     timer: Option<Arc<Timer>>,
 }
 
@@ -190,7 +209,7 @@ impl Hosts {
                 bucket,
                 span: span.clone(),
                 on_time,
-                timer: timer.cloned(),
+                timer: timer.filter(|t| worth_carrying(t)).cloned(),
             },
         );
         metrics::counter!("chime_executor_host_waits_total").increment(1);
@@ -574,6 +593,22 @@ mod tests {
             "one held, at the cap"
         );
         drop(held);
+    }
+
+    #[test]
+    fn a_waiting_key_carries_only_a_small_timer() {
+        let now = SystemClock.now();
+        let mut spec = chime_storage::contract::spec_every("ops", "t", "1h", now);
+        assert!(worth_carrying(&chime_storage::contract::unstored_timer(
+            1,
+            spec.clone(),
+            now
+        )));
+        spec.callback.body =
+            Some(chime_domain::CallbackBody::parse("x".repeat(CARRY_UP_TO + 1)).unwrap());
+        assert!(!worth_carrying(&chime_storage::contract::unstored_timer(
+            1, spec, now
+        )));
     }
 
     fn run_other(hosts: &Arc<Hosts>, span: &tracing::Span) -> bool {
