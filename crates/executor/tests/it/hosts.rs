@@ -1,10 +1,8 @@
 //! Keys over their host's cap: they wait in the executor, unclaimed, and join a later claim.
 
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use chime_domain::{Clock, OccurrenceStatus, SystemClock, TaskKey};
-use chime_executor::{CallbackSettings, Executor, ExecutorSettings, HttpTarget, Targets};
 
 use crate::support::pg::*;
 use crate::support::timers::CountingTimers;
@@ -22,15 +20,7 @@ async fn keys_that_waited_for_their_host_are_claimed_without_reading_their_timer
     let timers = CountingTimers::new(s.db.store());
     let mut config = chime_runtime::Config::default();
     config.executor.max_per_host = 1;
-    config.callbacks.allow_networks = vec!["127.0.0.0/8".into()];
-    let exec = Executor::start(
-        timers.clone(),
-        s.db.store(),
-        None,
-        Arc::new(SystemClock),
-        Targets::new(HttpTarget::new(CallbackSettings::from_config(&config)).unwrap()),
-        ExecutorSettings::from_config(&config),
-    );
+    let exec = executor_from(timers.clone(), s.db.store(), None, config);
     // One claim round reads the timer once. Its host is not measured yet, so one callback
     // goes and four keys wait for it, then join the next claim.
     assert_eq!(exec.offer(&keys).unwrap().accepted, 5);

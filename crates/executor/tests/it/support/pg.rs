@@ -65,10 +65,20 @@ pub fn executor_configured(
     let mut config = chime_runtime::Config::default();
     config.executor.max_in_flight = max_in_flight;
     config.executor.leased_first_attempts = leasing;
-    // The sink is on loopback.
+    executor_from(s.db.store(), occurrences, index, config)
+}
+
+/// An executor over `timers` and `occurrences` as `config` sets it up, the sink's loopback
+/// allowed.
+pub fn executor_from(
+    timers: Arc<dyn TimerStore>,
+    occurrences: Arc<dyn OccurrenceStore>,
+    index: Option<Arc<dyn chime_storage::HotIndex>>,
+    mut config: chime_runtime::Config,
+) -> Arc<Executor> {
     config.callbacks.allow_networks = vec!["127.0.0.0/8".into()];
     Executor::start(
-        s.db.store(),
+        timers,
         occurrences,
         index,
         Arc::new(SystemClock),
