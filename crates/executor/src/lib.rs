@@ -21,6 +21,7 @@ mod cancel;
 mod catalog;
 mod chain;
 mod claim;
+mod fire;
 pub mod grpc;
 mod hosts;
 mod lanes;
