@@ -156,3 +156,87 @@ async fn a_hot_index_that_is_down_does_not_fail_or_slow_requests() {
         "{after}"
     );
 }
+
+/// How many of timer `id`'s runs the hot index holds, over the minutes from `from` to
+/// `minutes` later in `bucket`.
+async fn indexed_runs(
+    redis: &chime_storage::testkit::RedisFixture,
+    id: i64,
+    bucket: chime_domain::Bucket,
+    from: chime_domain::Timestamp,
+    minutes: i64,
+) -> usize {
+    let index = redis.hot_index();
+    let mut n = 0;
+    for m in 0..=minutes {
+        let shard = chime_domain::ShardKey::new(from.add_millis(m * 60_000), bucket);
+        let due = index
+            .due(
+                shard,
+                chime_domain::Timestamp::from_millis(i64::MAX / 2),
+                100_000,
+            )
+            .await
+            .unwrap();
+        n += due.iter().filter(|(k, _)| k.timer_id.get() == id).count();
+    }
+    n
+}
+
+#[tokio::test]
+async fn a_stopped_timers_unwritten_runs_leave_the_index_while_the_database_is_held_up() {
+    use chime_storage::TimerStore;
+    use sqlx::Connection;
+    let gw = support::start_with_unwritten_runs().await;
+    let redis = gw.redis.as_ref().unwrap();
+    let (status, _, body) = gw
+        .send(
+            Method::POST,
+            "/v1/timers",
+            Some(
+                json!({"app": "billing", "name": "pulse", "schedule": {"every": "1s"},
+                        "callback": {"url": "http://127.0.0.1:9/cb"}}),
+            ),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let id = body["id"].as_i64().unwrap();
+    let timer = gw
+        .db
+        .store
+        .get_timer(chime_domain::TimerId::new(id).unwrap())
+        .await
+        .unwrap();
+    assert!(
+        !timer.written_ahead,
+        "an every-second timer leaves its runs unwritten"
+    );
+    let now = chime_domain::Timestamp::from_millis(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as i64,
+    );
+    let before = indexed_runs(redis, id, timer.bucket, now, 2).await;
+    assert!(before >= 50, "its next minute is indexed: {before}");
+
+    // Writes to the runs' table wait (as on a database too loaded to take the round's
+    // statement): reads and the timer's own row are free.
+    let mut held = sqlx::PgConnection::connect(&gw.db.url()).await.unwrap();
+    sqlx::query("BEGIN").execute(&mut held).await.unwrap();
+    sqlx::query("LOCK TABLE occurrences IN SHARE MODE")
+        .execute(&mut held)
+        .await
+        .unwrap();
+    let (status, _, body) = gw
+        .send(Method::POST, &format!("/v1/timers/{id}/disable"), None)
+        .await;
+    assert_eq!(status, 200, "{body}");
+    // Its runs have no rows: they leave the index without waiting for the statement that
+    // drops rows.
+    support::eventually("the unwritten runs leave the index", || async {
+        indexed_runs(redis, id, timer.bucket, now, 2).await == 0
+    })
+    .await;
+    sqlx::query("ROLLBACK").execute(&mut held).await.unwrap();
+}
