@@ -9,12 +9,6 @@
 //! and whatever a round has not taken out yet is skipped by the timer's version when it
 //! comes due. Waiting made each request as slow as a round on a loaded database, and each
 //! round as small as the number of callers.
-//!
-//! The members of unwritten runs have rounds of their own, beside the database's: they
-//! have no rows, so nothing a statement answers changes them. Behind the statements, on a
-//! loaded database each stopped every-second timer kept its next minute in the index, to be
-//! handed off and skipped one run at a time, for as long as the rounds before it took, and
-//! for good when its round's statement failed.
 
 use std::sync::{Arc, OnceLock};
 
@@ -24,8 +18,7 @@ use tokio::sync::mpsc;
 
 use crate::index::IndexWriter;
 
-/// Timers (and unwritten timers' members) queued for each task at most; past it a request
-/// leaves its runs to be skipped.
+/// Timers queued for the task at most; past it a request leaves its runs to be skipped.
 const QUEUE: usize = 16_384;
 /// Most timers one round takes.
 const ROUND: usize = 256;
@@ -35,14 +28,14 @@ pub struct Unscheduler {
     index: Arc<IndexWriter>,
     clock: Arc<dyn Clock>,
     /// Started on first use, inside the runtime the requests run on.
-    queues: OnceLock<Queues>,
+    queue: OnceLock<mpsc::Sender<Stopped>>,
 }
 
-/// The stopped timers whose rows are to go, and the hot-index members of unwritten runs
-/// still to come (the timer's plan says where they are).
-struct Queues {
-    rows: mpsc::Sender<StoppedTimer>,
-    members: mpsc::Sender<Vec<HotEntry>>,
+/// A stopped timer, with the hot-index members of its unwritten runs still to come (they
+/// have no rows to drop: the timer's plan says where they are).
+struct Stopped {
+    timer: StoppedTimer,
+    unwritten: Vec<HotEntry>,
 }
 
 /// The members `timer`'s unwritten runs may have in the hot index from `now`: its plan over
@@ -80,64 +73,46 @@ impl Unscheduler {
             occurrences,
             index,
             clock,
-            queues: OnceLock::new(),
+            queue: OnceLock::new(),
         }
     }
 
-    /// Queues `timer`'s runs still to come to be dropped, and the members of its unwritten
-    /// runs (see [`unwritten_members`]) to leave the hot index; never fails or holds up the
-    /// request.
+    /// Queues `timer`'s runs still to come to be dropped, with the members of its unwritten
+    /// runs (see [`unwritten_members`]); never fails or holds up the request.
     pub fn stopped(&self, timer: StoppedTimer, unwritten: Vec<HotEntry>) {
-        let queues = self.queues.get_or_init(|| {
-            let (rows, rows_rx) = mpsc::channel(QUEUE);
-            let (members, members_rx) = mpsc::channel(QUEUE);
+        let queue = self.queue.get_or_init(|| {
+            let (tx, rx) = mpsc::channel(QUEUE);
             tokio::spawn(rounds(
                 self.occurrences.clone(),
                 self.index.clone(),
                 self.clock.clone(),
-                rows_rx,
+                rx,
             ));
-            tokio::spawn(member_rounds(self.index.clone(), members_rx));
-            Queues { rows, members }
+            tx
         });
         let id = timer.id;
-        if !unwritten.is_empty() && queues.members.try_send(unwritten).is_err() {
-            tracing::debug!(timer = %id, "unscheduling queue full; the runs are skipped when due");
-        }
-        if queues.rows.try_send(timer).is_err() {
+        if queue.try_send(Stopped { timer, unwritten }).is_err() {
             tracing::debug!(timer = %id, "unscheduling queue full; the runs are skipped when due");
         }
     }
 }
 
-/// Takes unwritten runs' members out of the hot index, every timer's queued while the last
-/// removal ran in one; stops when the service is dropped.
-async fn member_rounds(index: Arc<IndexWriter>, mut rx: mpsc::Receiver<Vec<HotEntry>>) {
-    let mut round = Vec::with_capacity(ROUND);
-    while rx.recv_many(&mut round, ROUND).await > 0 {
-        let members: Vec<HotEntry> = round.drain(..).flatten().collect();
-        index.remove(&members).await;
-        tracing::debug!(
-            runs = members.len(),
-            "dropped stopped timers' unwritten runs"
-        );
-    }
-}
-
-/// One statement per round for every timer queued, then the members of the rows it dropped
-/// out of the hot index; stops when the service is dropped.
+/// One statement per round for every timer queued; stops when the service is dropped.
 async fn rounds(
     occurrences: Arc<dyn OccurrenceStore>,
     index: Arc<IndexWriter>,
     clock: Arc<dyn Clock>,
-    mut rx: mpsc::Receiver<StoppedTimer>,
+    mut rx: mpsc::Receiver<Stopped>,
 ) {
-    let mut timers = Vec::with_capacity(ROUND);
-    while rx.recv_many(&mut timers, ROUND).await > 0 {
+    let mut round = Vec::with_capacity(ROUND);
+    while rx.recv_many(&mut round, ROUND).await > 0 {
         let began = std::time::Instant::now();
+        let timers: Vec<StoppedTimer> = round.iter().map(|s| s.timer).collect();
+        let unwritten: Vec<HotEntry> = round.drain(..).flat_map(|s| s.unwritten).collect();
         match occurrences.drop_pending(&timers, clock.now()).await {
-            Ok(dropped) => {
+            Ok(mut dropped) => {
                 let stored = began.elapsed();
+                dropped.extend(unwritten);
                 index.remove(&dropped).await;
                 tracing::debug!(
                     timers = timers.len(),
@@ -153,6 +128,5 @@ async fn rounds(
                 "cannot drop stopped timers' pending runs; they are skipped when due"
             ),
         }
-        timers.clear();
     }
 }

@@ -79,14 +79,6 @@ pub async fn start() -> TestGateway {
     start_with(Some(index), Some(redis), None, None).await
 }
 
-/// A gateway on PostgreSQL and a Redis hot index whose fast recurring timers leave their
-/// runs unwritten (`migrator.unwritten_runs`), as services started on Redis do.
-pub async fn start_with_unwritten_runs() -> TestGateway {
-    let redis = testkit::redis().await;
-    let index = redis.hot_index();
-    start_configured(Some(index), Some(redis), None, None, true).await
-}
-
 /// A gateway (no hot index) serving REST and gRPC over TLS.
 pub async fn start_tls(tls: chime_runtime::Tls) -> TestGateway {
     start_with(None, None, None, Some(tls)).await
@@ -107,16 +99,6 @@ async fn start_with(
     redis: Option<RedisFixture>,
     quotas: Option<chime_api_gateway::QuotaSettings>,
     tls: Option<chime_runtime::Tls>,
-) -> TestGateway {
-    start_configured(index, redis, quotas, tls, false).await
-}
-
-async fn start_configured(
-    index: Option<Arc<dyn HotIndex>>,
-    redis: Option<RedisFixture>,
-    quotas: Option<chime_api_gateway::QuotaSettings>,
-    tls: Option<chime_runtime::Tls>,
-    unwritten_runs: bool,
 ) -> TestGateway {
     let db = testkit::pg().await;
     let shutdown = CancellationToken::new();
@@ -140,8 +122,7 @@ async fn start_configured(
     .with_activity(db.store())
     .with_notifications(db.store())
     .with_chains(db.store())
-    .with_shards(db.store())
-    .with_unwritten_runs(unwritten_runs);
+    .with_shards(db.store());
     if let Some(q) = quotas {
         service = service.with_quotas(q);
     }
