@@ -11,6 +11,7 @@ storage_contract!(occurrence_store, support::mysql());
 storage_contract!(materialize, support::mysql());
 storage_contract!(retention, support::mysql());
 storage_contract!(lifecycle, support::mysql());
+storage_contract!(claim_reads, support::mysql());
 storage_contract!(backfill, support::mysql());
 storage_contract!(credentials, support::mysql());
 storage_contract!(calendars, support::mysql());
