@@ -13,7 +13,6 @@ use chime_storage::{Exclusive, StoreResult};
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
-use crate::leased::PreRead;
 use crate::outcome::{completes, skip_reason};
 use crate::{Backoff, CLAIM_MARGIN, Done, Inner, Job, hosts, timers};
 
@@ -91,10 +90,10 @@ impl Inner {
     /// fire); claim, skip or fire the rest. A run the store did not skip (a retry, say) is
     /// claimed after.
     async fn claim_and_fire(self: Arc<Self>, jobs: &mut Vec<Job>) -> StoreResult<()> {
-        let (timers, pre) = self.timers_of(jobs).await?;
+        let timers = self.timers_of(jobs).await?;
         let runs = self.early_skips(jobs, &timers);
         if runs.is_empty() {
-            return self.claim_known(jobs, timers, &pre).await;
+            return self.claim_known(jobs, timers).await;
         }
         let keys: HashSet<TaskKey> = runs.iter().map(|r| r.key).collect();
         let (mut held, rest): (Vec<Job>, Vec<Job>) =
@@ -102,7 +101,7 @@ impl Inner {
         *jobs = rest;
         let (skipped, claimed) = tokio::join!(
             self.skip_before_claim(&runs),
-            self.claim_known(jobs, timers.clone(), &pre)
+            self.claim_known(jobs, timers.clone())
         );
         // Dropping a skipped job frees its permit.
         // A stopped timer's unwritten runs are not marked (nothing of them was written): the
@@ -116,7 +115,7 @@ impl Inner {
         if held.is_empty() {
             return Ok(());
         }
-        let claimed = self.claim_known(&mut held, timers, &pre).await;
+        let claimed = self.claim_known(&mut held, timers).await;
         jobs.append(&mut held);
         claimed
     }
@@ -127,11 +126,10 @@ impl Inner {
         self: &Arc<Self>,
         jobs: &mut Vec<Job>,
         mut timers: Timers,
-        pre: &PreRead,
     ) -> StoreResult<()> {
         let claim = self.claim_terms(&timers);
         let mut slots = self.admit_to_hosts(jobs, &timers);
-        let mut claimed = self.claim_keys(jobs, &timers, claim, pre).await?;
+        let mut claimed = self.claim_keys(jobs, &timers, claim).await?;
         let unreadable = self.refresh_changed(&mut timers, &claimed).await;
         let dropped = self
             .recheck_unwritten(&mut claimed, &timers, &unreadable)
@@ -168,10 +166,8 @@ impl Inner {
     /// The timers of `jobs`: those carried from an earlier claim (keys that waited for their
     /// host), then the cache's, then the database's (cached if they fire soon). A carried or
     /// cached timer is checked against the version each claim reports
-    /// ([`Self::refresh_changed`]). Where first attempts go under leases, the database's
-    /// timers come with the rows of their keys, in one statement ([`PreRead`]): a burst's
-    /// one-shots are read this way, their timers never cached.
-    async fn timers_of(&self, jobs: &[Job]) -> StoreResult<(Timers, PreRead)> {
+    /// ([`Self::refresh_changed`]).
+    async fn timers_of(&self, jobs: &[Job]) -> StoreResult<Timers> {
         let carried: Timers = jobs
             .iter()
             .filter_map(|j| j.timer.as_ref().map(|t| (t.id, t.clone())))
@@ -185,39 +181,20 @@ impl Inner {
         ids.dedup();
         let (mut timers, missing) = self.cache.lookup(&ids);
         timers.extend(carried);
-        let mut pre = PreRead::default();
         if !missing.is_empty() {
-            let read = if self.leases_first_attempts() {
-                let wanted: HashSet<chime_domain::TimerId> = missing.iter().copied().collect();
-                let keys: Vec<TaskKey> = jobs
-                    .iter()
-                    .map(|j| j.key)
-                    .filter(|k| wanted.contains(&k.timer_id))
-                    .collect();
-                let both = self.occurrences.timers_and_first_attempts(&keys).await?;
-                pre.read = keys.into_iter().collect();
-                pre.first = both.first.into_iter().map(|c| (c.key, c)).collect();
-                both.timers
-            } else {
-                self.timers.get_timers(&missing).await?
-            };
-            let read: Vec<Arc<Timer>> = read.into_iter().map(Arc::new).collect();
+            let read: Vec<Arc<Timer>> = self
+                .timers
+                .get_timers(&missing)
+                .await?
+                .into_iter()
+                .map(Arc::new)
+                .collect();
             let now = self.clock.now();
             self.cache
                 .keep(read.iter().filter(|t| timers::fires_soon(t, now)));
             timers.extend(read.into_iter().map(|t| (t.id, t)));
         }
-        Ok((timers, pre))
-    }
-
-    /// Whether written runs' first attempts go under run leases: on, and the leases cost
-    /// the database nothing.
-    fn leases_first_attempts(&self) -> bool {
-        self.settings.leased_first_attempts
-            && self
-                .run_leases
-                .as_ref()
-                .is_some_and(|l| l.apart_from_store())
+        Ok(timers)
     }
 
     /// The runs of `jobs` to mark `skipped` without a claim: their timer is stopped
@@ -321,7 +298,6 @@ impl Inner {
         jobs: &[Job],
         timers: &Timers,
         claim: Claim,
-        pre: &PreRead,
     ) -> StoreResult<HashMap<TaskKey, ClaimedOccurrence>> {
         let (exclusive, keys): (Vec<TaskKey>, Vec<TaskKey>) =
             jobs.iter().map(|j| j.key).partition(|k| {
@@ -339,7 +315,11 @@ impl Inner {
         };
         // Written runs go under leases too where a lease spares the database a write; not
         // `at_most_once` ones, whose lapsed claim the sweeper must see on the row.
-        let leasing = self.leases_first_attempts();
+        let leasing = self.settings.leased_first_attempts
+            && self
+                .run_leases
+                .as_ref()
+                .is_some_and(|l| l.apart_from_store());
         let (leased, keys): (Vec<TaskKey>, Vec<TaskKey>) = keys.into_iter().partition(|k| {
             leasing
                 && timers
@@ -359,7 +339,7 @@ impl Inner {
             }
             .instrument(claiming),
             self.take_unwritten(&unwritten, timers, claim),
-            self.take_first(&leased, claim, pre)
+            self.take_first(&leased, claim)
         );
         let mut claimed: HashMap<TaskKey, ClaimedOccurrence> =
             claimed?.into_iter().map(|c| (c.key, c)).collect();

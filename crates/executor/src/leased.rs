@@ -1,13 +1,10 @@
 //! Written runs' first attempts taken under their run leases ([`chime_storage::RunLeases`])
-//! instead of claimed on their rows: the row read first (with the batch's timers where they
-//! were not held, [`PreRead`]), then the lease of each run waiting for its first attempt,
-//! and the outcome moves the row on from `pending`. The lease is kept until it lapses
-//! ([`crate::record`]), so a second taker that read the row as `pending` before the outcome
-//! still finds it held. The claim's row write is spared where a lease costs the database
-//! nothing (Redis). Only with `executor.leased_first_attempts` on (the default: see
-//! docs/pipeline.md, Executor).
+//! instead of claimed on their rows: the lease first, then a read of the row, so a second
+//! taker finds the lease held, and the outcome moves the row on from `pending`. The claim's
+//! row write is spared where a lease costs the database nothing (Redis). Only with
+//! `executor.leased_first_attempts` on (the default: see docs/pipeline.md, Executor).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
 use chime_domain::{Claim, ClaimedOccurrence, TaskKey};
 use chime_storage::StoreResult;
@@ -51,78 +48,50 @@ pub(crate) async fn take_leases(
     Ok(held)
 }
 
-/// Rows read with a batch's timers, before any lease ([`Inner::timers_of`]).
-#[derive(Default)]
-pub(crate) struct PreRead {
-    /// The keys whose rows were read.
-    pub read: HashSet<TaskKey>,
-    /// Those among them waiting for their first attempt.
-    pub first: HashMap<TaskKey, ClaimedOccurrence>,
-}
-
 impl Inner {
-    /// Takes `runs` (written, `allow_all`, not `at_most_once`): each row read first (or as
-    /// `pre` read it), then the leases of the runs waiting for their first attempt, which
-    /// fire with their rows left `pending`; the other rows (retries, lapsed claims) are
-    /// claimed as usual, without a lease. Without Redis to hold leases, or when it fails,
-    /// every run is claimed on its row, so firing goes on.
-    pub(crate) async fn take_first(
-        &self,
-        runs: &[TaskKey],
-        claim: Claim,
-        pre: &PreRead,
-    ) -> StoreResult<Taken> {
+    /// Takes `runs` (written, `allow_all`, not `at_most_once`) under their run leases: a
+    /// run whose row waits for its first attempt fires with the row left `pending`; the
+    /// other rows (retries, lapsed claims) are claimed as usual and their leases freed.
+    /// Without Redis to hold leases, every run is claimed on its row, so firing goes on.
+    pub(crate) async fn take_first(&self, runs: &[TaskKey], claim: Claim) -> StoreResult<Taken> {
         if runs.is_empty() {
             return Ok(Taken::default());
         }
         let Some(leases) = self.run_leases.as_ref() else {
             return self.claim_rows(runs, claim).await;
         };
-        let unread: Vec<TaskKey> = runs
-            .iter()
-            .filter(|k| !pre.read.contains(k))
-            .copied()
-            .collect();
-        let mut first: HashMap<TaskKey, ClaimedOccurrence> = runs
-            .iter()
-            .filter_map(|k| pre.first.get(k).map(|c| (*k, *c)))
-            .collect();
-        if !unread.is_empty() {
-            first.extend(
-                self.occurrences
-                    .first_attempts(&unread)
-                    .await?
-                    .into_iter()
-                    .map(|c| (c.key, c)),
-            );
-        }
-        // Offered twice in the batch: one lease, one callback.
-        let mut waiting: Vec<TaskKey> = Vec::with_capacity(first.len());
-        let mut rest: Vec<TaskKey> = Vec::new();
-        let mut seen = HashSet::with_capacity(runs.len());
-        for k in runs.iter().filter(|k| seen.insert(**k)) {
-            if first.contains_key(k) {
-                waiting.push(*k);
-            } else {
-                rest.push(*k);
-            }
-        }
-        let held = match take_leases(leases.as_ref(), &waiting, claim).await {
+        let held = match take_leases(leases.as_ref(), runs, claim).await {
             Ok(held) => held,
             Err(e) => {
                 tracing::warn!(error = %e, runs = runs.len(), "cannot take run leases; claiming the rows");
                 return self.claim_rows(runs, claim).await;
             }
         };
+        if held.is_empty() {
+            return Ok(Taken::default());
+        }
+        let first = match self.occurrences.first_attempts(&held).await {
+            Ok(first) => first,
+            Err(e) => {
+                let _ = leases.free_runs(&held).await;
+                return Err(e);
+            }
+        };
+        let found: HashSet<TaskKey> = first.iter().map(|c| c.key).collect();
+        let rest: Vec<TaskKey> = held
+            .iter()
+            .filter(|k| !found.contains(k))
+            .copied()
+            .collect();
         let mut taken = Taken {
-            fired: held
-                .iter()
-                .filter_map(|k| first.remove(k).map(|c| (*k, c)))
-                .collect(),
+            fired: first.into_iter().map(|c| (c.key, c)).collect(),
             left: Vec::new(),
         };
         if !rest.is_empty() {
-            let claimed = self.claim_rows(&rest, claim).await?;
+            let claimed = self.claim_rows(&rest, claim).await;
+            // Claimed on their rows (or not at all): the leases have no more to guard.
+            let _ = leases.free_runs(&rest).await;
+            let claimed = claimed?;
             taken.fired.extend(claimed.fired);
             taken.left = claimed.left;
         }

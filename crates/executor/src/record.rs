@@ -36,27 +36,18 @@ fn ended(outcomes: &[Outcome], timers: &[Option<Arc<chime_domain::Timer>>]) -> V
         .collect()
 }
 
-/// Frees the run leases of the unwritten runs among `outcomes`, now that their rows are
-/// written, and of leased first attempts that ended `dead`, so that a redrive (which makes
-/// the row a first attempt again) fires at once. One that cannot be freed lapses by itself;
-/// meanwhile a second offer of the run finds it held, and then finds its row.
-///
-/// The other leased first attempts keep their leases until they lapse: an executor reads a
-/// run's row before it takes the lease ([`crate::leased`]), so a taker that read the row
-/// while this callback was under way must still find the lease held. Their rows have moved
-/// on from `pending`, so nothing waits for them; a retry is claimed on its row.
+/// Frees the run leases of the unwritten runs and leased first attempts among `outcomes`,
+/// now that their rows are written. One that cannot be freed lapses by itself; meanwhile a
+/// second offer of the run finds it held, and then finds its row.
 async fn free_written(inner: &Inner, outcomes: &[Outcome]) {
     let Some(leases) = &inner.run_leases else {
         return;
     };
     let runs: Vec<chime_domain::TaskKey> = outcomes
         .iter()
-        .filter(|o| o.unwritten.is_some() || (o.leased && o.status == OccurrenceStatus::Dead))
+        .filter(|o| o.unwritten.is_some() || o.leased)
         .map(|o| o.key)
         .collect();
-    if runs.is_empty() {
-        return;
-    }
     if let Err(e) = leases.free_runs(&runs).await {
         tracing::warn!(error = %e, runs = runs.len(), "cannot free run leases; they lapse");
     }

@@ -45,7 +45,6 @@ pub mod activity;
 pub mod backfill;
 pub mod calendars;
 pub mod chains;
-pub mod claim_reads;
 pub mod credentials;
 pub mod hot_index;
 pub mod leases;
@@ -329,11 +328,6 @@ macro_rules! storage_contract {
     (shards, $make:expr) => {
         $crate::storage_contract!(@cases shards, $make, store, [
             a_broadcast_runs_shards_are_planned_once_and_recorded,
-        ]);
-    };
-    (claim_reads, $make:expr) => {
-        $crate::storage_contract!(@cases claim_reads, $make, store, [
-            a_batch_reads_its_timers_and_first_attempts_at_once,
         ]);
     };
     (chains, $make:expr) => {

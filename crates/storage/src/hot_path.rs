@@ -84,9 +84,7 @@ pub trait HotIndex: Send + Sync + 'static {
 /// Leases under which executors take unwritten runs ([`chime_domain::UnwrittenRun`]): at most
 /// one holder per run at a time, so at most one callback, until the run's row is written.
 /// A lease is taken before the run's row is looked for and freed only once the row is
-/// written, so a second taker either finds it held or finds the row. Written runs' first
-/// attempts go under the same leases, taken after their rows are read and kept until they
-/// lapse, so a taker whose read went stale still finds them held.
+/// written, so a second taker either finds it held or finds the row.
 #[async_trait]
 pub trait RunLeases: Send + Sync + 'static {
     /// Takes each run's lease for `ttl` unless another holds it; which were taken, in order.

@@ -84,35 +84,6 @@ pub struct Absent {
     pub timer_now: Option<i64>,
 }
 
-/// A batch's timers and first attempts read together
-/// ([`OccurrenceStore::timers_and_first_attempts`]).
-#[derive(Debug, Default)]
-pub struct TimersAndFirstAttempts {
-    /// The live timers of the keys, each once, in id order.
-    pub timers: Vec<Timer>,
-    /// The keys whose rows wait for their first attempt, as
-    /// [`OccurrenceStore::first_attempts`] returns them.
-    pub first: Vec<ClaimedOccurrence>,
-}
-
-/// [`OccurrenceStore::timers_and_first_attempts`] as two reads, for a backend where one
-/// statement would gain nothing.
-pub(crate) async fn timers_and_first_attempts_apart<S>(
-    store: &S,
-    keys: &[TaskKey],
-) -> StoreResult<TimersAndFirstAttempts>
-where
-    S: TimerStore + OccurrenceStore + ?Sized,
-{
-    let mut ids: Vec<TimerId> = keys.iter().map(|k| k.timer_id).collect();
-    ids.sort_unstable();
-    ids.dedup();
-    Ok(TimersAndFirstAttempts {
-        timers: store.get_timers(&ids).await?,
-        first: store.first_attempts(keys).await?,
-    })
-}
-
 /// What [`OccurrenceStore::claim_exclusive`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Exclusive {
@@ -327,14 +298,6 @@ pub trait OccurrenceStore: Send + Sync + 'static {
     /// ([`RunLeases`]) fires them, and their outcomes move the rows on from `pending`
     /// ([`Outcome::leased`]). One row write per firing fewer than a claim.
     async fn first_attempts(&self, keys: &[TaskKey]) -> StoreResult<Vec<ClaimedOccurrence>>;
-
-    /// The timers of `keys` (as [`TimerStore::get_timers`]) and [`Self::first_attempts`] of
-    /// `keys`, in one round trip where the backend can: what an executor reads of a batch
-    /// whose timers it does not hold yet, before it takes the runs' leases.
-    async fn timers_and_first_attempts(
-        &self,
-        keys: &[TaskKey],
-    ) -> StoreResult<TimersAndFirstAttempts>;
 
     /// Those of `keys` that [`Self::claim`] leaves to [`Self::claim_exclusive`]: backfilled
     /// occurrences under `skip`, `buffer_one` or `cancel_other`, claimable at `now`. One

@@ -164,25 +164,13 @@ pub(crate) fn claimed<R: ChimeRow>(row: &R) -> StoreResult<ClaimedOccurrence>
 where
     for<'r> &'r str: ColumnIndex<R>,
 {
-    claimed_with_bucket(row, "bucket")
-}
-
-/// [`claimed`] with the occurrence's bucket in column `bucket`: a row that also holds its
-/// timer's columns names the timer's `bucket`.
-pub(crate) fn claimed_with_bucket<R: ChimeRow>(
-    row: &R,
-    bucket: &str,
-) -> StoreResult<ClaimedOccurrence>
-where
-    for<'r> &'r str: ColumnIndex<R>,
-{
     Ok(ClaimedOccurrence {
         key: TaskKey::new(
             timer_id(row.i64("timer_id")?)?,
             Timestamp::from_millis(row.i64("run_at")?),
         ),
         timer_version: row.i64("timer_version")?,
-        bucket: Bucket::from_stored(non_negative(row.i32(bucket)?, "bucket")?),
+        bucket: Bucket::from_stored(non_negative(row.i32("bucket")?, "bucket")?),
         attempt: non_negative(row.i32("attempt")?, "attempt")?,
         due: Timestamp::from_millis(row.i64("due")?),
         backfill: row.opt_text("backfill")?.is_some(),

@@ -163,13 +163,6 @@ impl OccurrenceStore for MySqlStore {
         Ok(claimed)
     }
 
-    async fn timers_and_first_attempts(
-        &self,
-        keys: &[TaskKey],
-    ) -> StoreResult<crate::TimersAndFirstAttempts> {
-        crate::timers_and_first_attempts_apart(self, keys).await
-    }
-
     async fn first_attempts(&self, keys: &[TaskKey]) -> StoreResult<Vec<ClaimedOccurrence>> {
         if keys.is_empty() {
             return Ok(Vec::new());

@@ -25,7 +25,6 @@ macro_rules! timer_cols {
 mod activity;
 mod calendars;
 mod chains;
-mod claim_reads;
 mod create;
 mod credentials;
 mod hot_index;

@@ -115,13 +115,6 @@ impl OccurrenceStore for PgStore {
         rows.iter().map(rows::leased).collect()
     }
 
-    async fn timers_and_first_attempts(
-        &self,
-        keys: &[TaskKey],
-    ) -> StoreResult<crate::TimersAndFirstAttempts> {
-        self.read_timers_and_first_attempts(keys).await
-    }
-
     async fn held_for_exclusive(
         &self,
         keys: &[TaskKey],

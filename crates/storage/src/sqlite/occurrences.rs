@@ -53,13 +53,6 @@ impl OccurrenceStore for SqliteStore {
         rows.iter().map(rows::claimed).collect()
     }
 
-    async fn timers_and_first_attempts(
-        &self,
-        keys: &[TaskKey],
-    ) -> StoreResult<crate::TimersAndFirstAttempts> {
-        crate::timers_and_first_attempts_apart(self, keys).await
-    }
-
     async fn first_attempts(&self, keys: &[TaskKey]) -> StoreResult<Vec<ClaimedOccurrence>> {
         if keys.is_empty() {
             return Ok(Vec::new());

@@ -11,7 +11,6 @@ storage_contract!(occurrence_store, support::mysql());
 storage_contract!(materialize, support::mysql());
 storage_contract!(retention, support::mysql());
 storage_contract!(lifecycle, support::mysql());
-storage_contract!(claim_reads, support::mysql());
 storage_contract!(backfill, support::mysql());
 storage_contract!(credentials, support::mysql());
 storage_contract!(calendars, support::mysql());

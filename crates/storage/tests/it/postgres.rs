@@ -9,7 +9,6 @@ storage_contract!(occurrence_store, support::pg());
 storage_contract!(materialize, support::pg());
 storage_contract!(retention, support::pg());
 storage_contract!(lifecycle, support::pg());
-storage_contract!(claim_reads, support::pg());
 storage_contract!(backfill, support::pg());
 storage_contract!(credentials, support::pg());
 storage_contract!(activity, support::pg());

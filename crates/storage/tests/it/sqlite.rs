@@ -9,7 +9,6 @@ storage_contract!(occurrence_store, support::sqlite());
 storage_contract!(materialize, support::sqlite());
 storage_contract!(retention, support::sqlite());
 storage_contract!(lifecycle, support::sqlite());
-storage_contract!(claim_reads, support::sqlite());
 storage_contract!(backfill, support::sqlite());
 storage_contract!(credentials, support::sqlite());
 storage_contract!(activity, support::sqlite());

@@ -27,12 +27,6 @@ pub struct Counting {
     /// Claims of this key wait while a test holds `key_gate` for writing.
     pub held_key: std::sync::Mutex<Option<TaskKey>>,
     pub key_gate: tokio::sync::RwLock<()>,
-    /// Reads of timers with their first attempts, and of first attempts alone.
-    pub together: AtomicUsize,
-    pub first_reads: AtomicUsize,
-    /// A read of timers with their first attempts, done, waits to return while a test holds
-    /// this for writing: what it read may be stale by then.
-    pub read_gate: tokio::sync::RwLock<()>,
 }
 
 impl Counting {
@@ -59,9 +53,6 @@ impl Counting {
             gate: tokio::sync::RwLock::new(()),
             held_key: std::sync::Mutex::new(None),
             key_gate: tokio::sync::RwLock::new(()),
-            together: AtomicUsize::new(0),
-            first_reads: AtomicUsize::new(0),
-            read_gate: tokio::sync::RwLock::new(()),
         })
     }
 }
@@ -83,17 +74,7 @@ impl OccurrenceStore for Counting {
         self.inner.claim(keys, claim).await
     }
     async fn first_attempts(&self, keys: &[TaskKey]) -> StoreResult<Vec<ClaimedOccurrence>> {
-        self.first_reads.fetch_add(1, Ordering::SeqCst);
         self.inner.first_attempts(keys).await
-    }
-    async fn timers_and_first_attempts(
-        &self,
-        keys: &[TaskKey],
-    ) -> StoreResult<chime_storage::TimersAndFirstAttempts> {
-        let read = self.inner.timers_and_first_attempts(keys).await;
-        self.together.fetch_add(1, Ordering::SeqCst);
-        let _open = self.read_gate.read().await;
-        read
     }
     async fn held_for_exclusive(
         &self,
