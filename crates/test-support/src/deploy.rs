@@ -183,8 +183,13 @@ impl Service {
         matches!(self.child.try_wait(), Ok(None))
     }
 
-    /// Sends SIGTERM.
-    pub fn terminate(&self) {
+    /// Sends SIGTERM, unless the process has exited already. Once a child is reaped its pid
+    /// is free for reuse, by a process or by another's thread (a database server's
+    /// connection thread, say), and `kill` on a thread's id signals that whole process.
+    pub fn terminate(&mut self) {
+        if !self.running() {
+            return;
+        }
         let sent = Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
             .status()
@@ -536,5 +541,30 @@ pub mod cluster {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::Service;
+
+    #[tokio::test]
+    async fn terminating_an_exited_process_signals_nothing() {
+        let dir = std::env::temp_dir().join(format!("chime-deploy-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut done = Service::start_path(
+            "exits-at-once",
+            std::path::Path::new("/bin/true"),
+            &[],
+            &[],
+            &dir,
+        );
+        assert!(done.wait_exit(Duration::from_secs(10)).await.success());
+        // Reaped: its pid may belong to someone else now; `kill` would fail or hit them.
+        done.terminate();
+        done.stop().await;
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
