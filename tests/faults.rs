@@ -242,7 +242,12 @@ async fn flushall_on_redis_mid_run() {
     let twice: Vec<i64> = deliveries(&sink)
         .iter()
         .filter(|(k, v)| expected.contains(*k) && v.len() > 1)
-        .map(|(k, _)| k.rsplit(':').next().unwrap().parse::<i64>().unwrap())
+        .map(|(k, _)| {
+            k.parse::<chime_domain::TaskKey>()
+                .unwrap()
+                .run_at
+                .as_millis()
+        })
         .collect();
     let one_shot_dupes = twice.len();
     assert!(
