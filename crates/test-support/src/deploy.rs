@@ -552,8 +552,7 @@ mod tests {
 
     #[tokio::test]
     async fn terminating_an_exited_process_signals_nothing() {
-        let dir = std::env::temp_dir().join(format!("chime-deploy-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = super::log_dir("terminating_an_exited_process");
         let mut done = Service::start_path(
             "exits-at-once",
             std::path::Path::new("/bin/true"),
@@ -565,6 +564,5 @@ mod tests {
         // Reaped: its pid may belong to someone else now; `kill` would fail or hit them.
         done.terminate();
         done.stop().await;
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }
